@@ -1,0 +1,237 @@
+"""The baseline store: one JSON file per configuration, keyed by an environment fingerprint.
+
+Files hold raw per-run samples of the last K sessions (not just a mean), so the between-session
+spread can be estimated. Writes are atomic (temp file + rename) under a lock so pytest-xdist
+workers cannot clobber each other; a damaged, foreign or newer file is reported, never
+overwritten unless the user asked to update baselines. Plain JSON only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import tempfile
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Iterator
+
+from specguard.metrics import RunMetrics
+
+SCHEMA = "specguard-baseline"
+SCHEMA_VERSION = 1
+
+
+class BaselineError(RuntimeError):
+    """A baseline file that cannot be used; the message names the file and what is wrong."""
+
+
+@dataclass(frozen=True)
+class Fingerprint:
+    """Everything that must match for two measurements to be comparable."""
+
+    fields: dict[str, Any]
+
+    @property
+    def key(self) -> str:
+        return hashlib.sha256(json.dumps(self.fields, sort_keys=True).encode()).hexdigest()[:16]
+
+    def differences(self, other: "Fingerprint") -> list[str]:
+        keys = sorted(set(self.fields) | set(other.fields))
+        return [f"{k}: stored {other.fields.get(k)!r}, now {self.fields.get(k)!r}"
+                for k in keys if self.fields.get(k) != other.fields.get(k)]
+
+
+@dataclass
+class RunSample:
+    """One measured run as stored: enough to recompute every gate."""
+
+    run_index: int
+    launch_id: str
+    output_throughput: float
+    total_output_tokens: int
+    duration_s: float
+    completed: int
+    failed: int
+    accept_length: float | None
+    total_verify_ct: int
+
+    @classmethod
+    def from_metrics(cls, m: RunMetrics, run_index: int, launch_id: str) -> "RunSample":
+        return cls(run_index=run_index, launch_id=launch_id, output_throughput=m.output_throughput,
+                   total_output_tokens=m.total_output_tokens, duration_s=m.duration_s, completed=m.completed,
+                   failed=m.failed, accept_length=m.accept_length, total_verify_ct=m.total_verify_ct)
+
+
+@dataclass
+class Session:
+    """One stored sweep of one cell."""
+
+    session_id: str
+    date: str
+    provenance: dict[str, Any]
+    runs: list[RunSample] = field(default_factory=list)
+
+    @property
+    def throughputs(self) -> list[float]:
+        return [r.output_throughput for r in self.runs]
+
+    @property
+    def accept_lengths(self) -> list[float]:
+        return [r.accept_length for r in self.runs if r.accept_length is not None]
+
+
+@dataclass
+class CellHistory:
+    fingerprint: Fingerprint
+    sessions: list[Session]
+
+
+def now_iso() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+class BaselineStore:
+    """Reads and writes `<dir>/<configuration>.json`."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = Path(directory)
+
+    def path_for(self, config: str) -> Path:
+        return self.directory / f"{config}.json"
+
+    # -- reading ------------------------------------------------------------------------------
+    def load_file(self, config: str) -> dict[str, Any] | None:
+        """The whole file, validated; None when there is none."""
+        path = self.path_for(config)
+        if not path.exists():
+            return None
+        try:
+            doc = json.loads(path.read_text(encoding="utf-8"))
+        except UnicodeDecodeError:
+            raise BaselineError(f"baseline file {path} is not UTF-8 text (corrupted?)") from None
+        except json.JSONDecodeError as exc:
+            raise BaselineError(f"baseline file {path} is not valid JSON (truncated or corrupted?): {exc.msg} at line {exc.lineno}") from None
+        validate_document(doc, path, config)
+        return doc
+
+    def history(self, config: str, fingerprint: Fingerprint, concurrency: int) -> CellHistory | None:
+        """Stored sessions of this cell with this exact fingerprint, or None."""
+        doc = self.load_file(config)
+        if doc is None:
+            return None
+        entry = doc["entries"].get(fingerprint.key)
+        if entry is None:
+            return None
+        cell = entry["cells"].get(f"c{concurrency}")
+        if not cell:
+            return None
+        sessions = [_session_from_json(s) for s in cell["sessions"]]
+        return CellHistory(fingerprint=Fingerprint(entry["fingerprint"]), sessions=sessions)
+
+    def other_fingerprints(self, config: str) -> list[Fingerprint]:
+        doc = self.load_file(config)
+        if doc is None:
+            return []
+        entries = sorted(doc["entries"].values(), key=lambda e: e.get("updated", ""), reverse=True)
+        return [Fingerprint(e["fingerprint"]) for e in entries]
+
+    # -- writing ------------------------------------------------------------------------------
+    def record_sessions(self, config: str, fingerprint: Fingerprint, cells: dict[int, Session], keep: int,
+                        replace_damaged: bool = False) -> Path:
+        """Append one session per cell (keeping the newest `keep`), atomically, under a lock."""
+        path = self.path_for(config)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        with _locked(path):
+            try:
+                doc = self.load_file(config)
+            except BaselineError:
+                if not replace_damaged:
+                    raise
+                doc = None
+            if doc is None:
+                doc = {"schema": SCHEMA, "schema_version": SCHEMA_VERSION, "configuration": config, "entries": {}}
+            entry = doc["entries"].setdefault(fingerprint.key, {"fingerprint": fingerprint.fields, "cells": {}})
+            entry["updated"] = now_iso()
+            for concurrency, session in sorted(cells.items()):
+                cell = entry["cells"].setdefault(f"c{concurrency}", {"sessions": []})
+                cell["sessions"].append(asdict(session))
+                cell["sessions"] = cell["sessions"][-keep:]
+            atomic_write_json(path, doc)
+        return path
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    lock_path = path.with_suffix(path.suffix + ".lock")
+    with open(lock_path, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def atomic_write_json(path: Path, doc: Any) -> None:
+    """Write to a temp file in the same directory, fsync, then rename over the target."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(doc, f, indent=1, sort_keys=True, allow_nan=False)
+            f.write("\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def validate_document(doc: Any, path: Path, config: str) -> None:
+    """Shape checks with errors that say what is wrong and where."""
+    if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
+        raise BaselineError(f"baseline file {path} is not a specguard baseline (no \"schema\": \"{SCHEMA}\")")
+    version = doc.get("schema_version")
+    if not isinstance(version, int):
+        raise BaselineError(f"baseline file {path}: schema_version is missing or not an integer")
+    if version > SCHEMA_VERSION:
+        raise BaselineError(f"baseline file {path} has schema_version {version}, newer than this specguard understands ({SCHEMA_VERSION}); upgrade specguard")
+    if doc.get("configuration") != config:
+        raise BaselineError(f"baseline file {path} belongs to configuration {doc.get('configuration')!r}, not {config!r}")
+    entries = doc.get("entries")
+    if not isinstance(entries, dict):
+        raise BaselineError(f"baseline file {path}: \"entries\" must be an object")
+    for key, entry in entries.items():
+        where = f"baseline file {path}: entries.{key}"
+        if not isinstance(entry, dict) or not isinstance(entry.get("fingerprint"), dict) or not isinstance(entry.get("cells"), dict):
+            raise BaselineError(f"{where} needs \"fingerprint\" and \"cells\" objects")
+        for cname, cell in entry["cells"].items():
+            sessions = cell.get("sessions") if isinstance(cell, dict) else None
+            if not isinstance(sessions, list):
+                raise BaselineError(f"{where}.cells.{cname}.sessions must be a list")
+            for i, s in enumerate(sessions):
+                try:
+                    _session_from_json(s)
+                except (TypeError, KeyError, ValueError) as exc:
+                    raise BaselineError(f"{where}.cells.{cname}.sessions[{i}] is malformed: {exc}") from None
+
+
+def _session_from_json(s: Any) -> Session:
+    if not isinstance(s, dict):
+        raise TypeError("a session must be an object")
+    runs = []
+    for r in s["runs"]:
+        sample = RunSample(**r)
+        if not isinstance(sample.output_throughput, (int, float)) or sample.output_throughput <= 0:
+            raise ValueError(f"output_throughput must be a positive number, got {sample.output_throughput!r}")
+        if sample.accept_length is not None and (not isinstance(sample.accept_length, (int, float)) or sample.accept_length <= 0):
+            raise ValueError(f"accept_length must be a positive number or null, got {sample.accept_length!r}")
+        runs.append(sample)
+    if not runs:
+        raise ValueError("a session needs at least one run")
+    return Session(session_id=str(s["session_id"]), date=str(s["date"]), provenance=dict(s.get("provenance") or {}), runs=runs)

@@ -1,0 +1,131 @@
+"""The `specguard` command: bench a server, run the emulator, and the tools around the gate."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import asdict
+from pathlib import Path
+
+from specguard.baselines import atomic_write_json
+from specguard.config import ServerConfig, SweepConfig
+from specguard.engines import get_engine
+from specguard.server import ServerStartError, attach, launch, stop
+from specguard.sweep import measure_cell
+from specguard.workload import WORKLOAD_KINDS, WorkloadError, WorkloadSpec, build_workload
+
+
+def _levels(text: str) -> list[int]:
+    try:
+        levels = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--concurrency {text!r}: use comma-separated integers, e.g. 1,4,16") from None
+    if not levels or any(c <= 0 for c in levels):
+        raise argparse.ArgumentTypeError(f"--concurrency {text!r}: levels must be positive")
+    return levels
+
+
+def _bench_parser(sub) -> None:
+    p = sub.add_parser("bench", help="closed-loop concurrency sweep against a server (or an emulator it starts)")
+    where = p.add_mutually_exclusive_group(required=True)
+    where.add_argument("--url", help="a running server that speaks SGLang's API")
+    where.add_argument("--emulator", metavar="PROFILE", help="start the embedded emulator with this profile")
+    p.add_argument("--concurrency", type=_levels, default=[1, 4, 16])
+    p.add_argument("--requests", type=int, default=None, help="requests per run (default 4 x concurrency)")
+    p.add_argument("--repeats", type=int, default=1, help="measured runs per level")
+    p.add_argument("--warmup", type=int, default=1, help="discarded warmup runs per level")
+    p.add_argument("--input-len", type=int, default=256)
+    p.add_argument("--output-len", type=int, default=128)
+    p.add_argument("--api", choices=("native", "openai", "chat"), default="native")
+    p.add_argument("--workload", choices=WORKLOAD_KINDS, default="random-ids")
+    p.add_argument("--workload-file", help="JSONL prompts for --workload jsonl")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--speculative-algorithm", help="with --emulator: EAGLE3, NEXTN, ...")
+    p.add_argument("--emulator-arg", action="append", default=[], help="extra emulator flag (repeatable)")
+    p.add_argument("--api-key", default=None)
+    p.add_argument("--read-timeout", type=float, default=60.0)
+    p.add_argument("--json", dest="json_path", help="write every run's metrics here")
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    try:
+        workload = build_workload(WorkloadSpec(kind=args.workload, input_len=args.input_len, output_len=args.output_len,
+                                               seed=args.seed, path=args.workload_file))
+    except WorkloadError as exc:
+        print(f"specguard bench: {exc}", file=sys.stderr)
+        return 2
+    per_worker = 4
+    sweep = SweepConfig(concurrency=args.concurrency, requests_per_worker=per_worker, warmup=args.warmup,
+                        repeats=args.repeats, api=args.api, read_timeout_s=args.read_timeout)
+    engine = get_engine("emulator" if args.emulator else "sglang")
+    handle = None
+    try:
+        if args.emulator:
+            cfg = ServerConfig(name="bench", engine="emulator", model_path=f"/models/{args.emulator}",
+                               speculative_algorithm=args.speculative_algorithm,
+                               draft_model_path="/models/draft" if args.speculative_algorithm else None,
+                               args=["--emulator-profile", args.emulator, *args.emulator_arg], startup_timeout_s=60)
+            handle = launch(cfg, engine, log_dir=Path(".specguard/logs"), api_key=args.api_key)
+        else:
+            handle = attach("bench", args.url, engine, api_key=args.api_key)
+    except ServerStartError as exc:
+        print(f"specguard bench: {exc}", file=sys.stderr)
+        return 3
+    rows = []
+    try:
+        eff = handle.effective
+        print(f"server {handle.base_url}: {eff.engine_version or '?'} model={eff.model_path} "
+              f"spec={eff.speculative_algorithm or 'none'} steps={eff.num_steps} topk={eff.eagle_topk} "
+              f"draft_tokens={eff.num_draft_tokens} max_running_requests={eff.max_running_requests}")
+        print(f"{'C':>5} {'ok':>5} {'fail':>4} {'tok/s':>10} {'req/s':>7} {'accept':>6} {'TTFT p50':>9} {'TTFT p99':>9} "
+              f"{'ITL p50':>8} {'ITL p99':>8} {'TPOT p50':>9}")
+        for c in args.concurrency:
+            s = sweep if args.requests is None else SweepConfig(**{**asdict(sweep), "requests_per_worker": max(1, args.requests // c)})
+            cell = measure_cell(handle, workload, s, c, api=args.api)
+            for r in cell.runs:
+                lat = r.latency_ms
+                acc = f"{r.accept_length:.2f}" if r.accept_length else "-"
+                print(f"{c:>5} {r.completed:>5} {r.failed:>4} {r.output_throughput:>10.1f} {r.request_throughput:>7.2f} "
+                      f"{acc:>6} {lat['median_ttft_ms']:>9.1f} {lat['p99_ttft_ms']:>9.1f} {lat['median_itl_ms']:>8.2f} "
+                      f"{lat['p99_itl_ms']:>8.2f} {lat['median_tpot_ms']:>9.2f}")
+                for w in r.warnings:
+                    print(f"      warning: {w}")
+            if cell.error:
+                print(f"      error: {cell.error}")
+            rows.append({"concurrency": c, "error": cell.error, "runs": [asdict(r) for r in cell.runs]})
+    finally:
+        if handle is not None and not handle.attached:
+            stop(handle)
+    if args.json_path:
+        atomic_write_json(Path(args.json_path), {"schema": "specguard-bench", "schema_version": 1,
+                                                 "server": handle.effective.fingerprint_fields(), "levels": rows})
+    return 1 if any(r["error"] for r in rows) else 0
+
+
+def _emulate_parser(sub) -> None:
+    p = sub.add_parser("emulate", help="run the SGLang-compatible emulator (any launch_server flag is accepted)")
+    p.add_argument("--profile", default="fast", help="emulator profile name or TOML path")
+
+
+def cmd_emulate(args: argparse.Namespace, rest: list[str]) -> int:
+    from specguard.emulator.launch_server import main as emulator_main
+
+    return emulator_main(["--emulator-profile", args.profile, *rest])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="specguard", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    _bench_parser(sub)
+    _emulate_parser(sub)
+    args, rest = parser.parse_known_args(argv)
+    if args.command == "emulate":
+        return cmd_emulate(args, rest)
+    if rest:
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
+    return cmd_bench(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,253 @@
+"""The suite file (TOML): server configurations, sweep, workload and tolerances.
+
+Every key is checked before any server starts; a mistake gets an error naming the file, the
+key and the fix, because a typo in a merge gate's configuration must never be silently ignored.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, get_args, get_origin, get_type_hints
+
+from specguard.workload import WORKLOAD_KINDS, WorkloadSpec
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+ENGINES = ("sglang", "emulator", "vllm")
+SGLANG_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM")
+APIS = ("native", "openai", "chat")
+
+
+class ConfigError(ValueError):
+    """A suite file mistake; the message names the file, the key and the fix."""
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """One named server configuration (baseline, eagle3, mtp, ...)."""
+
+    name: str
+    engine: str = "sglang"
+    model_path: str = ""
+    draft_model_path: str | None = None
+    speculative_algorithm: str | None = None  # SGLang spelling: EAGLE3, NEXTN, ...
+    num_steps: int | None = None
+    eagle_topk: int | None = None
+    num_draft_tokens: int | None = None
+    speculative_config: dict[str, Any] | None = None  # vLLM's --speculative-config
+    tp_size: int = 1
+    max_running_requests: int | None = None
+    args: list[str] = field(default_factory=list)  # more launch flags, passed as given
+    env: dict[str, str] = field(default_factory=dict)
+    gpus: str | None = None  # CUDA_VISIBLE_DEVICES for this configuration
+    python: str | None = None  # interpreter that has the engine installed; default: this one
+    reference: str | None = None  # the non-speculative configuration to beat
+    speculation_must_win_up_to: int | None = None  # concurrency up to which it must win
+    startup_timeout_s: float = 600.0
+
+    @property
+    def speculative(self) -> bool:
+        return bool(self.speculative_algorithm or self.speculative_config)
+
+    @property
+    def algorithm_label(self) -> str:
+        if self.speculative_algorithm:
+            return self.speculative_algorithm
+        if self.speculative_config:
+            return str(self.speculative_config.get("method", "spec")).upper()
+        return "NONE"
+
+
+@dataclass(frozen=True)
+class SweepConfig:
+    concurrency: list[int] = field(default_factory=lambda: [1, 4, 16, 64])
+    requests_per_worker: int = 4  # a run is max(C, this * C) requests
+    warmup: int = 1  # runs discarded per cell
+    repeats: int = 3  # measured runs per cell
+    api: str = "native"
+    read_timeout_s: float = 60.0
+    run_timeout_s: float = 600.0
+
+    def num_requests(self, concurrency: int) -> int:
+        return max(concurrency, self.requests_per_worker * concurrency)
+
+
+@dataclass(frozen=True)
+class Tolerances:
+    throughput: float = 0.03  # fail when tok/s is confidently below (1 - this) x baseline
+    accept_length: float = 0.03
+    speculation_min_gain: float = 0.0  # spec/reference must not be confidently below 1 + this
+    family_alpha: float = 0.01  # family-wise false-fail rate for the whole session (Holm)
+    prior_between_sd: float = 0.01  # log-scale tok/s spread between launches (history may raise it)
+    prior_between_sd_accept: float = 0.003  # acceptance is a model property; launches barely move it
+    history_sessions: int = 5  # baseline sessions kept per cell
+    inconclusive: str = "pass"  # what an inconclusive cell counts as: pass or fail
+
+
+@dataclass(frozen=True)
+class Suite:
+    path: Path
+    servers: dict[str, ServerConfig]
+    sweep: SweepConfig
+    workload: WorkloadSpec
+    tolerances: Tolerances
+
+    def reference_of(self, name: str) -> ServerConfig | None:
+        ref = self.servers[name].reference
+        return self.servers[ref] if ref else None
+
+
+# -- loading ----------------------------------------------------------------------------------
+def _type_ok(value: Any, hint: Any) -> bool:
+    origin = get_origin(hint)
+    if hint is Any:
+        return True
+    if origin is None:
+        if hint is float:
+            return isinstance(value, (int, float)) and not isinstance(value, bool)
+        if hint is int:
+            return isinstance(value, int) and not isinstance(value, bool)
+        return isinstance(value, hint)
+    args = get_args(hint)
+    if origin is list:
+        return isinstance(value, list) and all(_type_ok(v, args[0]) for v in value)
+    if origin is dict:
+        return isinstance(value, dict) and all(_type_ok(v, args[1]) for v in value.values())
+    # Optional / union
+    return any(_type_ok(value, a) for a in args if a is not type(None))
+
+
+def _type_name(hint: Any) -> str:
+    return getattr(hint, "__name__", None) or str(hint).replace("typing.", "")
+
+
+def _build(cls: type, table: Any, where: str, path: Path, **fixed: Any) -> Any:
+    if not isinstance(table, dict):
+        raise ConfigError(f"{path}: [{where}] must be a table")
+    hints = get_type_hints(cls)
+    names = [f.name for f in dataclasses.fields(cls) if f.name not in fixed]
+    kwargs = dict(fixed)
+    for key, value in table.items():
+        if key not in names:
+            raise ConfigError(f"{path}: unknown key {where}.{key}; known keys: {', '.join(names)}")
+        if not _type_ok(value, hints[key]):
+            raise ConfigError(
+                f"{path}: {where}.{key} = {value!r} has the wrong type; expected {_type_name(hints[key])}"
+            )
+        kwargs[key] = float(value) if hints[key] is float else value
+    return cls(**kwargs)
+
+
+def load_suite(path: str | Path) -> Suite:
+    path = Path(path)
+    try:
+        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"suite file {path} does not exist (set --suite)") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from exc
+    return parse_suite(raw, path)
+
+
+def parse_suite(raw: dict[str, Any], path: Path) -> Suite:
+    known = {"servers", "sweep", "workload", "tolerances"}
+    for key in raw:
+        if key not in known:
+            raise ConfigError(f"{path}: unknown top-level key {key!r}; known: {', '.join(sorted(known))}")
+    servers_raw = raw.get("servers")
+    if not isinstance(servers_raw, dict) or not servers_raw:
+        raise ConfigError(f"{path}: needs at least one [servers.NAME] table")
+    servers = {name: _build(ServerConfig, t, f"servers.{name}", path, name=name) for name, t in servers_raw.items()}
+    try:
+        workload = _build(WorkloadSpec, raw.get("workload", {}), "workload", path)
+    except ValueError as exc:
+        if isinstance(exc, ConfigError):
+            raise
+        raise ConfigError(f"{path}: [workload]: {exc}") from exc
+    suite = Suite(
+        path=path,
+        servers=servers,
+        sweep=_build(SweepConfig, raw.get("sweep", {}), "sweep", path),
+        workload=workload,
+        tolerances=_build(Tolerances, raw.get("tolerances", {}), "tolerances", path),
+    )
+    validate_suite(suite)
+    return suite
+
+
+def validate_suite(suite: Suite) -> None:
+    """Impossible values, caught before any server starts."""
+    p = suite.path
+    sw, tol = suite.sweep, suite.tolerances
+    if not sw.concurrency or any(c <= 0 for c in sw.concurrency):
+        raise ConfigError(f"{p}: sweep.concurrency must be a non-empty list of positive integers, got {sw.concurrency}")
+    if len(set(sw.concurrency)) != len(sw.concurrency):
+        raise ConfigError(f"{p}: sweep.concurrency has duplicates: {sw.concurrency}")
+    if sw.repeats < 2:
+        raise ConfigError(f"{p}: sweep.repeats = {sw.repeats}: the gates need at least 2 runs per cell to estimate noise; set repeats >= 2")
+    if sw.warmup < 0 or sw.requests_per_worker < 1:
+        raise ConfigError(f"{p}: sweep.warmup must be >= 0 and sweep.requests_per_worker >= 1")
+    if sw.api not in APIS:
+        raise ConfigError(f"{p}: sweep.api = {sw.api!r}; use one of {', '.join(APIS)}")
+    if sw.read_timeout_s <= 0 or sw.run_timeout_s <= 0:
+        raise ConfigError(f"{p}: sweep.read_timeout_s and sweep.run_timeout_s must be positive")
+    if suite.workload.kind not in WORKLOAD_KINDS:
+        raise ConfigError(f"{p}: workload.kind must be one of {', '.join(WORKLOAD_KINDS)}")
+    for name, value in (("throughput", tol.throughput), ("accept_length", tol.accept_length)):
+        if not 0 <= value < 1:
+            raise ConfigError(f"{p}: tolerances.{name} = {value} must be a fraction in [0, 1), e.g. 0.05 for 5%")
+    if not 0 < tol.family_alpha < 0.5:
+        raise ConfigError(f"{p}: tolerances.family_alpha = {tol.family_alpha} must be in (0, 0.5), e.g. 0.01")
+    if tol.prior_between_sd < 0 or tol.prior_between_sd_accept < 0:
+        raise ConfigError(f"{p}: tolerances.prior_between_sd* must be >= 0")
+    if tol.inconclusive not in ("pass", "fail"):
+        raise ConfigError(f"{p}: tolerances.inconclusive = {tol.inconclusive!r}; use \"pass\" or \"fail\"")
+    if tol.history_sessions < 1:
+        raise ConfigError(f"{p}: tolerances.history_sessions must be >= 1")
+    for name, s in suite.servers.items():
+        _validate_server(p, name, s, suite)
+
+
+def _validate_server(p: Path, name: str, s: ServerConfig, suite: Suite) -> None:
+    key = f"servers.{name}"
+    if s.engine not in ENGINES:
+        raise ConfigError(f"{p}: {key}.engine = {s.engine!r}; use one of {', '.join(ENGINES)}")
+    if not s.model_path:
+        raise ConfigError(f"{p}: {key}.model_path is required")
+    if s.speculative_algorithm is not None and s.speculative_algorithm not in SGLANG_ALGORITHMS:
+        raise ConfigError(
+            f"{p}: {key}.speculative_algorithm = {s.speculative_algorithm!r}; use one of {', '.join(SGLANG_ALGORITHMS)}"
+        )
+    if s.speculative_config is not None and s.engine != "vllm":
+        raise ConfigError(f"{p}: {key}.speculative_config is vLLM's; for {s.engine} use speculative_algorithm and num_steps/eagle_topk/num_draft_tokens")
+    if s.engine == "vllm" and s.speculative_algorithm:
+        raise ConfigError(f"{p}: {key}: vLLM takes speculative_config (a table), not speculative_algorithm")
+    for k in ("num_steps", "eagle_topk", "num_draft_tokens", "max_running_requests", "tp_size"):
+        v = getattr(s, k)
+        if v is not None and v <= 0:
+            raise ConfigError(f"{p}: {key}.{k} = {v} must be positive")
+    if s.eagle_topk == 1 and s.num_steps is not None and s.num_draft_tokens is not None and s.num_draft_tokens != s.num_steps + 1:
+        raise ConfigError(
+            f"{p}: {key}: eagle_topk = 1 with num_steps = {s.num_steps} and num_draft_tokens = {s.num_draft_tokens}: "
+            f"SGLang silently runs num_steps + 1 = {s.num_steps + 1} draft tokens with topk 1; set "
+            f"num_draft_tokens = {s.num_steps + 1}, or num_steps = {s.num_draft_tokens - 1} to draft {s.num_draft_tokens} tokens"
+        )
+    if (s.eagle_topk is not None or s.num_draft_tokens is not None) and s.num_steps is None and s.speculative_algorithm:
+        raise ConfigError(f"{p}: {key}: SGLang refuses eagle_topk/num_draft_tokens without num_steps; set num_steps too")
+    if s.speculative and not s.reference:
+        raise ConfigError(f"{p}: {key} is speculative but has no reference; set reference = \"<non-speculative configuration>\"")
+    if s.reference is not None:
+        if s.reference not in suite.servers:
+            raise ConfigError(f"{p}: {key}.reference = {s.reference!r} is not a configuration in this file")
+        if suite.servers[s.reference].speculative:
+            raise ConfigError(f"{p}: {key}.reference = {s.reference!r} is itself speculative; name a non-speculative configuration")
+    if s.speculation_must_win_up_to is not None and not s.speculative:
+        raise ConfigError(f"{p}: {key}.speculation_must_win_up_to only makes sense on a speculative configuration")
+    if s.startup_timeout_s <= 0:
+        raise ConfigError(f"{p}: {key}.startup_timeout_s must be positive")

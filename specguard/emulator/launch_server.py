@@ -1,0 +1,220 @@
+"""Drop-in for ``python -m sglang.launch_server``: SGLang's flags in, an emulated server out.
+
+    python -m specguard.emulator.launch_server --model-path M --port 30000 \\
+        --speculative-algorithm EAGLE3 --emulator-profile fast
+
+SGLang flags the emulator does not model are accepted with a warning. Emulator-only flags start
+with ``--emulator-``. The launch applies SGLang's silent adjustments (``spec.resolve_settings``)
+and logs them as warnings, as SGLang does; /server_info then reports the effective values.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import logging.handlers
+import os
+import queue
+import secrets
+import shlex
+import sys
+
+from specguard.emulator.model import SchedulerConfig
+from specguard.emulator.profile import load_profile
+from specguard.emulator.server import ServerSettings, serve
+from specguard.emulator.spec import SPEC_ALGORITHMS, SpecRequest, resolve_settings
+
+DEFAULT_PROFILE = "fast"
+ACCEPT_LENGTH_ENV = "SGLANG_SIMULATE_ACC_LEN"
+
+log = logging.getLogger("specguard.emulator")
+
+
+def build_arg_parser() -> argparse.ArgumentParser:
+    """SGLang's launch flags that matter to the emulator, plus the ``--emulator-*`` flags."""
+    p = argparse.ArgumentParser(
+        prog="python -m specguard.emulator.launch_server",
+        description="SGLang-compatible emulator with a performance model of speculative decoding.",
+    )
+    g = p.add_argument_group("SGLang flags")
+    g.add_argument("--model-path", "--model", default=None, help="reported model path (default: the profile's)")
+    g.add_argument("--tokenizer-path", default=None)
+    g.add_argument("--served-model-name", default=None)
+    g.add_argument("--host", default="127.0.0.1")
+    g.add_argument("--port", type=int, default=30000, help="0 picks a free port (printed when listening)")
+    g.add_argument("--tp-size", "--tp", dest="tp_size", type=int, default=1)
+    g.add_argument("--dp-size", "--dp", dest="dp_size", type=int, default=1)
+    g.add_argument("--dtype", default="auto")
+    g.add_argument("--context-length", type=int, default=None)
+    g.add_argument("--mem-fraction-static", type=float, default=None)
+    g.add_argument("--max-running-requests", type=int, default=None)
+    g.add_argument("--max-total-tokens", type=int, default=None)
+    g.add_argument("--chunked-prefill-size", type=int, default=None)
+    g.add_argument("--random-seed", type=int, default=None)
+    g.add_argument("--api-key", default=None)
+    g.add_argument("--enable-metrics", action="store_true")
+    g.add_argument("--incremental-streaming-output", action="store_true")
+    g.add_argument("--decode-log-interval", type=int, default=40)
+    g.add_argument("--log-level", default="info")
+    g.add_argument("--skip-server-warmup", action="store_true")
+    g.add_argument("--trust-remote-code", action="store_true")
+    g.add_argument("--disable-radix-cache", action="store_true", help="no prefix-cache hits for repeated prompts")
+    g.add_argument("--disable-cuda-graph", action="store_true")
+    g.add_argument("--speculative-algorithm", type=str.upper, choices=SPEC_ALGORITHMS, default=None)
+    g.add_argument("--speculative-draft-model-path", default=None)
+    g.add_argument("--speculative-num-steps", type=int, default=None)
+    g.add_argument("--speculative-eagle-topk", type=int, default=None)
+    g.add_argument("--speculative-num-draft-tokens", type=int, default=None)
+
+    e = p.add_argument_group("emulator flags")
+    e.add_argument("--emulator-profile", default=DEFAULT_PROFILE, help="profile name or TOML path")
+    e.add_argument("--emulator-speed-factor", type=float, default=1.0, help="divide all modelled times by X")
+    e.add_argument("--emulator-step-scale", type=float, default=1.0, help="multiply step times (1.111 = ~10%% slower)")
+    e.add_argument("--emulator-accept-length", type=float, default=None, help=f"force a mean accept length (overrides {ACCEPT_LENGTH_ENV})")
+    e.add_argument("--emulator-jitter-pct", type=float, default=None, help="per-step noise sd in %% (default: profile)")
+    e.add_argument("--emulator-drift-pct", type=float, default=None, help="per-launch speed sd in %% (default: profile)")
+    e.add_argument("--emulator-startup-s", type=float, default=0.0, help="answer 503 on /health* this long")
+    return p
+
+
+def build_settings(args: argparse.Namespace, argv: list[str]) -> ServerSettings:
+    """Resolve parsed flags into a launch: profile, SGLang's adjustments, reported server args."""
+    profile = load_profile(args.emulator_profile)
+    if args.emulator_speed_factor <= 0 or args.emulator_step_scale <= 0:
+        raise ValueError("--emulator-speed-factor and --emulator-step-scale must be > 0")
+    accept_length = args.emulator_accept_length
+    if accept_length is None and os.environ.get(ACCEPT_LENGTH_ENV):
+        accept_length = float(os.environ[ACCEPT_LENGTH_ENV])
+        log.info("%s=%s: forcing the mean accept length", ACCEPT_LENGTH_ENV, accept_length)
+    requested = SpecRequest(
+        args.speculative_algorithm, args.speculative_num_steps, args.speculative_eagle_topk,
+        args.speculative_num_draft_tokens,
+    )
+    serving = resolve_settings(profile, requested, args.max_running_requests, accept_length)
+    for message in serving.warnings:
+        log.warning(message)
+
+    seed = args.random_seed if args.random_seed is not None else secrets.randbelow(1 << 30)
+    jitter = profile.jitter_pct if args.emulator_jitter_pct is None else args.emulator_jitter_pct
+    drift = profile.drift_pct if args.emulator_drift_pct is None else args.emulator_drift_pct
+    config = SchedulerConfig(
+        profile, serving, seed, args.emulator_step_scale, args.emulator_speed_factor, jitter, drift,
+        args.decode_log_interval,
+    )
+    model_path = args.model_path or profile.model_path
+    context_length = args.context_length or profile.context_length
+    spec = serving.spec
+    server_args = {
+        "model_path": model_path,
+        "tokenizer_path": args.tokenizer_path or model_path,
+        "tokenizer_mode": "auto",
+        "skip_tokenizer_init": False,
+        "load_format": "auto",
+        "trust_remote_code": args.trust_remote_code,
+        "context_length": context_length,
+        "is_embedding": False,
+        "dtype": args.dtype,
+        "quantization": None,
+        "kv_cache_dtype": "auto",
+        "mem_fraction_static": args.mem_fraction_static if args.mem_fraction_static is not None else 0.85,
+        "max_running_requests": serving.reported_max_running_requests,
+        "max_queued_requests": None,
+        "max_total_tokens": args.max_total_tokens or 4 * context_length,
+        "chunked_prefill_size": args.chunked_prefill_size or 8192,
+        "schedule_policy": "fcfs",
+        "page_size": 1,
+        "disable_radix_cache": args.disable_radix_cache,
+        "tp_size": args.tp_size,
+        "pp_size": 1,
+        "dp_size": args.dp_size,
+        "ep_size": 1,
+        "device": "cuda",
+        "random_seed": seed,
+        "host": args.host,
+        "port": args.port,
+        "skip_server_warmup": args.skip_server_warmup,
+        "api_key": None,  # never echo the key
+        "served_model_name": args.served_model_name or model_path,
+        "weight_version": "default",
+        "stream_interval": 1,
+        "incremental_streaming_output": args.incremental_streaming_output,
+        "log_level": args.log_level,
+        "enable_metrics": args.enable_metrics,
+        "decode_log_interval": args.decode_log_interval,
+        "disable_cuda_graph": args.disable_cuda_graph,
+        "speculative_algorithm": spec.reported_algorithm if spec else None,
+        "speculative_draft_model_path": args.speculative_draft_model_path if spec else None,
+        "speculative_num_steps": spec.num_steps if spec else None,
+        "speculative_eagle_topk": spec.topk if spec else None,
+        "speculative_num_draft_tokens": spec.num_draft_tokens if spec else None,
+        "speculative_accept_threshold_single": 1.0,
+        "speculative_accept_threshold_acc": 1.0,
+        "speculative_token_map": None,
+        "speculative_adaptive": False,
+        "launch_command": shlex.join(argv),
+    }
+    emulator_info = {
+        "profile": profile.name,
+        "profile_path": profile.source,
+        "description": profile.description,
+        "speed_factor": args.emulator_speed_factor,
+        "step_scale": args.emulator_step_scale,
+        "jitter_pct": jitter,
+        "drift_pct": drift,
+        "effective_max_running_requests": serving.max_running_requests,
+        "accept_prob": list(spec.accept_prob) if spec else None,
+        "expected_accept_length": spec.expected_accept_length if spec else None,
+    }
+    return ServerSettings(
+        scheduler_config=config,
+        server_args=server_args,
+        host=args.host,
+        port=args.port,
+        api_key=args.api_key,
+        enable_metrics=args.enable_metrics,
+        incremental_streaming_output=args.incremental_streaming_output,
+        startup_s=args.emulator_startup_s,
+        emulator_info=emulator_info,
+    )
+
+
+def _start_logging(level: str) -> logging.handlers.QueueListener:
+    """Log to stderr from a background thread, so a slow stderr reader never stalls the event loop."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("[%(asctime)s] %(levelname)s %(message)s", "%Y-%m-%d %H:%M:%S"))
+    records: queue.SimpleQueue = queue.SimpleQueue()
+    listener = logging.handlers.QueueListener(records, handler)
+    log.handlers[:] = [logging.handlers.QueueHandler(records)]
+    log.setLevel(getattr(logging, level.upper(), logging.INFO))
+    log.propagate = False
+    listener.start()
+    return listener
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse SGLang-style flags, resolve them and serve until SIGTERM/SIGINT. Returns an exit code."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args, unknown = build_arg_parser().parse_known_args(argv)
+    listener = _start_logging(args.log_level)
+    try:
+        for item in unknown:
+            if item.startswith("-"):
+                log.warning("flag %s is not emulated; ignoring it and its value", item.split("=")[0])
+        try:
+            settings = build_settings(args, argv)
+        except ValueError as exc:
+            log.error("%s", exc)
+            return 2
+        try:
+            asyncio.run(serve(settings))
+        except OSError as exc:
+            log.error("cannot serve on %s:%s: %s", args.host, args.port, exc)
+            return 1
+        return 0
+    finally:
+        listener.stop()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

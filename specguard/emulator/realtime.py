@@ -1,0 +1,110 @@
+"""The real-time driver: runs the pure ``BatchScheduler`` against the wall clock inside asyncio.
+
+Steps are scheduled on absolute deadlines (next end = previous end + step duration), so time
+spent serving HTTP between steps does not slow the modelled server down as long as the CPU
+keeps up; if it falls behind, the next steps run back to back until it has caught up. Each step
+end appends one progress mark per request and wakes that request's HTTP handler.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+from specguard.emulator.model import BatchScheduler, GenRequest
+
+# Falling further behind real time than this means the machine cannot keep up; stop catching up.
+MAX_LAG_MS = 1000.0
+
+log = logging.getLogger("specguard.emulator")
+
+
+class RequestProgress:
+    """What a request's handler has not sent yet: one mark per step, and a wake-up event."""
+
+    __slots__ = ("req", "marks", "event")
+
+    def __init__(self, req: GenRequest) -> None:
+        self.req = req
+        # (completion_tokens, spec_verify_ct, accepted_drafts) after each step the request took part in
+        self.marks: list[tuple[int, int, int]] = []
+        self.event = asyncio.Event()
+
+    def take(self) -> list[tuple[int, int, int]]:
+        marks, self.marks = self.marks, []
+        self.event.clear()
+        return marks
+
+
+class RealtimeEngine:
+    """Owns the scheduler and the asyncio task that steps it in real time."""
+
+    def __init__(self, scheduler: BatchScheduler) -> None:
+        self.scheduler = scheduler
+        self._loop = asyncio.get_running_loop()
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task | None = None
+        # Converts loop-clock milliseconds to wall-clock seconds for SGLang's *_ts fields.
+        self._wall_offset_s = time.time() - self._loop.time()
+
+    def now_ms(self) -> float:
+        return self._loop.time() * 1000.0
+
+    def wall_s(self, loop_ms: float) -> float:
+        return loop_ms / 1000.0 + self._wall_offset_s
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="emulator-scheduler")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+
+    def submit(self, req: GenRequest) -> RequestProgress:
+        progress = RequestProgress(req)
+        req.tag = progress
+        self.scheduler.submit(req, self.now_ms())
+        self._wake.set()
+        return progress
+
+    def abort(self, req: GenRequest) -> None:
+        self.scheduler.abort(req)
+
+    async def wait_finished(self, progress: RequestProgress) -> None:
+        while not progress.req.finished:
+            await progress.event.wait()
+            progress.take()
+
+    async def _run(self) -> None:
+        scheduler = self.scheduler
+        end_ms: float | None = None  # absolute end of the previous step; None after idling
+        while True:
+            if not scheduler.has_work():
+                self._wake.clear()
+                await self._wake.wait()
+                end_ms = None
+            now = self.now_ms()
+            if end_ms is None:
+                end_ms = now
+            elif now - end_ms > MAX_LAG_MS:
+                log.warning("emulator is %.0f ms behind real time (CPU overloaded); resynchronising", now - end_ms)
+                end_ms = now
+            step = scheduler.next_step(end_ms)
+            assert step is not None  # there is work, so there is a prefill or a decode to run
+            end_ms += step.duration_ms
+            delay_s = (end_ms - self.now_ms()) / 1000.0
+            if delay_s > 0:
+                await asyncio.sleep(delay_s)
+            scheduler.complete(step, end_ms)
+            for req in step.requests:
+                progress = req.tag
+                if progress is not None and not req.aborted:
+                    progress.marks.append((req.completion_tokens, req.verify_ct, req.accepted_drafts))
+                    progress.event.set()
+            if step.kind == "decode" and scheduler.stats.decode_steps % scheduler.config.decode_log_interval == 0:
+                log.info(scheduler.decode_log_line())

@@ -1,0 +1,428 @@
+"""The HTTP face of the emulator: SGLang 0.5.x's routes, field for field, on aiohttp.
+
+Routes: /health, /health_generate, /model_info (/get_model_info), /server_info
+(/get_server_info), /flush_cache, /v1/models, /metrics (with --enable-metrics), POST /generate,
+/v1/completions, /v1/chat/completions. Generation goes through the ``RealtimeEngine``; bodies
+come from ``responses``. Nothing here blocks the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import signal
+import time
+import uuid
+from dataclasses import dataclass, field
+
+from aiohttp import web
+
+from specguard.emulator.model import BatchScheduler, GenRequest, LatencyHistogram, SchedulerConfig
+from specguard.emulator.realtime import RealtimeEngine
+from specguard.emulator.responses import (
+    SSE_DONE,
+    ChatFormat,
+    CompletionFormat,
+    NativeFormat,
+    RequestContext,
+    context_error_message,
+    native_error,
+    openai_error,
+    sse,
+)
+from specguard.emulator.tokens import OutputText, apply_chat_template, count_prompt_tokens
+
+SGLANG_VERSION = "0.5.23"
+SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+FLUSH_NOTE = (
+    "Please check backend logs for more details. (When there are running or waiting requests, "
+    "the operation will not be performed.)\n"
+)
+DEFAULT_MAX_NEW_TOKENS = 128  # SGLang's sampling_params default
+DEFAULT_COMPLETION_MAX_TOKENS = 16  # OpenAI /v1/completions default
+
+log = logging.getLogger("specguard.emulator")
+
+
+@dataclass
+class ServerSettings:
+    """A resolved emulator launch: the performance model plus what the HTTP layer needs."""
+
+    scheduler_config: SchedulerConfig
+    server_args: dict  # resolved SGLang server arguments, reported by /server_info
+    host: str = "127.0.0.1"
+    port: int = 30000
+    api_key: str | None = None
+    enable_metrics: bool = False
+    incremental_streaming_output: bool = False
+    startup_s: float = 0.0  # /health answers 503 this long after the socket is bound
+    emulator_info: dict = field(default_factory=dict)  # reported as /server_info "specguard_emulator"
+
+    @property
+    def context_length(self) -> int:
+        return int(self.server_args["context_length"])
+
+    @property
+    def served_model_name(self) -> str:
+        return str(self.server_args["served_model_name"])
+
+
+class BadRequest(Exception):
+    """A request SGLang would reject with HTTP 400."""
+
+
+def _json_response(obj: object, status: int = 200) -> web.Response:
+    return web.Response(text=json.dumps(obj, separators=(",", ":")), status=status, content_type="application/json")
+
+
+class EmulatorServer:
+    """Routes and per-launch state. Build the app with ``build_app``; run it with ``serve``."""
+
+    def __init__(self, settings: ServerSettings) -> None:
+        self.settings = settings
+        self.scheduler = BatchScheduler(settings.scheduler_config)
+        self.spec = self.scheduler.spec
+        self.out = OutputText()
+        self.engine: RealtimeEngine | None = None
+        self.ready_at = 0.0  # loop time when /health starts answering 200
+
+    def build_app(self) -> web.Application:
+        app = web.Application(middlewares=[self._auth], client_max_size=64 * 1024 * 1024)
+        r = app.router
+        r.add_get("/health", self.health)
+        r.add_get("/health_generate", self.health_generate)
+        for path in ("/model_info", "/get_model_info"):
+            r.add_get(path, self.model_info)
+        for path in ("/server_info", "/get_server_info"):
+            r.add_get(path, self.server_info)
+        r.add_route("GET", "/flush_cache", self.flush_cache)
+        r.add_route("POST", "/flush_cache", self.flush_cache)
+        r.add_get("/v1/models", self.models)
+        if self.settings.enable_metrics:
+            r.add_get("/metrics", self.metrics)
+        r.add_post("/generate", self.generate)
+        r.add_post("/v1/completions", self.completions)
+        r.add_post("/v1/chat/completions", self.chat_completions)
+        app.on_startup.append(self._on_startup)
+        app.on_cleanup.append(self._on_cleanup)
+        return app
+
+    async def _on_startup(self, app: web.Application) -> None:
+        self.engine = RealtimeEngine(self.scheduler)
+        self.engine.start()
+        self.ready_at = asyncio.get_running_loop().time() + self.settings.startup_s
+
+    async def _on_cleanup(self, app: web.Application) -> None:
+        if self.engine is not None:
+            await self.engine.stop()
+
+    def _starting(self) -> bool:
+        return asyncio.get_running_loop().time() < self.ready_at
+
+    @web.middleware
+    async def _auth(self, request: web.Request, handler):
+        key = self.settings.api_key
+        path = request.path
+        if key and not (path.startswith("/health") or path == "/metrics"):
+            if request.headers.get("Authorization") != f"Bearer {key}":
+                return _json_response({"error": "Unauthorized"}, status=401)
+        try:
+            return await handler(request)
+        except BadRequest as exc:
+            if path.startswith("/v1/"):
+                return _json_response(openai_error(str(exc)), status=400)
+            return _json_response(native_error(str(exc)), status=400)
+
+    # -- health and info ---------------------------------------------------------------------
+    async def health(self, request: web.Request) -> web.Response:
+        return web.Response(status=503 if self._starting() else 200)
+
+    async def health_generate(self, request: web.Request) -> web.Response:
+        if self._starting():
+            return web.Response(status=503)
+        req = GenRequest(prompt_tokens=1, max_new_tokens=1, counted=False, streaming=False)
+        await self.engine.wait_finished(self.engine.submit(req))
+        return web.Response(status=200)
+
+    async def model_info(self, request: web.Request) -> web.Response:
+        args, profile = self.settings.server_args, self.scheduler.profile
+        return _json_response({
+            "model_path": args["model_path"],
+            "served_model_name": args["served_model_name"],
+            "tokenizer_path": args["tokenizer_path"],
+            "is_generation": True,
+            "preferred_sampling_params": None,
+            "weight_version": "default",
+            "load_format": "auto",
+            "reasoning_parser": None,
+            "tool_call_parser": None,
+            "disaggregation_mode": "null",
+            "has_image_understanding": False,
+            "has_audio_understanding": False,
+            "model_type": profile.model_type,
+            "architectures": list(profile.architectures),
+            "embedding": {"family": "none", "task": "none", "enabled": False},
+        })
+
+    async def server_info(self, request: web.Request) -> web.Response:
+        if request.path == "/get_server_info":
+            log.warning("Endpoint '/get_server_info' is deprecated; use '/server_info' instead.")
+        args = self.settings.server_args
+        s = self.scheduler.stats
+        state = dict(args)
+        state.update({
+            "world_size": args["tp_size"],
+            "effective_max_running_requests_per_dp": self.scheduler.max_running_requests,
+            "last_gen_throughput": s.gen_throughput,
+            "memory_usage": {
+                "weight": 0.0, "kvcache": 0.0, "startup_available": 0.0,
+                "token_capacity": args["max_total_tokens"], "token_capacity_swa": None,
+            },
+            "decode_cuda_graph_bs": [],
+            "decode_cuda_graph_memory_gb": 0.0,
+        })
+        if self.spec is not None:
+            state["avg_spec_accept_length"] = s.avg_spec_accept_length
+        info = dict(args)
+        info.update({
+            "status": "starting" if self._starting() else "ready",
+            "max_total_num_tokens": args["max_total_tokens"],
+            "max_req_input_len": args["context_length"] - 1,
+            "internal_states": [state],
+            "version": SGLANG_VERSION,
+            "frontend": "python",
+            "specguard_emulator": dict(self.settings.emulator_info, drift_factor=self.scheduler.drift),
+        })
+        return _json_response(info)
+
+    async def models(self, request: web.Request) -> web.Response:
+        args = self.settings.server_args
+        return _json_response({"object": "list", "data": [{
+            "id": args["served_model_name"], "object": "model", "created": int(time.time()),
+            "owned_by": "sglang", "root": args["model_path"], "parent": None,
+            "max_model_len": args["context_length"],
+        }]})
+
+    async def flush_cache(self, request: web.Request) -> web.Response:
+        if self.scheduler.has_work():
+            return web.Response(text="Cache not flushed. " + FLUSH_NOTE, status=400)
+        self.scheduler.reset_accept_stats()
+        log.info("Cache flushed successfully!")
+        return web.Response(text="Cache flushed.\n" + FLUSH_NOTE)
+
+    async def metrics(self, request: web.Request) -> web.Response:
+        return web.Response(text=self._render_metrics(), content_type="text/plain", charset="utf-8")
+
+    def _render_metrics(self) -> str:
+        sched, spec = self.scheduler, self.spec
+        s = sched.stats
+        model = self.settings.served_model_name
+        gauge_labels = f'engine_type="unified",model_name="{model}",moe_ep_rank="0",pp_rank="0",tp_rank="0"'
+        lines: list[str] = []
+
+        def metric(name: str, kind: str, help_text: str, samples: list[tuple[str, float]]) -> None:
+            lines.append(f"# HELP sglang:{name} {help_text}")
+            lines.append(f"# TYPE sglang:{name} {kind}")
+            lines.extend(f"sglang:{suffix} {float(value)!r}" for suffix, value in samples)
+
+        def gauge(name: str, help_text: str, value: float) -> None:
+            metric(name, "gauge", help_text, [(f"{name}{{{gauge_labels}}}", value)])
+
+        def by_streaming(name: str, help_text: str, attr: str) -> None:
+            metric(name, "counter", help_text, [
+                (f'{name}{{engine_type="unified",is_streaming="{str(k).lower()}",model_name="{model}"}}',
+                 getattr(s.counters[k], attr))
+                for k in (True, False)
+            ])
+
+        def histogram(name: str, help_text: str, attr: str) -> None:
+            samples = []
+            for k in (True, False):
+                h: LatencyHistogram = getattr(s.counters[k], attr)
+                stream = str(k).lower()
+                labels = f'engine_type="unified",is_streaming="{stream}"'
+                samples.append((f'{name}_sum{{{labels},model_name="{model}"}}', h.sum_s))
+                for bound, n in zip(h.bounds_s, h.cumulative):
+                    samples.append((f'{name}_bucket{{{labels},le="{bound}",model_name="{model}"}}', n))
+                samples.append((f'{name}_bucket{{{labels},le="+Inf",model_name="{model}"}}', h.count))
+                samples.append((f'{name}_count{{{labels},model_name="{model}"}}', h.count))
+            metric(name, "histogram", help_text, samples)
+
+        by_streaming("prompt_tokens_total", "Number of prefill tokens processed.", "prompt_tokens")
+        by_streaming("generation_tokens_total", "Number of generation tokens processed.", "generation_tokens")
+        by_streaming("num_requests_total", "Number of requests processed.", "num_requests")
+        metric("cached_tokens_total", "counter", "Number of cached prompt tokens by source (device/host/storage).", [
+            (f'cached_tokens_total{{cache_source="device",engine_type="unified",model_name="{model}"}}',
+             s.counters[True].cached_tokens + s.counters[False].cached_tokens),
+        ])
+        histogram("time_to_first_token_seconds", "Histogram of time to first token in seconds.", "ttft")
+        histogram("e2e_request_latency_seconds", "Histogram of End-to-end request latency in seconds", "e2e")
+        gauge("num_running_reqs", "The number of running requests.", len(sched.running))
+        gauge("num_queue_reqs", "The number of requests in the waiting queue.", len(sched.waiting))
+        gauge("gen_throughput", "The generation throughput (token/s).", s.gen_throughput)
+        gauge("max_total_num_tokens", "Maximum total number of tokens in the KV cache pool.",
+              self.settings.server_args["max_total_tokens"])
+        gauge("spec_accept_length",
+              "Mean acceptance length of speculative decoding (accepted drafts + bonus token per forward).",
+              s.spec_accept_length)
+        gauge("spec_accept_rate", "Speculative acceptance rate (`accepted drafts / proposed drafts` in batch).",
+              s.spec_accept_rate)
+        gauge("spec_num_steps", "Currently active speculative_num_steps.", spec.num_steps if spec else 0)
+        gauge("spec_num_draft_tokens",
+              "Currently active speculative_num_draft_tokens (decouples from steps under topk>1).",
+              spec.num_draft_tokens if spec else 0)
+        metric("spec_verify_calls_total", "counter", "Number of speculative verify calls, summed over requests.", [
+            (f"spec_verify_calls_total{{{gauge_labels}}}",
+             s.counters[True].verify_calls + s.counters[False].verify_calls),
+        ])
+        return "\n".join(lines) + "\n"
+
+    # -- generation --------------------------------------------------------------------------
+    async def generate(self, request: web.Request) -> web.StreamResponse:
+        body = await _read_json(request)
+        params = body.get("sampling_params") or {}
+        max_new = _int_param(params.get("max_new_tokens"), DEFAULT_MAX_NEW_TOKENS, "max_new_tokens")
+        if body.get("input_ids") is not None:
+            ids = body["input_ids"]
+            if not (isinstance(ids, list) and all(isinstance(i, int) for i in ids)):
+                raise BadRequest("input_ids must be a flat list of token ids (batches are not emulated)")
+            prompt_tokens, key = len(ids), hash(tuple(ids))
+        elif isinstance(body.get("text"), str):
+            prompt_tokens, key = count_prompt_tokens(body["text"]), hash(body["text"])
+        else:
+            raise BadRequest("Either text or input_ids should be provided (a single prompt, not a batch).")
+        incremental = self.settings.incremental_streaming_output
+        return await self._serve_generation(
+            request, prompt_tokens, key, max_new, bool(body.get("stream", False)),
+            lambda ctx: NativeFormat(ctx, incremental), model="",
+        )
+
+    async def completions(self, request: web.Request) -> web.StreamResponse:
+        body = await _read_json(request)
+        prompt = body.get("prompt")
+        if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
+            prompt = prompt[0]
+        if isinstance(prompt, str):
+            prompt_tokens, key = count_prompt_tokens(prompt), hash(prompt)
+        elif isinstance(prompt, list) and prompt and all(isinstance(i, int) for i in prompt):
+            prompt_tokens, key = len(prompt), hash(tuple(prompt))
+        else:
+            raise BadRequest("prompt must be a string or a list of token ids (one prompt per request)")
+        max_tokens = _int_param(body.get("max_tokens"), DEFAULT_COMPLETION_MAX_TOKENS, "max_tokens")
+        return await self._serve_openai(request, body, prompt_tokens, key, max_tokens, CompletionFormat)
+
+    async def chat_completions(self, request: web.Request) -> web.StreamResponse:
+        body = await _read_json(request)
+        messages = body.get("messages")
+        if not (isinstance(messages, list) and messages and all(isinstance(m, dict) for m in messages)):
+            raise BadRequest("messages must be a non-empty list of message objects")
+        text = apply_chat_template(messages)
+        prompt_tokens = count_prompt_tokens(text)
+        limit = body.get("max_completion_tokens", body.get("max_tokens"))
+        max_tokens = _int_param(limit, max(self.settings.context_length - prompt_tokens, 0), "max_tokens")
+        return await self._serve_openai(request, body, prompt_tokens, hash(text), max_tokens, ChatFormat)
+
+    async def _serve_openai(self, request, body, prompt_tokens, key, max_tokens, format_cls):
+        if body.get("n", 1) != 1:
+            raise BadRequest("only n = 1 is emulated")
+        options = body.get("stream_options") or {}
+        include_usage = bool(options.get("include_usage", False))
+        model = body.get("model") or self.settings.served_model_name
+
+        def make_format(ctx: RequestContext):
+            ctx.include_usage = include_usage
+            return format_cls(ctx)
+
+        return await self._serve_generation(
+            request, prompt_tokens, key, max_tokens, bool(body.get("stream", False)), make_format, model=model,
+        )
+
+    async def _serve_generation(self, request, prompt_tokens, key, max_new_tokens, stream, make_format, model):
+        """Queue one request in the scheduler and answer with SSE events or one JSON body."""
+        if prompt_tokens + max_new_tokens > self.settings.context_length:
+            message = context_error_message(self.settings.context_length, prompt_tokens, max_new_tokens)
+            if not stream:
+                raise BadRequest(message)
+            resp = web.StreamResponse(headers=SSE_HEADERS)
+            await resp.prepare(request)
+            await resp.write((sse(native_error(message)) + SSE_DONE).encode())
+            return resp
+
+        if self.settings.server_args["disable_radix_cache"]:
+            key = None
+        req = GenRequest(prompt_tokens, max_new_tokens, prompt_key=key, streaming=stream)
+        progress = self.engine.submit(req)
+        ctx = RequestContext(
+            rid=uuid.uuid4().hex, req=req, out=self.out, wall_s=self.engine.wall_s,
+            spec_num_steps=self.spec.num_steps if self.spec else None, model=model, created_s=int(time.time()),
+        )
+        fmt = make_format(ctx)
+        try:
+            if not stream:
+                await self.engine.wait_finished(progress)
+                last = (req.completion_tokens, req.verify_ct, req.accepted_drafts)
+                return web.Response(text=fmt.body(last), content_type="application/json")
+            resp = web.StreamResponse(headers=SSE_HEADERS)
+            await resp.prepare(request)
+            sent = 0
+            while not req.finished:
+                await progress.event.wait()
+                marks = progress.take()
+                chunks = []
+                for i, mark in enumerate(marks):
+                    chunks.append(fmt.event(sent, mark, req.finished and i == len(marks) - 1))
+                    sent = mark[0]
+                if req.finished:
+                    chunks.append(fmt.closing(marks[-1]))
+                    chunks.append(SSE_DONE)
+                await resp.write("".join(chunks).encode())
+            return resp
+        except ConnectionResetError:
+            return resp  # the client went away; the finally clause frees its slot
+        finally:
+            if not req.finished:
+                self.engine.abort(req)
+
+
+async def _read_json(request: web.Request) -> dict:
+    try:
+        body = await request.json()
+    except ValueError:
+        raise BadRequest("request body is not valid JSON") from None
+    if not isinstance(body, dict):
+        raise BadRequest("request body must be a JSON object")
+    return body
+
+
+def _int_param(value: object, default: int, name: str) -> int:
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise BadRequest(f"{name} must be a non-negative integer")
+    return value
+
+
+async def serve(settings: ServerSettings) -> None:
+    """Serve until SIGTERM or SIGINT, then shut down cleanly."""
+    server = EmulatorServer(settings)
+    runner = web.AppRunner(server.build_app(), access_log=None, handler_cancellation=True, shutdown_timeout=0.5)
+    await runner.setup()
+    site = web.TCPSite(runner, settings.host, settings.port)
+    await site.start()
+    host, port = runner.addresses[0][:2]
+    settings.server_args["port"] = port  # the real port when launched with --port 0
+    log.info("specguard emulator (SGLang %s API) listening on http://%s:%d", SGLANG_VERSION, host, port)
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    loop.call_at(server.ready_at, log.info, "The server is fired up and ready to roll!")
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await stop.wait()
+        log.info("shutting down")
+    finally:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)
+        await runner.cleanup()

@@ -1,0 +1,170 @@
+"""Per-run metrics, with SGLang bench_serving's key names where they overlap.
+
+Token counts come from the server. ITL is per token: an event that carries k tokens after a gap
+g contributes k gaps of g/k, so speculation's multi-token events are not counted as one slow
+token. Accept length is a ratio of sums over the run's own requests.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Iterable
+
+import numpy as np
+
+from specguard.client import RequestRecord
+from specguard.load import RunResult
+
+LATENCY_METRICS = ("ttft_ms", "tpot_ms", "itl_ms", "e2e_latency_ms")
+LATENCY_STATS = ("mean", "median", "p90", "p99")
+MAX_ERRORS_KEPT = 5
+
+
+@dataclass
+class RunMetrics:
+    """One run's summary; `latency_ms` holds e.g. `median_ttft_ms`, `p99_itl_ms`."""
+
+    concurrency: int
+    num_requests: int
+    completed: int
+    failed: int
+    duration_s: float
+    total_input_tokens: int
+    total_output_tokens: int
+    output_throughput: float  # completion tokens per second of wall time
+    request_throughput: float
+    latency_ms: dict[str, float] = field(default_factory=dict)
+    accept_length: float | None = None  # sum completion tokens / sum spec_verify_ct
+    total_verify_ct: int = 0
+    server_accept_length: dict[str, float] = field(default_factory=dict)  # by source name
+    tokens_estimated: bool = False
+    errors: list[str] = field(default_factory=list)  # the first few, verbatim
+    warnings: list[str] = field(default_factory=list)
+
+
+def _percentiles(values: np.ndarray, name: str, out: dict[str, float]) -> None:
+    if values.size == 0:
+        for stat in LATENCY_STATS:
+            out[f"{stat}_{name}"] = math.nan
+        return
+    p50, p90, p99 = np.percentile(values, [50, 90, 99])
+    out[f"mean_{name}"] = float(values.mean())
+    out[f"median_{name}"] = float(p50)
+    out[f"p90_{name}"] = float(p90)
+    out[f"p99_{name}"] = float(p99)
+
+
+def per_token_itl_s(record: RequestRecord) -> np.ndarray:
+    """Gaps between token-bearing events after the first, split evenly over each event's tokens."""
+    times = np.frombuffer(record.event_s, dtype=np.float64)
+    if times.size < 2:
+        return np.empty(0)
+    tokens = np.frombuffer(record.event_tokens, dtype=np.float64)[1:]
+    gaps = np.diff(times)
+    counts = np.maximum(np.rint(tokens).astype(np.int64), 1)
+    return np.repeat(gaps / tokens, counts)
+
+
+def summarize_run(run: RunResult, server_accept_length: dict[str, float] | None = None) -> RunMetrics:
+    """Reduce one run's request records to its metrics; failures are counted, never dropped."""
+    ok = [r for r in run.requests if r.ok]
+    bad = [r for r in run.requests if not r.ok]
+    start = min((r.send_s for r in run.requests), default=run.start_s)
+    end = max((r.end_s for r in run.requests), default=run.end_s)
+    duration_s = max(end - start, 1e-9)
+    out_tokens = sum(r.completion_tokens or 0 for r in ok)
+    in_tokens = sum(r.prompt_tokens or 0 for r in ok)
+
+    latency: dict[str, float] = {}
+    ttft = np.array([(r.first_token_s - r.send_s) * 1e3 for r in ok if r.first_token_s is not None])
+    e2e = np.array([(r.end_s - r.send_s) * 1e3 for r in ok])
+    tpot = np.array(
+        [
+            (r.end_s - r.first_token_s) * 1e3 / (r.completion_tokens - 1)
+            for r in ok
+            if r.first_token_s is not None and (r.completion_tokens or 0) > 1
+        ]
+    )
+    itl = np.concatenate([per_token_itl_s(r) for r in ok]) * 1e3 if ok else np.empty(0)
+    for name, values in (("ttft_ms", ttft), ("tpot_ms", tpot), ("itl_ms", itl), ("e2e_latency_ms", e2e)):
+        _percentiles(values, name, latency)
+
+    with_verify = [r for r in ok if r.spec_verify_ct]
+    verify_ct = sum(r.spec_verify_ct or 0 for r in with_verify)
+    accept_length = sum(r.completion_tokens or 0 for r in with_verify) / verify_ct if verify_ct else None
+
+    metrics = RunMetrics(
+        concurrency=run.concurrency,
+        num_requests=len(run.requests),
+        completed=len(ok),
+        failed=len(bad),
+        duration_s=duration_s,
+        total_input_tokens=in_tokens,
+        total_output_tokens=out_tokens,
+        output_throughput=out_tokens / duration_s,
+        request_throughput=len(ok) / duration_s,
+        latency_ms=latency,
+        accept_length=accept_length,
+        total_verify_ct=verify_ct,
+        server_accept_length=dict(server_accept_length or {}),
+        tokens_estimated=any(r.tokens_estimated for r in ok),
+        errors=[f"request {r.index}: {r.error}" for r in bad[:MAX_ERRORS_KEPT]],
+    )
+    metrics.warnings.extend(accept_length_disagreements(metrics))
+    return metrics
+
+
+# Relative disagreement tolerated per server-side source: /server_info only advances every
+# --decode-log-interval (40) decode steps, so it lags; counter deltas should agree closely.
+AGREEMENT_TOLERANCE = {"server_info": 0.10, "metrics": 0.02}
+
+
+def accept_length_disagreements(m: RunMetrics) -> list[str]:
+    """Flag server-side accept lengths that disagree with the run's own requests."""
+    if m.accept_length is None:
+        return []
+    out = []
+    for source, value in m.server_accept_length.items():
+        tol = AGREEMENT_TOLERANCE.get(source, 0.05)
+        if value > 0 and abs(value / m.accept_length - 1) > tol:
+            out.append(
+                f"accept length disagrees: requests say {m.accept_length:.3f}, {source} says {value:.3f} "
+                f"(tolerance {tol:.0%})"
+            )
+    return out
+
+
+# -- Prometheus text --------------------------------------------------------------------------
+_SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)")
+
+
+def parse_prometheus(text: str) -> dict[str, float]:
+    """Sum of every series of each metric name (label sets such as is_streaming are added up)."""
+    totals: dict[str, float] = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        m = _SAMPLE.match(line)
+        if m is None:
+            continue
+        try:
+            value = float(m.group(3))
+        except ValueError:
+            continue
+        if math.isnan(value):
+            continue
+        totals[m.group(1)] = totals.get(m.group(1), 0.0) + value
+    return totals
+
+
+def counter_delta(before: dict[str, float], after: dict[str, float], name: str) -> float | None:
+    if name not in before or name not in after:
+        return None
+    return after[name] - before[name]
+
+
+def mean_of(values: Iterable[float]) -> float:
+    vals = list(values)
+    return sum(vals) / len(vals) if vals else math.nan

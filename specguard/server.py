@@ -1,0 +1,197 @@
+"""Server lifecycle: launch in its own process group, wait until it can generate, stop it whole.
+
+Or attach to a running server. Either way the effective arguments are read back from the server,
+because SGLang silently rewrites some of what it is asked (draft tokens, running-request cap).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+from specguard.config import ServerConfig
+from specguard.engines import EffectiveArgs, Engine, redact
+
+LOG_TAIL_LINES = 30
+HOST = "127.0.0.1"
+
+
+class ServerStartError(RuntimeError):
+    """The server did not become ready; the message has the command, exit code and log tail."""
+
+
+@dataclass
+class ServerHandle:
+    name: str
+    base_url: str
+    engine: Engine
+    effective: EffectiveArgs
+    process: subprocess.Popen | None = None  # None when attached
+    log_path: Path | None = None
+    command: list[str] = field(default_factory=list)  # redacted
+    api_key: str | None = None
+
+    @property
+    def attached(self) -> bool:
+        return self.process is None
+
+    def alive(self) -> bool:
+        return self.process is None or self.process.poll() is None
+
+    def log_tail(self, lines: int = LOG_TAIL_LINES) -> str:
+        return log_tail(self.log_path, lines)
+
+    def control_client(self) -> httpx.Client:
+        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+        return httpx.Client(base_url=self.base_url, headers=headers, timeout=30.0)
+
+
+def log_tail(path: Path | None, lines: int = LOG_TAIL_LINES) -> str:
+    if path is None or not path.exists():
+        return "(no log)"
+    with open(path, "rb") as f:
+        f.seek(0, os.SEEK_END)
+        f.seek(max(0, f.tell() - 64 * 1024))
+        text = f.read().decode("utf-8", "replace")
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def free_port() -> int:
+    """A port that is free now; launch retries with another if the server loses the race."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((HOST, 0))
+        return s.getsockname()[1]
+
+
+def _port_in_use_failure(log_path: Path) -> bool:
+    text = log_tail(log_path, 50).lower()
+    return "address already in use" in text or "errno 98" in text
+
+
+def launch(cfg: ServerConfig, engine: Engine, *, log_dir: Path, api_key: str | None = None,
+           ready_timeout_s: float | None = None, port: int | None = None, attempts: int = 3) -> ServerHandle:
+    """Start the server and return once it answers its readiness probe; raise ServerStartError otherwise."""
+    last_error: ServerStartError | None = None
+    for attempt in range(attempts):
+        try:
+            return _launch_once(cfg, engine, log_dir=log_dir, api_key=api_key,
+                                ready_timeout_s=ready_timeout_s or cfg.startup_timeout_s,
+                                port=port if (port and attempt == 0) else free_port())
+        except _PortTaken as exc:
+            last_error = ServerStartError(str(exc))
+    assert last_error is not None
+    raise last_error
+
+
+class _PortTaken(ServerStartError):
+    pass
+
+
+def _launch_once(cfg: ServerConfig, engine: Engine, *, log_dir: Path, api_key: str | None,
+                 ready_timeout_s: float, port: int) -> ServerHandle:
+    log_dir.mkdir(parents=True, exist_ok=True)
+    log_path = log_dir / f"server-{cfg.name}-{port}.log"
+    argv = engine.launch_command(cfg, HOST, port, api_key)
+    shown = redact(argv, [api_key] if api_key else [])
+    env = dict(os.environ)
+    env.update(cfg.env)
+    env.pop("SPECGUARD_API_KEY", None)  # the server gets its key as a flag only
+    if cfg.gpus is not None:
+        env["CUDA_VISIBLE_DEVICES"] = cfg.gpus
+    with open(log_path, "wb") as log:
+        log.write(("$ " + " ".join(shown) + "\n").encode())
+        log.flush()
+        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                env=env, start_new_session=True)
+    base_url = f"http://{HOST}:{port}"
+    handle = ServerHandle(name=cfg.name, base_url=base_url, engine=engine, effective=EffectiveArgs(),
+                          process=proc, log_path=log_path, command=shown, api_key=api_key)
+    try:
+        wait_ready(handle, ready_timeout_s)
+        with handle.control_client() as client:
+            handle.effective = engine.read_effective_args(client, cfg)
+    except ServerStartError as exc:
+        stop(handle)
+        if proc.returncode not in (None, 0) and _port_in_use_failure(log_path):
+            raise _PortTaken(str(exc)) from None
+        raise
+    except (httpx.HTTPError, ValueError) as exc:
+        stop(handle)
+        raise ServerStartError(_start_failure(handle, f"could not read its arguments back: {exc}")) from None
+    except BaseException:
+        stop(handle)  # Ctrl-C while starting: nothing left running
+        raise
+    return handle
+
+
+def _start_failure(handle: ServerHandle, what: str) -> str:
+    code = handle.process.returncode if handle.process else None
+    return (f"server {handle.name!r} {what}\n  command: {' '.join(handle.command)}\n  exit code: {code}\n"
+            f"  log: {handle.log_path}\n  last lines:\n{handle.log_tail()}")
+
+
+def wait_ready(handle: ServerHandle, timeout_s: float, poll_s: float = 0.5) -> None:
+    """Poll the readiness route until 200; fail fast if the process exits; bounded by timeout_s."""
+    deadline = time.monotonic() + timeout_s
+    path = handle.engine.readiness_path
+    with handle.control_client() as client:
+        while True:
+            if not handle.alive():
+                handle.process.wait()
+                raise ServerStartError(_start_failure(handle, "exited during start-up"))
+            try:
+                if client.get(path, timeout=min(10.0, timeout_s)).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() >= deadline:
+                raise ServerStartError(_start_failure(handle, f"was not ready ({path} != 200) after {timeout_s:g}s"))
+            time.sleep(poll_s)
+
+
+def stop(handle: ServerHandle, grace_s: float = 15.0) -> None:
+    """SIGTERM the whole process group, wait, then SIGKILL. Only the group we started."""
+    proc = handle.process
+    if proc is None or proc.returncode is not None and not _group_alive(proc.pid):
+        return
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    try:
+        proc.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        pass
+    if _group_alive(proc.pid):
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait(timeout=grace_s)
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+
+
+def attach(name: str, url: str, engine: Engine, *, api_key: str | None = None,
+           cfg: ServerConfig | None = None, ready_timeout_s: float = 30.0) -> ServerHandle:
+    """Use a running server; it must answer its readiness probe within ready_timeout_s."""
+    handle = ServerHandle(name=name, base_url=url.rstrip("/"), engine=engine, effective=EffectiveArgs(), api_key=api_key)
+    wait_ready(handle, ready_timeout_s)
+    with handle.control_client() as client:
+        handle.effective = engine.read_effective_args(client, cfg)
+    return handle

@@ -1,0 +1,77 @@
+"""Suite file loading: every mistake named with file, key and fix, before any server starts."""
+
+from pathlib import Path
+
+import pytest
+
+from specguard.config import ConfigError, load_suite
+
+GOOD = """
+[sweep]
+concurrency = [1, 4]
+repeats = 3
+
+[workload]
+kind = "random-ids"
+input_len = 64
+output_len = 32
+
+[servers.baseline]
+engine = "emulator"
+model_path = "/models/t"
+
+[servers.eagle3]
+engine = "emulator"
+model_path = "/models/t"
+speculative_algorithm = "EAGLE3"
+draft_model_path = "/models/d"
+num_steps = 3
+eagle_topk = 1
+num_draft_tokens = 4
+reference = "baseline"
+speculation_must_win_up_to = 4
+"""
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    p = tmp_path / "suite.toml"
+    p.write_text(text)
+    return p
+
+
+def test_good_suite_loads(tmp_path):
+    suite = load_suite(write(tmp_path, GOOD))
+    assert list(suite.servers) == ["baseline", "eagle3"]
+    assert suite.servers["eagle3"].speculative and not suite.servers["baseline"].speculative
+    assert suite.sweep.num_requests(4) == 16 and suite.workload.output_len == 32
+
+
+@pytest.mark.parametrize("change,expected", [
+    (("repeats = 3", "repeats = 3\nrepeat = 2"), "unknown key sweep.repeat"),
+    (("repeats = 3", "repeats = 1"), "repeats >= 2"),
+    (("concurrency = [1, 4]", "concurrency = [0, 4]"), "positive"),
+    (("concurrency = [1, 4]", "concurrency = \"1,4\""), "sweep.concurrency"),
+    (("num_draft_tokens = 4", "num_draft_tokens = 16"), "set num_draft_tokens = 4"),
+    (('reference = "baseline"', ""), "has no reference"),
+    (('reference = "baseline"', 'reference = "nope"'), "not a configuration"),
+    (('engine = "emulator"\nmodel_path = "/models/t"\n\n[servers.eagle3]', 'engine = "tgi"\nmodel_path = "/models/t"\n\n[servers.eagle3]'), "engine"),
+    (("input_len = 64", "input_len = -1"), "[workload]"),
+    (("[sweep]", "[sweeps]"), "unknown top-level key"),
+])
+def test_mistakes_name_file_key_and_fix(tmp_path, change, expected):
+    path = write(tmp_path, GOOD.replace(*change, 1))
+    with pytest.raises(ConfigError) as err:
+        load_suite(path)
+    assert expected in str(err.value) and str(path) in str(err.value)
+
+
+def test_missing_and_invalid_files(tmp_path):
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_suite(tmp_path / "none.toml")
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        load_suite(write(tmp_path, "[servers\n"))
+
+
+def test_default_suite_file_is_valid():
+    suite = load_suite(Path(__file__).parents[1] / "perf_tests" / "suite.toml")
+    assert {"baseline", "eagle3", "mtp"} <= set(suite.servers)
