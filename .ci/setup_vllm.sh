@@ -63,7 +63,14 @@ fi
   || die "$PY is not Python >= 3.10"
 
 echo "setup_vllm: building a fresh venv at $VENV with $PY ($("$PY" --version 2>&1))"
-rm -rf "$VENV"
+if [[ -e "$VENV" ]]; then
+  # Only ever delete something that is recognisably a venv (guards against a mistyped path).
+  if [[ -f "$VENV/pyvenv.cfg" ]] || [[ -d "$VENV" && -z "$(ls -A "$VENV")" ]]; then
+    rm -rf "$VENV"
+  else
+    die "$VENV exists and is not a venv; refusing to delete it"
+  fi
+fi
 mkdir -p "$(dirname "$VENV")"
 "$PY" -m venv "$VENV" || die "python -m venv failed"
 "$VENV/bin/python" -m pip install --upgrade pip >/dev/null || die "pip upgrade failed"

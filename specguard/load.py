@@ -1,8 +1,10 @@
 """Closed-loop load at a fixed concurrency: C workers, each sends its next request when its
 previous one finishes, for a fixed number of requests, so every run does the same work.
 
-Every wait is bounded: a read timeout per request (no bytes for that long) and a deadline
-per run after which the unfinished requests are cancelled and counted as failed.
+All runs of a cell share one event loop and one connection pool (`LoadGenerator`), so a
+measured run pays no connection set-up that the warmup run has not already paid. Every wait is
+bounded: a read timeout per request (no bytes for that long) and a deadline per run after which
+the unfinished requests are cancelled and counted as failed.
 """
 
 from __future__ import annotations
@@ -10,6 +12,8 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass, field
+
+import httpx
 
 from specguard.client import ROUTES, RequestOptions, RequestRecord, build_body, make_http_client, send_request
 from specguard.workload import Workload
@@ -44,12 +48,8 @@ class RunResult:
     timed_out: bool = False
 
 
-def default_num_requests(concurrency: int, per_worker: int = 4) -> int:
-    return max(concurrency, per_worker * concurrency)
-
-
-async def run_closed_loop(base_url: str, workload: Workload, settings: LoadSettings) -> RunResult:
-    """One run. Bodies are encoded before the clock starts."""
+async def run_closed_loop(client: httpx.AsyncClient, workload: Workload, settings: LoadSettings) -> RunResult:
+    """One run on an open client. Bodies are encoded before the clock starts."""
     options = RequestOptions(
         api=settings.api, output_len=workload.spec.output_len, model=settings.model, extra_body=settings.extra_body
     )
@@ -59,32 +59,25 @@ async def run_closed_loop(base_url: str, workload: Workload, settings: LoadSetti
     records: list[RequestRecord | None] = [None] * settings.num_requests
     next_index = 0
 
-    async with make_http_client(
-        base_url,
-        max_connections=settings.concurrency,
-        api_key=settings.api_key,
-        read_timeout_s=settings.read_timeout_s,
-    ) as client:
+    async def worker() -> None:
+        nonlocal next_index
+        while next_index < settings.num_requests:
+            i = next_index
+            next_index += 1
+            records[i] = await send_request(client, route, bodies[i], settings.api, i)
 
-        async def worker() -> None:
-            nonlocal next_index
-            while next_index < settings.num_requests:
-                i = next_index
-                next_index += 1
-                records[i] = await send_request(client, route, bodies[i], settings.api, i)
-
-        result.start_s = time.perf_counter()
-        tasks = [asyncio.create_task(worker()) for _ in range(settings.concurrency)]
-        done, pending = await asyncio.wait(tasks, timeout=settings.run_timeout_s)
-        for t in pending:
-            t.cancel()
-        if pending:
-            result.timed_out = True
-            await asyncio.gather(*pending, return_exceptions=True)
-        for t in done:
-            if t.exception() is not None:
-                raise t.exception()  # a bug in the client, not a server failure
-        result.end_s = time.perf_counter()
+    result.start_s = time.perf_counter()
+    tasks = [asyncio.create_task(worker()) for _ in range(settings.concurrency)]
+    done, pending = await asyncio.wait(tasks, timeout=settings.run_timeout_s)
+    for t in pending:
+        t.cancel()
+    if pending:
+        result.timed_out = True
+        await asyncio.gather(*pending, return_exceptions=True)
+    for t in done:
+        if t.exception() is not None:
+            raise t.exception()  # a bug in the client, not a server failure
+    result.end_s = time.perf_counter()
 
     for i, rec in enumerate(records):
         if rec is None:  # cancelled in flight or never sent
@@ -94,5 +87,33 @@ async def run_closed_loop(base_url: str, workload: Workload, settings: LoadSetti
     return result
 
 
-def run_closed_loop_sync(base_url: str, workload: Workload, settings: LoadSettings) -> RunResult:
-    return asyncio.run(run_closed_loop(base_url, workload, settings))
+class LoadGenerator:
+    """A private event loop and connection pool for the runs of one cell (synchronous API,
+    so pytest-benchmark can time each run)."""
+
+    def __init__(self, base_url: str, settings: LoadSettings) -> None:
+        self.settings = settings
+        self._loop = asyncio.new_event_loop()
+        self._client = make_http_client(base_url, max_connections=settings.concurrency,
+                                        api_key=settings.api_key, read_timeout_s=settings.read_timeout_s)
+
+    def run(self, workload: Workload) -> RunResult:
+        return self._loop.run_until_complete(run_closed_loop(self._client, workload, self.settings))
+
+    def close(self) -> None:
+        try:
+            self._loop.run_until_complete(self._client.aclose())
+        finally:
+            self._loop.close()
+
+    def __enter__(self) -> "LoadGenerator":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def run_once(base_url: str, workload: Workload, settings: LoadSettings) -> RunResult:
+    """A single run with its own loop and pool (tools and tests)."""
+    with LoadGenerator(base_url, settings) as gen:
+        return gen.run(workload)

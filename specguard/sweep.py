@@ -13,7 +13,7 @@ from typing import Callable
 import httpx
 
 from specguard.config import SweepConfig
-from specguard.load import LoadSettings, run_closed_loop_sync
+from specguard.load import LoadGenerator, LoadSettings
 from specguard.metrics import RunMetrics, summarize_run
 from specguard.server import ServerHandle
 from specguard.stats import outliers
@@ -73,7 +73,7 @@ def measure_cell(handle: ServerHandle, workload: Workload, sweep: SweepConfig, c
     all_runs: list[RunMetrics] = []
     started = time.monotonic()
 
-    with handle.control_client() as client:
+    with handle.control_client() as client, LoadGenerator(handle.base_url, settings) as generator:
 
         def run_once() -> None:
             i = len(all_runs)
@@ -84,7 +84,7 @@ def measure_cell(handle: ServerHandle, workload: Workload, sweep: SweepConfig, c
                 raise ServerGone(f"server {handle.name!r} exited (code {handle.process.returncode})")
             engine.flush_cache(client)
             before = engine.metrics_snapshot(client)
-            run = run_closed_loop_sync(handle.base_url, workload, settings)
+            run = generator.run(workload)
             after = engine.metrics_snapshot(client)
             all_runs.append(summarize_run(run, engine.server_accept_lengths(client, before, after)))
 

@@ -297,8 +297,9 @@ def test_flush_cache_refuses_while_requests_run(mtp_server):
 
 
 # -- auth, metrics switch, startup ---------------------------------------------------------------
-def test_api_key_startup_and_metrics_off(launch):
-    server = launch("--api-key", "sekret", "--emulator-startup-s", "1.0", wait_ready=False)
+def test_api_key_startup_incremental_and_metrics_off(launch):
+    server = launch("--api-key", "sekret", "--emulator-startup-s", "1.0", "--incremental-streaming-output",
+                    wait_ready=False)
     assert httpx.get(server.url + "/health").status_code == 503
     assert httpx.get(server.url + "/health_generate").status_code == 503
     server.wait_ready()
@@ -310,11 +311,19 @@ def test_api_key_startup_and_metrics_off(launch):
                     headers={"Authorization": "Bearer sekret"})
     assert ok.status_code == 200 and ok.json()["meta_info"]["completion_tokens"] == 3
     assert "spec_verify_ct" not in ok.json()["meta_info"]
+    stream = httpx.post(server.url + "/generate", headers={"Authorization": "Bearer sekret"}, json={
+        "input_ids": [3, 4], "sampling_params": {"max_new_tokens": 5}, "stream": True})
+    deltas = [json.loads(e) for e in sse_events(stream.text)[:-1]]
+    assert [len(d["output_ids"]) for d in deltas] == [1] * 5  # one new token per event, not cumulative
+    assert [d["meta_info"]["completion_tokens"] for d in deltas] == [1, 2, 3, 4, 5]
+    assert "".join(d["text"] for d in deltas) == " the quick brown fox jumps"
     assert httpx.get(server.url + "/metrics").status_code == 404  # no --enable-metrics
     info = httpx.get(server.url + "/server_info", headers={"Authorization": "Bearer sekret"}).json()
     assert info["api_key"] is None and info["speculative_algorithm"] is None
     assert info["max_running_requests"] is None and info["internal_states"][0]["effective_max_running_requests_per_dp"] == 1024
+    started = time.monotonic()
     assert server.stop() == 0  # SIGTERM: clean exit
+    assert time.monotonic() - started < 3
 
 
 def test_bad_flags_fail_fast(tmp_path):
@@ -329,51 +338,57 @@ def test_bad_flags_fail_fast(tmp_path):
 
 # -- wall clock vs simulator ---------------------------------------------------------------------
 async def closed_loop(url: str, concurrency: int, num_requests: int, prompt: list[int], output_len: int):
-    """Closed-loop streamed /generate run; returns (completion tokens, duration_s, verify steps)."""
+    """Closed-loop streamed /generate run; returns (client duration_s, final meta_info per request)."""
+
+    async def stream_one(client: httpx.AsyncClient, max_new_tokens: int) -> dict:
+        body = {"input_ids": prompt, "sampling_params": {"max_new_tokens": max_new_tokens}, "stream": True}
+        last = None
+        async with client.stream("POST", "/generate", json=body) as r:
+            async for line in r.aiter_lines():
+                if line.startswith("data: {"):
+                    last = line
+        return json.loads(last[len("data: "):])["meta_info"]
+
     queue = list(range(num_requests))
-    tokens = verifies = 0
+    metas: list[dict] = []
 
     async def client_loop(client: httpx.AsyncClient):
-        nonlocal tokens, verifies
         while queue:
             queue.pop()
-            body = {"input_ids": prompt, "sampling_params": {"max_new_tokens": output_len}, "stream": True}
-            last = None
-            async with client.stream("POST", "/generate", json=body) as r:
-                async for line in r.aiter_lines():
-                    if line.startswith("data: {"):
-                        last = line
-            meta = json.loads(last[len("data: "):])["meta_info"]
-            tokens += meta["completion_tokens"]
-            verifies += meta.get("spec_verify_ct", 0)
+            metas.append(await stream_one(client, output_len))
 
     async with httpx.AsyncClient(base_url=url, timeout=60) as client:
-        warmup = {"input_ids": [1], "sampling_params": {"max_new_tokens": 1}}  # open the connections first
-        await asyncio.gather(*[client.post("/generate", json=warmup) for _ in range(concurrency)])
+        # Warm up: open the connections and pay httpx's one-time streaming set-up outside the timing.
+        await asyncio.gather(*[stream_one(client, 2) for _ in range(concurrency)])
         start = time.perf_counter()
         await asyncio.gather(*[client_loop(client) for _ in range(concurrency)])
-        return tokens, time.perf_counter() - start, verifies
+        return time.perf_counter() - start, metas
 
 
-@pytest.mark.parametrize("spec_args", [(), ("--speculative-algorithm", "EAGLE3", "--max-running-requests", "64")])
+# Speculation with every draft accepted (accept length 4 at 3 steps) keeps the comparison exact.
+@pytest.mark.parametrize("spec_args", [(), ("--speculative-algorithm", "EAGLE3", "--max-running-requests", "64",
+                                            "--emulator-accept-length", "4")])
 def test_wall_clock_throughput_matches_simulator(launch, spec_args):
     """Serving overhead must not leak into the modelled speed (absolute step deadlines).
 
-    Other load on the machine can only slow a run down, so the best of up to three runs is compared.
+    Server side (first request received to last finished) the run must match the simulator
+    closely; the client's wall clock also carries its own HTTP overhead (~2-7 ms per request on
+    two shared cores), hence the wider bound. Other load on the machine can only slow a run
+    down, so the best of up to three runs is compared.
     """
     server = launch(*spec_args, *DETERMINISTIC)
-    concurrency, num_requests, prompt, output_len = 4, 8, [11] * 32, 300
+    concurrency, num_requests, prompt, output_len = 4, 4, [11] * 32, 400  # one wave: no client turnaround inside
     spec = SpecRequest("EAGLE3") if spec_args else None
-    ratios = []
+    sim = simulate_closed_loop(load_profile("fast"), spec, concurrency, num_requests, len(prompt), output_len,
+                               max_running_requests=64 if spec else None, accept_length=4.0 if spec else None)
+    server_ratios, client_ratios = [], []
     for _ in range(3):
-        tokens, duration_s, verifies = asyncio.run(closed_loop(server.url, concurrency, num_requests, prompt, output_len))
-        assert tokens == num_requests * output_len
-        # Under speculation the server drew its own acceptances: simulate at its measured accept length.
-        sim = simulate_closed_loop(
-            load_profile("fast"), spec, concurrency, num_requests, len(prompt), output_len,
-            max_running_requests=64 if spec else None, accept_length=tokens / verifies if spec else None,
-        )
-        ratios.append(tokens / duration_s / sim.output_throughput)
-        if abs(ratios[-1] - 1) < 0.03:
+        client_s, metas = asyncio.run(closed_loop(server.url, concurrency, num_requests, prompt, output_len))
+        assert sum(m["completion_tokens"] for m in metas) == sim.completion_tokens
+        server_s = max(m["request_finished_ts"] for m in metas) - min(m["request_received_ts"] for m in metas)
+        server_ratios.append(sim.completion_tokens / server_s / sim.output_throughput)
+        client_ratios.append(sim.completion_tokens / client_s / sim.output_throughput)
+        if abs(server_ratios[-1] - 1) < 0.015 and abs(client_ratios[-1] - 1) < 0.04:
             break
-    assert max(ratios) == pytest.approx(1.0, abs=0.05), ratios
+    assert max(server_ratios) == pytest.approx(1.0, abs=0.02), server_ratios
+    assert max(client_ratios) == pytest.approx(1.0, abs=0.06), client_ratios

@@ -51,8 +51,9 @@ def test_failed_requests_are_counted_not_dropped():
 
 def test_accept_length_disagreement_is_flagged():
     r = rec(0, 0.0, [0.1, 0.2], [2, 2], 0.2, verify=2)
-    m = summarize_run(RunResult(concurrency=1, requests=[r]), {"metrics": 2.5, "server_info": 2.05})
+    m = summarize_run(RunResult(concurrency=1, requests=[r]), {"metrics": 2.5, "server_info": 3.0})
     assert m.accept_length == 2.0
+    # server_info lags by up to 40 decode steps, so a 2-step run is not judged against it
     assert len(m.warnings) == 1 and "metrics says 2.500" in m.warnings[0]
 
 

@@ -5,8 +5,8 @@ Why: a real engine (vLLM CPU) needs real HF checkpoints, nothing may be download
 performance suite wants an accept length it can *predict*, not one that depends on what a
 random model happens to babble. So we construct the weights by hand:
 
-* ``target`` (4 layers): greedy decoding follows a fixed permutation ``succ`` of the vocabulary,
-  made of disjoint cycles of 10 tokens. Whatever the prompt, the next token after token ``t`` is
+* ``target`` (4 layers): greedy decoding follows a fixed successor map ``succ``: the tokens that
+  decode to printable ASCII are split into disjoint cycles of 10 tokens. Whatever the prompt, the next token after token ``t`` is
   ``succ[t]``; every generated token (the first included) follows the cycle, so the output
   repeats with period 10. That period is short on purpose: n-gram (prompt-lookup) speculation
   finds its match after ~11 generated tokens and is then always right (accept length ~5 with
@@ -22,15 +22,18 @@ How the "next token depends only on the current token" property is built into a 
 * Attention and MLP weights are ordinary small random matrices, but their output projections
   (``o_proj``, ``down_proj``) are scaled down to ~1e-3, so every layer still does its real
   compute while the residual stream stays ~``E[t]`` of the current position.
-* ``lm_head`` row ``s`` is ``alpha/d * E[p]`` where ``succ[p] == s``. For input ``t`` the logit
+* ``lm_head`` row ``s`` is ``alpha/d`` times the sum of ``E[p]`` over the (one or two) ``p``
+  with ``succ[p] == s``. For input ``t`` the logit
   of ``succ[t]`` is ``alpha * E[t].E[t]/d = alpha`` and every other logit is
   ``alpha * E[t].E[u]/d``, about ``alpha * N(0, 1/d)``: a margin of ~``alpha`` (20) over noise of
   ~``alpha/16``. The script checks the argmax for every token, so the claim is verified, not
   hoped for.
 
 The tokenizer is a byte-level BPE trained with ``tokenizers`` on text generated here from a fixed
-word list and a seeded RNG (no downloads). Special tokens (``<s>``, ``</s>``, ``<pad>``) are kept
-out of the cycle and are never predicted, so ``ignore_eos`` is not even needed.
+word list and a seeded RNG (no downloads). Special tokens (``<s>``, ``</s>``, ``<pad>``) and tokens
+that do not decode to printable ASCII on their own (lone UTF-8 bytes >= 0x80, control characters)
+are kept off the cycles and are never generated: ``</s>`` never comes (``ignore_eos`` is not even
+needed), and every streamed text event carries whole tokens.
 
 Deterministic: fixed seeds, torch CPU RNG through explicit generators, safetensors output; a
 rebuild with the same library versions produces the same bytes (``--check-determinism`` proves it).
@@ -54,7 +57,7 @@ from fractions import Fraction
 from pathlib import Path
 
 # Bump when anything that changes the produced files changes.
-BUILDER_VERSION = "specguard-tiny-models v1"
+BUILDER_VERSION = "specguard-tiny-models v2"
 
 SEED = 1234
 HIDDEN = 256
@@ -128,11 +131,26 @@ def train_tokenizer():
     return tok
 
 
-def make_cycles(vocab_size: int, special_ids: list[int]) -> list[list[int]]:
-    """A random (seeded) partition of the non-special tokens into cycles of CYCLE_LEN tokens
+def printable_tokens(tok) -> list[int]:
+    """Tokens that decode, on their own, to printable ASCII.
+
+    Only these go on the cycles. A lone byte >= 0x80 is an incomplete UTF-8 sequence: vLLM's
+    incremental detokenizer holds it back and emits it merged into a later stream event (or as
+    U+FFFD), so text events would no longer carry one token each and the output would be
+    garbage. Control characters are left out for the same kind of reason."""
+    out = []
+    for i in range(tok.get_vocab_size()):
+        text = tok.decode([i], skip_special_tokens=True)
+        if text and all(32 <= ord(c) < 127 for c in text):
+            out.append(i)
+    return out
+
+
+def make_cycles(candidates: list[int]) -> list[list[int]]:
+    """A random (seeded) partition of the candidate tokens into cycles of CYCLE_LEN tokens
     (the few left over, fewer than CYCLE_LEN, belong to no cycle)."""
     rng = random.Random(SEED + 1)
-    ids = [i for i in range(vocab_size) if i not in special_ids]
+    ids = list(candidates)
     rng.shuffle(ids)
     n = len(ids) - len(ids) % CYCLE_LEN
     return [ids[i:i + CYCLE_LEN] for i in range(0, n, CYCLE_LEN)]
@@ -145,18 +163,18 @@ def agreement_pattern(fraction: Fraction, n: int) -> list[bool]:
     return [(i + 1) * miss // 1 == i * miss // 1 for i in range(n)]
 
 
-def successor_maps(vocab_size: int, special_ids: list[int]):
+def successor_maps(vocab_size: int, candidates: list[int]):
     """Target successor map plus each draft's map and per-position agreement pattern.
     Returns (on_cycle, succ, drafts) where on_cycle lists every token that lies on a cycle."""
-    cycles = make_cycles(vocab_size, special_ids)
+    cycles = make_cycles(candidates)
     succ = {c[i]: c[(i + 1) % CYCLE_LEN] for c in cycles for i in range(CYCLE_LEN)}
-    heads = [c[0] for c in cycles]
-    # Tokens outside the cycle (specials, the few left over by the period rounding) lead into it,
-    # so a prompt ending in any token continues on the cycle.
-    # Spread them over the cycle so no lm_head row sums more than two embeddings (less noise).
+    # Tokens on no cycle (specials, non-printable bytes, the few left over by rounding) lead onto
+    # one, so a prompt ending in any token continues on a cycle. They are spread over all cycle
+    # tokens so no lm_head row sums more than two embeddings (keeps the logit noise low).
+    on_cycle = [t for c in cycles for t in c]
     outside = [t for t in range(vocab_size) if t not in succ]
     for j, t in enumerate(outside):
-        succ[t] = heads[(j * 7) % len(heads)]
+        succ[t] = on_cycle[(j * 7) % len(on_cycle)]
     drafts = {}
     for name, frac in DRAFTS.items():
         if (frac * CYCLE_LEN).denominator != 1:
@@ -168,7 +186,6 @@ def successor_maps(vocab_size: int, special_ids: list[int]):
                 if not agree[i]:
                     dmap[t] = c[(i + 2) % CYCLE_LEN]  # skip one: wrong, but still on the cycle
         drafts[name] = (dmap, agree)
-    on_cycle = [t for c in cycles for t in c]
     return on_cycle, succ, drafts
 
 
@@ -277,13 +294,15 @@ def expected_accept_lengths(cycle, succ, drafts, k: int = 4, max_tokens: int = 1
 
 def build(out: Path) -> dict:
     import torch
+    import transformers
     from transformers import PreTrainedTokenizerFast
 
     torch.use_deterministic_algorithms(True)
+    transformers.utils.logging.disable_progress_bar()
     tok = train_tokenizer()
     vocab_size = tok.get_vocab_size()
     bos, eos, pad = (tok.token_to_id(s) for s in SPECIAL_TOKENS)
-    cycle, succ, drafts = successor_maps(vocab_size, [bos, eos, pad])
+    cycle, succ, drafts = successor_maps(vocab_size, printable_tokens(tok))
 
     gen = torch.Generator().manual_seed(SEED)
     emb = torch.randn(vocab_size, HIDDEN, generator=gen)
@@ -338,10 +357,12 @@ def check_greedy_cycle(model, hf_tok, succ) -> None:
 
 
 def tree_digest(root: Path) -> str:
+    """sha256 over the three model directories (names and bytes), nothing else."""
     h = hashlib.sha256()
-    for p in sorted(root.rglob("*")):
-        if p.is_file() and p.name != "STAMP":
-            h.update(str(p.relative_to(root)).encode() + b"\0" + p.read_bytes())
+    for name in MODEL_NAMES:
+        for p in sorted((root / name).rglob("*")):
+            if p.is_file():
+                h.update(str(p.relative_to(root)).encode() + b"\0" + p.read_bytes())
     return h.hexdigest()
 
 

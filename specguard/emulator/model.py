@@ -18,8 +18,9 @@ from __future__ import annotations
 import bisect
 import math
 from collections import OrderedDict, deque
+from collections.abc import Hashable
 from dataclasses import dataclass, field
-from typing import Any, Hashable
+from typing import Any
 
 import numpy as np
 
@@ -178,12 +179,11 @@ class BatchScheduler:
         self.stats = SchedulerStats()
         # Separate streams, so that noise settings do not change the acceptance draws.
         self._accept_rng = np.random.default_rng([config.seed, 1])
-        noise_rng = np.random.default_rng([config.seed, 2])
+        self._noise_rng = np.random.default_rng([config.seed, 2])
         drift_pct = self.profile.drift_pct if config.drift_pct is None else config.drift_pct
         jitter_pct = self.profile.jitter_pct if config.jitter_pct is None else config.jitter_pct
-        self.drift = _mean_one_lognormal(noise_rng, drift_pct / 100.0)
+        self.drift = _mean_one_lognormal(self._noise_rng, drift_pct / 100.0)  # this launch's speed offset
         self._jitter_sd = jitter_pct / 100.0
-        self._jitter_rng = noise_rng
         self._time_factor = config.step_scale * self.drift / config.speed_factor
         if self.spec is not None:
             # P(at least j drafts accepted), j = 1..num_steps: decreasing, one uniform draw per request.
@@ -249,7 +249,7 @@ class BatchScheduler:
     def _scaled(self, cost_ms: float) -> float:
         cost_ms *= self._time_factor
         if self._jitter_sd > 0:
-            cost_ms *= _mean_one_lognormal(self._jitter_rng, self._jitter_sd)
+            cost_ms *= _mean_one_lognormal(self._noise_rng, self._jitter_sd)
         return cost_ms
 
     def complete(self, step: Step, now_ms: float) -> list[GenRequest]:

@@ -60,9 +60,6 @@ class PiecewiseLinear:
         x0, x1, y0, y1 = xs[i - 1], xs[i], ys[i - 1], ys[i]
         return max(0.0, y0 + (y1 - y0) * (x - x0) / (x1 - x0))
 
-    def as_pairs(self) -> list[list[float]]:
-        return [[x, y] for x, y in zip(self.xs, self.ys)]
-
 
 @dataclass(frozen=True)
 class DraftProfile:

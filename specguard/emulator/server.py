@@ -14,6 +14,7 @@ import logging
 import signal
 import time
 import uuid
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 
 from aiohttp import web
@@ -323,7 +324,11 @@ class EmulatorServer:
         max_tokens = _int_param(limit, max(self.settings.context_length - prompt_tokens, 0), "max_tokens")
         return await self._serve_openai(request, body, prompt_tokens, hash(text), max_tokens, ChatFormat)
 
-    async def _serve_openai(self, request, body, prompt_tokens, key, max_tokens, format_cls):
+    async def _serve_openai(
+        self, request: web.Request, body: dict, prompt_tokens: int, key: Hashable, max_tokens: int,
+        format_cls: type[CompletionFormat],
+    ) -> web.StreamResponse:
+        """The OpenAI routes' common part: n, stream_options.include_usage, the echoed model name."""
         if body.get("n", 1) != 1:
             raise BadRequest("only n = 1 is emulated")
         options = body.get("stream_options") or {}
@@ -338,7 +343,10 @@ class EmulatorServer:
             request, prompt_tokens, key, max_tokens, bool(body.get("stream", False)), make_format, model=model,
         )
 
-    async def _serve_generation(self, request, prompt_tokens, key, max_new_tokens, stream, make_format, model):
+    async def _serve_generation(
+        self, request: web.Request, prompt_tokens: int, key: Hashable | None, max_new_tokens: int, stream: bool,
+        make_format: Callable[[RequestContext], NativeFormat | CompletionFormat], model: str,
+    ) -> web.StreamResponse:
         """Queue one request in the scheduler and answer with SSE events or one JSON body."""
         if prompt_tokens + max_new_tokens > self.settings.context_length:
             message = context_error_message(self.settings.context_length, prompt_tokens, max_new_tokens)

@@ -86,6 +86,3 @@ class OutputText:
             return ""
         self._ensure(end)
         return self._text[self._text_end[start] : self._text_end[end]]
-
-    def id_list(self, start: int, end: int) -> list[int]:
-        return [OUTPUT_CYCLE[k % len(OUTPUT_CYCLE)][0] for k in range(start, end)]

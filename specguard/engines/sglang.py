@@ -8,7 +8,7 @@ from typing import Any
 import httpx
 
 from specguard.config import ServerConfig
-from specguard.engines.base import ArgCheck, EffectiveArgs, Engine
+from specguard.engines.base import ArgCheck, EffectiveArgs, Engine, redact
 
 # NEXTN (MTP heads) is an alias that SGLang resolves to EAGLE and reports as such.
 ALGORITHM_FAMILY = {"NEXTN": "EAGLE", "EAGLE": "EAGLE"}
@@ -30,6 +30,14 @@ def flag_value(launch_command: str, flag: str) -> str | None:
         if a.startswith(flag + "="):
             return a.split("=", 1)[1]
     return None
+
+
+def redact_command(launch_command: str) -> str:
+    """The server's own command line with key values replaced, safe to store."""
+    try:
+        return shlex.join(redact(shlex.split(launch_command), []))
+    except ValueError:
+        return "(unparseable launch_command withheld)"
 
 
 def launched_algorithm(launch_command: str) -> str | None:
@@ -78,13 +86,14 @@ class SGLangEngine(Engine):
         info = r.json()
         states = info.get("internal_states") or [{}]
         state = states[0] if isinstance(states, list) and states and isinstance(states[0], dict) else {}
-        launch = str(info.get("launch_command") or "")
+        launch = redact_command(str(info.get("launch_command") or ""))
         algo = info.get("speculative_algorithm")
         typed = launched_algorithm(launch)
         if algo and typed and ALGORITHM_FAMILY.get(typed) == algo:
             algo = typed  # server reports EAGLE for NEXTN; keep what was asked
         cap = _int(state.get("effective_max_running_requests_per_dp")) or _int(info.get("max_running_requests"))
-        raw = {k: v for k, v in info.items() if k not in ("internal_states", "api_key", "admin_api_key")}
+        raw = {k: v for k, v in info.items() if k not in ("internal_states", "api_key", "admin_api_key", "ssl_keyfile_password")}
+        raw["launch_command"] = launch
         return EffectiveArgs(
             engine_version=str(info.get("version", "")),
             model_path=str(info.get("model_path", "")),

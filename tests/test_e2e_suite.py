@@ -1,0 +1,212 @@
+"""The suite as a user runs it: pytest in a subprocess, emulator servers on 127.0.0.1.
+
+No HTTP is mocked: the plugin launches `python -m specguard.emulator.launch_server` with SGLang's
+flags (or attaches to one started here), streams real requests, and gates on real numbers.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import httpx
+import pytest
+
+from specguard.server import free_port
+
+pytestmark = pytest.mark.e2e
+REPO = Path(__file__).resolve().parents[1]
+
+SUITE = """
+[sweep]
+concurrency = [1, 4]
+requests_per_worker = 4
+warmup = 1
+repeats = 3
+read_timeout_s = 20
+run_timeout_s = 60
+
+[workload]
+kind = "random-ids"
+input_len = 32
+output_len = 64
+
+# Wide priors: these tests share two cores with whatever else runs, and they check behaviour
+# (what fails, what is written), not the gate's sensitivity (docs/gate-study.md measures that).
+[tolerances]
+throughput = 0.05
+prior_between_sd = 0.05
+
+[servers.baseline]
+engine = "emulator"
+model_path = "/models/specguard-fast"
+max_running_requests = 64
+args = ["--emulator-profile", "fast"{extra_baseline}]
+startup_timeout_s = 60
+
+[servers.eagle3]
+engine = "emulator"
+model_path = "/models/specguard-fast"
+speculative_algorithm = "EAGLE3"
+draft_model_path = "/models/specguard-fast-eagle3"
+num_steps = 3
+eagle_topk = 1
+num_draft_tokens = 4
+max_running_requests = 64
+reference = "baseline"
+speculation_must_win_up_to = 4
+args = ["--emulator-profile", "fast"]
+startup_timeout_s = 60
+"""
+
+
+def write_suite(tmp_path: Path, extra_baseline: str = "") -> Path:
+    path = tmp_path / "suite.toml"
+    path.write_text(SUITE.replace("{extra_baseline}", extra_baseline))
+    return path
+
+
+def run_suite(tmp_path: Path, suite: Path, *args: str, env: dict | None = None) -> tuple[int, str, dict[str, str]]:
+    """Run pytest perf_tests like a user; return exit code, output and {test id: outcome}."""
+    junit = tmp_path / f"junit-{time.monotonic_ns()}.xml"
+    cmd = [sys.executable, "-m", "pytest", str(REPO / "perf_tests"), "-p", "no:cacheprovider", "-q",
+           "--suite", str(suite), "--baseline-dir", str(tmp_path / "baselines"), "--junitxml", str(junit),
+           "--server-log-dir", str(tmp_path / "logs"), "--benchmark-disable", *args]
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, **(env or {})})
+    outcomes: dict[str, str] = {}
+    if junit.exists():
+        for case in ET.parse(junit).getroot().iter("testcase"):
+            name = case.get("name")
+            kind = next((c.tag for c in case if c.tag in ("failure", "error", "skipped")), "passed")
+            outcomes[name] = kind
+    return proc.returncode, proc.stdout + proc.stderr, outcomes
+
+
+def failed(outcomes: dict[str, str]) -> set[str]:
+    return {k for k, v in outcomes.items() if v in ("failure", "error")}
+
+
+def test_update_gate_and_catch_regressions(tmp_path):
+    suite = write_suite(tmp_path)
+    code, out, res = run_suite(tmp_path, suite, "--update-baselines")
+    assert code == 0, out
+    assert (tmp_path / "baselines" / "eagle3.json").exists() and (tmp_path / "baselines" / "baseline.json").exists()
+    assert "wrote 2 cell(s)" in out
+
+    code, out, res = run_suite(tmp_path, suite, "--require-baselines")
+    assert code == 0, out
+    assert len(res) == 8 and not failed(res)
+
+    # eagle3 made 50% slower: its throughput tests fail; the baseline's and the accept-length
+    # tests do not (speculation itself may now lose to the baseline, which is also right).
+    code, out, res = run_suite(tmp_path, suite, "--server-args", "eagle3=--emulator-step-scale 2.0")
+    assert code == 1, out
+    assert {"test_throughput[eagle3-c1]", "test_throughput[eagle3-c4]"} <= failed(res), out
+    assert not {t for t in failed(res) if "baseline-" in t or "accept_length" in t}, out
+    assert "throughput eagle3 c1:" in out and "-> FAIL" in out and "tolerance 5%" in out
+
+    # Accept length cut from ~3 to 2.0: the accept-length gate fails.
+    code, out, res = run_suite(tmp_path, suite, "-k", "accept_length",
+                               "--server-args", "eagle3=--emulator-accept-length 2.0")
+    assert code == 1, out
+    assert failed(res) == {"test_accept_length[eagle3-c1]", "test_accept_length[eagle3-c4]"}, out
+
+
+def test_missing_baseline_skips_with_how_to_and_fails_when_required(tmp_path):
+    suite = write_suite(tmp_path)
+    code, out, res = run_suite(tmp_path, suite, "-k", "baseline and c1 and throughput", "-rs")
+    assert code == 0 and res == {"test_throughput[baseline-c1]": "skipped"}, out
+    assert "--update-baselines" in out
+    code, out, res = run_suite(tmp_path, suite, "-k", "baseline and c1 and throughput", "--require-baselines")
+    assert code == 1 and failed(res) == {"test_throughput[baseline-c1]"}, out
+
+
+def test_start_failure_reports_command_exit_code_and_log_and_writes_nothing(tmp_path):
+    suite = write_suite(tmp_path, extra_baseline=', "--emulator-profile", "no-such-profile"')
+    code, out, res = run_suite(tmp_path, suite, "-k", "baseline", "--update-baselines", "--api-key", "s3cr3t-key")
+    assert code == 1, out
+    assert failed(res) == {"test_throughput[baseline-c1]", "test_throughput[baseline-c4]"}
+    assert "exited during start-up" in out and "exit code:" in out and "specguard.emulator.launch_server" in out
+    assert "no-such-profile" in out  # the log tail says what was wrong
+    assert "s3cr3t-key" not in out and "--api-key ***" in out
+    assert not (tmp_path / "baselines" / "baseline.json").exists()
+
+
+@pytest.fixture
+def emulator_server(tmp_path):
+    """An emulator started by hand (as a user would start SGLang), stopped by the test."""
+    procs = []
+
+    def start(*flags: str) -> str:
+        port = free_port()
+        log = open(tmp_path / f"emulator-{port}.log", "wb")
+        proc = subprocess.Popen([sys.executable, "-m", "specguard.emulator.launch_server", "--port", str(port),
+                                 "--model-path", "/models/specguard-fast", "--emulator-profile", "fast", *flags],
+                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        procs.append(proc)
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(url + "/health_generate", timeout=2).status_code == 200:
+                    return url
+            except httpx.HTTPError:
+                pass
+            assert proc.poll() is None, (tmp_path / f"emulator-{port}.log").read_text()
+            time.sleep(0.2)
+        raise AssertionError("emulator did not become ready")
+
+    yield start
+    for proc in procs:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=15)
+
+
+def test_attach_mode_matches_configs_by_algorithm(tmp_path, emulator_server):
+    url = emulator_server("--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", "/models/d",
+                          "--speculative-num-steps", "3", "--speculative-eagle-topk", "1",
+                          "--speculative-num-draft-tokens", "4", "--max-running-requests", "64")
+    suite = write_suite(tmp_path)
+    code, out, res = run_suite(tmp_path, suite, "--server-url", url, "--update-baselines", "-rs")
+    assert code == 0, out
+    assert res["test_throughput[baseline-c1]"] == "skipped"
+    assert "server runs EAGLE3; config baseline needs no speculation" in out
+    assert res["test_throughput[eagle3-c1]"] == "passed"
+    code, out, res = run_suite(tmp_path, suite, "--server-url", url, "-k", "eagle3 and throughput", "--require-baselines")
+    assert code == 0 and set(res.values()) == {"passed"}, out
+
+
+def test_attach_reports_the_topk_draft_token_rewrite(tmp_path, emulator_server):
+    url = emulator_server("--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", "/models/d",
+                          "--speculative-num-steps", "1", "--speculative-eagle-topk", "1",
+                          "--speculative-num-draft-tokens", "16", "--max-running-requests", "64")
+    suite = tmp_path / "s.toml"
+    suite.write_text(write_suite(tmp_path).read_text().replace("num_steps = 3\neagle_topk = 1\nnum_draft_tokens = 4\n", ""))
+    code, out, res = run_suite(tmp_path, suite, "--server-url", url, "-k", "eagle3")
+    assert code == 1, out
+    assert "asked for 16 draft tokens, server runs 2: topk=1 forces num_steps+1" in out
+    assert all(v in ("failure", "error") for k, v in res.items() if "eagle3" in k)
+
+
+def test_results_json_has_runs_decisions_and_no_secret(tmp_path):
+    suite = write_suite(tmp_path)
+    results = tmp_path / "results.json"
+    code, out, res = run_suite(tmp_path, suite, "-k", "c1", "--update-baselines", "--results-json", str(results),
+                               env={"SPECGUARD_API_KEY": "env-secret-9"})
+    assert code == 0, out
+    doc = json.loads(results.read_text())
+    assert doc["schema"] == "specguard-results" and doc["schema_version"] == 1
+    cells = {(c["config"], c["concurrency"]): c for c in doc["cells"]}
+    assert len(cells[("eagle3", 1)]["runs"]) == 3 and cells[("eagle3", 1)]["runs"][0]["accept_length"] > 2
+    assert {d["gate"] for d in doc["decisions"]} == {"throughput", "accept_length", "speculation"}
+    stored = "".join(p.read_text() for p in (tmp_path / "baselines").glob("*.json"))
+    logs = "".join(p.read_text() for p in (tmp_path / "logs").glob("*.log"))
+    for text in (out, results.read_text(), stored, logs):
+        assert "env-secret-9" not in text
