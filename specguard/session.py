@@ -168,7 +168,7 @@ class SpecguardSession:
             if self.options.requests_per_run:
                 sweep = replace(sweep, requests_per_worker=max(1, self.options.requests_per_run // concurrency))
             self.cells[key] = measure_cell(
-                handle, self.workload, sweep, concurrency, api=self.suite.sweep.api if cfg.engine != "vllm" else "openai",
+                handle, self.workload, sweep, concurrency, api=handle.engine.choose_api(sweep.api),
                 extra_body=handle.engine.request_extra_body(cfg), max_failed=self.options.max_failed_requests,
                 driver=driver, progress=self.progress,
             )

@@ -81,7 +81,8 @@ class Engine:
     """Base adapter; SGLang-style defaults, overridden where an engine differs."""
 
     name = "base"
-    api = "native"  # the streaming API the load generator uses by default
+    api = "native"  # the streaming API used when the suite's sweep.api is not supported
+    supported_apis: tuple[str, ...] = ("native", "openai", "chat")
     readiness_path = "/health_generate"
     counter_names: tuple[str, ...] = ()  # Prometheus counters snapshotted around each run
 
@@ -93,6 +94,9 @@ class Engine:
 
     def request_extra_body(self, cfg: ServerConfig) -> dict | None:
         return None
+
+    def choose_api(self, wanted: str) -> str:
+        return wanted if wanted in self.supported_apis else self.api
 
     def read_effective_args(self, client: httpx.Client, cfg: ServerConfig | None) -> EffectiveArgs:
         raise NotImplementedError
