@@ -7,6 +7,8 @@ key and the fix, because a typo in a merge gate's configuration must never be si
 from __future__ import annotations
 
 import dataclasses
+import os
+import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -71,8 +73,9 @@ class SweepConfig:
     warmup: int = 1  # runs discarded per cell
     repeats: int = 3  # measured runs per cell
     api: str = "native"
-    read_timeout_s: float = 60.0
-    run_timeout_s: float = 600.0
+    read_timeout_s: float = 60.0  # a request with no bytes for this long fails
+    run_timeout_s: float = 600.0  # a run's unfinished requests are cancelled (and counted) after this
+    session_timeout_s: float = 4 * 3600.0  # cells not started by then error at once
 
     def num_requests(self, concurrency: int) -> int:
         return max(concurrency, self.requests_per_worker * concurrency)
@@ -163,7 +166,8 @@ def parse_suite(raw: dict[str, Any], path: Path) -> Suite:
     servers_raw = raw.get("servers")
     if not isinstance(servers_raw, dict) or not servers_raw:
         raise ConfigError(f"{path}: needs at least one [servers.NAME] table")
-    servers = {name: _build(ServerConfig, t, f"servers.{name}", path, name=name) for name, t in servers_raw.items()}
+    servers = {name: _expand_paths(_build(ServerConfig, t, f"servers.{name}", path, name=name), path)
+               for name, t in servers_raw.items()}
     try:
         workload = _build(WorkloadSpec, raw.get("workload", {}), "workload", path)
     except ValueError as exc:
@@ -181,6 +185,29 @@ def parse_suite(raw: dict[str, Any], path: Path) -> Suite:
     return suite
 
 
+_VAR = re.compile(r"\$(?:(\w+)|\{(\w+)\})")
+PATH_KEYS = ("model_path", "draft_model_path", "python")
+
+
+def expand_path(value: str, where: str, path: Path) -> str:
+    """`~` and `$VAR`/`${VAR}` expanded, so one suite file serves machines whose models and
+    venvs live in different places; an unset variable is an error, never a literal `$VAR` path."""
+    for m in _VAR.finditer(value):
+        var = m.group(1) or m.group(2)
+        if var not in os.environ:
+            raise ConfigError(f"{path}: {where} = {value!r} uses ${var}, which is not set; export it or write the path out")
+    return os.path.expanduser(os.path.expandvars(value))
+
+
+def _expand_paths(s: ServerConfig, path: Path) -> ServerConfig:
+    key = f"servers.{s.name}"
+    changes: dict[str, Any] = {k: expand_path(getattr(s, k), f"{key}.{k}", path) for k in PATH_KEYS if getattr(s, k)}
+    draft = (s.speculative_config or {}).get("model")
+    if isinstance(draft, str):
+        changes["speculative_config"] = {**s.speculative_config, "model": expand_path(draft, f"{key}.speculative_config.model", path)}
+    return dataclasses.replace(s, **changes)
+
+
 def validate_suite(suite: Suite) -> None:
     """Impossible values, caught before any server starts."""
     p = suite.path
@@ -195,8 +222,8 @@ def validate_suite(suite: Suite) -> None:
         raise ConfigError(f"{p}: sweep.warmup must be >= 0 and sweep.requests_per_worker >= 1")
     if sw.api not in APIS:
         raise ConfigError(f"{p}: sweep.api = {sw.api!r}; use one of {', '.join(APIS)}")
-    if sw.read_timeout_s <= 0 or sw.run_timeout_s <= 0:
-        raise ConfigError(f"{p}: sweep.read_timeout_s and sweep.run_timeout_s must be positive")
+    if sw.read_timeout_s <= 0 or sw.run_timeout_s <= 0 or sw.session_timeout_s <= 0:
+        raise ConfigError(f"{p}: sweep.read_timeout_s, run_timeout_s and session_timeout_s must be positive")
     if suite.workload.kind not in WORKLOAD_KINDS:
         raise ConfigError(f"{p}: workload.kind must be one of {', '.join(WORKLOAD_KINDS)}")
     for name, value in (("throughput", tol.throughput), ("accept_length", tol.accept_length)):

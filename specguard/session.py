@@ -10,6 +10,7 @@ import os
 import shlex
 import shutil
 import subprocess
+import time
 import uuid
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -20,7 +21,7 @@ from specguard.baselines import BaselineError, BaselineStore, Fingerprint, RunSa
 from specguard.config import ServerConfig, Suite
 from specguard.engines import ArgCheck, Engine, get_engine
 from specguard.gates import SKIP, GateResult, history_gate, speculation_gate
-from specguard.server import ServerHandle, ServerStartError, attach, launch, stop
+from specguard.server import ServerHandle, ServerStartError, attach, launch, stop, wait_ready
 from specguard.sweep import CellMeasurement, Driver, Progress, measure_cell, plain_driver
 from specguard.workload import Workload, build_workload
 
@@ -97,6 +98,7 @@ class SpecguardSession:
         self.git_commit = _git_commit()
         self.gpu = gpu_fingerprint()
         self.progress: Progress | None = None
+        self.started = time.monotonic()
 
     # -- servers ------------------------------------------------------------------------------
     def server_config(self, name: str) -> ServerConfig:
@@ -162,17 +164,37 @@ class SpecguardSession:
         """The cell's measurement, taken once and shared by every test of the cell."""
         key = (name, concurrency)
         if key not in self.cells:
+            elapsed = time.monotonic() - self.started
+            if elapsed > self.suite.sweep.session_timeout_s:
+                raise ConfigUnavailable(f"session deadline of {self.suite.sweep.session_timeout_s:g}s reached "
+                                        f"({elapsed:.0f}s elapsed); {name} c{concurrency} not measured", skip=False)
             handle = self.server(name)
             cfg = self.server_config(name)
             sweep = self.suite.sweep
             if self.options.requests_per_run:
                 sweep = replace(sweep, requests_per_worker=max(1, self.options.requests_per_run // concurrency))
-            self.cells[key] = measure_cell(
+            cell = measure_cell(
                 handle, self.workload, sweep, concurrency, api=handle.engine.choose_api(sweep.api),
                 extra_body=handle.engine.request_extra_body(cfg), max_failed=self.options.max_failed_requests,
                 driver=driver, progress=self.progress,
             )
+            self.cells[key] = cell
+            if cell.error:
+                self._check_still_serving(name, handle)
         return self.cells[key]
+
+    def _check_still_serving(self, name: str, handle: ServerHandle) -> None:
+        """After a failed cell: if the server is gone, its remaining cells fail at once."""
+        reason = None
+        if not handle.alive():
+            reason = f"server {name!r} exited (code {handle.process.returncode}) during the sweep; log tail:\n{handle.log_tail()}"
+        else:
+            try:
+                wait_ready(handle, timeout_s=5.0)
+            except ServerStartError:
+                reason = f"server {name!r} stopped answering {handle.engine.readiness_path} during the sweep"
+        if reason:
+            self.servers[name].failure = ConfigUnavailable(reason, skip=False)
 
     # -- baselines ----------------------------------------------------------------------------
     def fingerprint(self, name: str) -> Fingerprint:
@@ -248,8 +270,8 @@ class SpecguardSession:
         cell = self.cells[(name, concurrency)]
         if not cell.accept_lengths:
             return self._record(GateResult("accept_length", name, concurrency, "error",
-                                           f"accept_length {name} c{concurrency}: the server reported no spec_verify_ct, "
-                                           f"so the accept length cannot be measured from the run's own requests"))
+                                           f"accept_length {name} c{concurrency}: no run has an accept length: the requests "
+                                           f"carried no spec_verify_ct and the engine's run-level source (if any) saw no drafts"))
         return self._history_result("accept_length", "accept_lengths", name, concurrency,
                                     self.suite.tolerances.accept_length, self.suite.tolerances.prior_between_sd_accept)
 

@@ -86,7 +86,12 @@ def measure_cell(handle: ServerHandle, workload: Workload, sweep: SweepConfig, c
             before = engine.metrics_snapshot(client)
             run = generator.run(workload)
             after = engine.metrics_snapshot(client)
-            all_runs.append(summarize_run(run, engine.server_accept_lengths(client, before, after)))
+            metrics = summarize_run(run, engine.server_accept_lengths(client, before, after), engine.accept_length_source)
+            if metrics.failed == 0:
+                disagreement = engine.token_count_disagreement(before, after, metrics.total_output_tokens)
+                if disagreement:
+                    metrics.warnings.append(disagreement)
+            all_runs.append(metrics)
 
         try:
             driver(run_once, sweep.warmup, sweep.repeats)
@@ -106,9 +111,10 @@ class ServerGone(RuntimeError):
 
 def _judge_cell(cell: CellMeasurement, handle: ServerHandle, max_failed: int, repeats: int) -> None:
     failed = cell.failed_requests
-    if cell.error is None and failed > max_failed:
+    if failed > max_failed:
         first = [e for r in cell.warmup_runs + cell.runs for e in r.errors][:3]
-        cell.error = f"{failed} failed requests (allowed {max_failed}); first: " + " | ".join(first)
+        counted = f"{failed} failed requests (allowed {max_failed}); first: " + " | ".join(first)
+        cell.error = counted if cell.error is None else f"{cell.error}; {counted}"
     if cell.error is None and len(cell.runs) < repeats:
         cell.error = f"only {len(cell.runs)} of {repeats} runs completed"
     if cell.error is not None and not handle.alive():

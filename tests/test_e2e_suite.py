@@ -210,3 +210,51 @@ def test_results_json_has_runs_decisions_and_no_secret(tmp_path):
     logs = "".join(p.read_text() for p in (tmp_path / "logs").glob("*.log"))
     for text in (out, results.read_text(), stored, logs):
         assert "env-secret-9" not in text
+
+
+def test_server_crash_mid_sweep_fails_its_cells_fast_and_writes_no_baseline(tmp_path):
+    suite = write_suite(tmp_path, extra_baseline=', "--emulator-fault-crash-after-requests", "6"')
+    started = time.monotonic()
+    code, out, res = run_suite(tmp_path, suite, "--update-baselines", "-k", "throughput")
+    assert code == 1, out
+    assert failed(res) == {"test_throughput[baseline-c1]", "test_throughput[baseline-c4]"}, out
+    assert res["test_throughput[eagle3-c1]"] == "passed" and res["test_throughput[eagle3-c4]"] == "passed"
+    assert "exited (code 134)" in out and "crashing after 6 requests" in out
+    assert "exited (code 134) during the sweep" in out  # c4 failed at once, without measuring
+    assert "baseline: NOT written" in out
+    assert not (tmp_path / "baselines" / "baseline.json").exists()
+    assert (tmp_path / "baselines" / "eagle3.json").exists()
+    assert time.monotonic() - started < 120
+
+
+def test_ctrl_c_stops_every_server_and_leaves_no_half_written_file(tmp_path):
+    suite = tmp_path / "slow.toml"
+    suite.write_text(write_suite(tmp_path).read_text().replace("output_len = 64", "output_len = 4000")
+                     .replace("run_timeout_s = 60", "run_timeout_s = 600"))
+    results = tmp_path / "results.json"
+    cmd = [sys.executable, "-m", "pytest", str(REPO / "perf_tests"), "-p", "no:cacheprovider", "-q",
+           "--suite", str(suite), "--baseline-dir", str(tmp_path / "baselines"), "--update-baselines",
+           "--results-json", str(results), "--server-log-dir", str(tmp_path / "logs"), "--benchmark-disable"]
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        logs: list[Path] = []
+        while time.monotonic() < deadline and not logs:
+            logs = [p for p in (tmp_path / "logs").glob("server-*.log") if "ready to roll" in p.read_text()]
+            time.sleep(0.2)
+        assert logs, "no server became ready"
+        time.sleep(1.0)  # mid-run
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 2, out.decode()  # pytest's "interrupted"
+    port = int(logs[0].stem.rsplit("-", 1)[1])
+    with pytest.raises(httpx.HTTPError):
+        httpx.get(f"http://127.0.0.1:{port}/health", timeout=2)
+    assert not list((tmp_path / "baselines").glob("*.json")), "an interrupted sweep must not write baselines"
+    assert not list(tmp_path.rglob("*.tmp"))
+    if results.exists():
+        json.loads(results.read_text())  # complete, if written at all

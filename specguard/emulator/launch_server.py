@@ -20,6 +20,7 @@ import secrets
 import shlex
 import sys
 
+from specguard.emulator.faults import add_fault_arguments, fault_settings_from_args
 from specguard.emulator.model import SchedulerConfig
 from specguard.emulator.profile import load_profile
 from specguard.emulator.server import ServerSettings, serve
@@ -75,6 +76,9 @@ def build_arg_parser() -> argparse.ArgumentParser:
     e.add_argument("--emulator-jitter-pct", type=float, default=None, help="per-step noise sd in %% (default: profile)")
     e.add_argument("--emulator-drift-pct", type=float, default=None, help="per-launch speed sd in %% (default: profile)")
     e.add_argument("--emulator-startup-s", type=float, default=0.0, help="answer 503 on /health* this long")
+    e.add_argument("--emulator-firehose", type=int, default=0, metavar="N",
+                   help="stream as fast as possible, N events per write, skipping the model (client benchmarks)")
+    add_fault_arguments(p)
     return p
 
 
@@ -176,6 +180,8 @@ def build_settings(args: argparse.Namespace, argv: list[str]) -> ServerSettings:
         incremental_streaming_output=args.incremental_streaming_output,
         startup_s=args.emulator_startup_s,
         emulator_info=emulator_info,
+        faults=fault_settings_from_args(args),
+        firehose_events_per_write=args.emulator_firehose,
     )
 
 

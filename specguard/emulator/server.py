@@ -11,7 +11,10 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
+import re
 import signal
+import sys
 import time
 import uuid
 from collections.abc import Callable, Hashable
@@ -19,6 +22,8 @@ from dataclasses import dataclass, field
 
 from aiohttp import web
 
+from specguard.emulator.faults import BAD_COUNT, CUT, ERROR, MALFORMED, NO_COUNT, STALL, FaultPlan, FaultSettings
+from specguard.emulator.firehose import Firehose
 from specguard.emulator.model import BatchScheduler, GenRequest, LatencyHistogram, SchedulerConfig
 from specguard.emulator.realtime import RealtimeEngine
 from specguard.emulator.responses import (
@@ -59,6 +64,8 @@ class ServerSettings:
     incremental_streaming_output: bool = False
     startup_s: float = 0.0  # /health answers 503 this long after the socket is bound
     emulator_info: dict = field(default_factory=dict)  # reported as /server_info "specguard_emulator"
+    faults: FaultSettings = field(default_factory=FaultSettings)
+    firehose_events_per_write: int = 0  # > 0: streams skip the model (firehose.py)
 
     @property
     def context_length(self) -> int:
@@ -87,6 +94,9 @@ class EmulatorServer:
         self.out = OutputText()
         self.engine: RealtimeEngine | None = None
         self.ready_at = 0.0  # loop time when /health starts answering 200
+        self.faults = FaultPlan(settings.faults, settings.scheduler_config.seed)
+        n = settings.firehose_events_per_write
+        self.firehose = Firehose(self.out, n) if n else None
 
     def build_app(self) -> web.Application:
         app = web.Application(middlewares=[self._auth], client_max_size=64 * 1024 * 1024)
@@ -95,7 +105,7 @@ class EmulatorServer:
         r.add_get("/health_generate", self.health_generate)
         for path in ("/model_info", "/get_model_info"):
             r.add_get(path, self.model_info)
-        for path in ("/server_info", "/get_server_info"):
+        for path in ("/get_server_info",) if self.settings.faults.old_server_info else ("/server_info", "/get_server_info"):
             r.add_get(path, self.server_info)
         r.add_route("GET", "/flush_cache", self.flush_cache)
         r.add_route("POST", "/flush_cache", self.flush_cache)
@@ -119,7 +129,7 @@ class EmulatorServer:
             await self.engine.stop()
 
     def _starting(self) -> bool:
-        return asyncio.get_running_loop().time() < self.ready_at
+        return self.settings.faults.never_ready or asyncio.get_running_loop().time() < self.ready_at
 
     @web.middleware
     async def _auth(self, request: web.Request, handler):
@@ -195,6 +205,9 @@ class EmulatorServer:
             "frontend": "python",
             "specguard_emulator": dict(self.settings.emulator_info, drift_factor=self.scheduler.drift),
         })
+        if self.settings.faults.old_server_info:  # an older SGLang: fewer fields, no internal states
+            for key in ("internal_states", "launch_command", "speculative_num_draft_tokens", "status", "version"):
+                info.pop(key, None)
         return _json_response(info)
 
     async def models(self, request: web.Request) -> web.Response:
@@ -343,11 +356,22 @@ class EmulatorServer:
             request, prompt_tokens, key, max_tokens, bool(body.get("stream", False)), make_format, model=model,
         )
 
+    async def _inject(self, fault: str, text: str, finished: bool, request: web.Request) -> str | None:
+        return await _inject_fault(fault, text, finished, request, self.settings.faults.stall_s)
+
     async def _serve_generation(
         self, request: web.Request, prompt_tokens: int, key: Hashable | None, max_new_tokens: int, stream: bool,
         make_format: Callable[[RequestContext], NativeFormat | CompletionFormat], model: str,
     ) -> web.StreamResponse:
         """Queue one request in the scheduler and answer with SSE events or one JSON body."""
+        if self.firehose is not None and stream and max_new_tokens > 0:
+            return await self.firehose.serve(request, self.firehose.writes(make_format, prompt_tokens, max_new_tokens, model))
+        fault = self.faults.next_request() if self.settings.faults.any else None
+        if self.faults.should_crash():
+            _die(f"fault injection: crashing after {self.settings.faults.crash_after_requests} requests", 134)
+        if fault == ERROR:
+            status = self.settings.faults.error_status
+            return _json_response({"object": "error", "message": "injected server error", "code": status}, status=status)
         if prompt_tokens + max_new_tokens > self.settings.context_length:
             message = context_error_message(self.settings.context_length, prompt_tokens, max_new_tokens)
             if not stream:
@@ -384,13 +408,48 @@ class EmulatorServer:
                 if req.finished:
                     chunks.append(fmt.closing(marks[-1]))
                     chunks.append(SSE_DONE)
-                await resp.write("".join(chunks).encode())
+                text = "".join(chunks)
+                if fault is not None and _fault_due(fault, req.finished, sent, max_new_tokens):
+                    text = await self._inject(fault, text, req.finished, request)
+                    if text is None:
+                        return resp
+                    fault = fault if fault == NO_COUNT else None  # the others strike once
+                await resp.write(text.encode())
             return resp
         except ConnectionResetError:
             return resp  # the client went away; the finally clause frees its slot
         finally:
             if not req.finished:
                 self.engine.abort(req)
+
+
+def _fault_due(fault: str, finished: bool, sent: int, max_new_tokens: int) -> bool:
+    """Counts are corrupted at the end (or throughout); the rest strike half-way through."""
+    if fault == NO_COUNT:
+        return True
+    if fault == BAD_COUNT:
+        return finished
+    return finished or sent * 2 >= max_new_tokens
+
+
+_COUNT = re.compile(r'"completion_tokens":(\d+)')
+
+
+async def _inject_fault(fault: str, text: str, finished: bool, request: web.Request, stall_s: float) -> str | None:
+    """Corrupt one write of a stream; None means the connection was dropped."""
+    if fault == CUT:
+        request.transport.abort()  # mid-stream TCP drop: no [DONE], no final chunk
+        return None
+    if fault == STALL:
+        await asyncio.sleep(stall_s)
+        return text
+    if fault == MALFORMED:
+        return 'data: {"text":"torn event","meta_info":{"id":\n\n' + text
+    if fault == NO_COUNT:
+        return re.sub(r'"completion_tokens":\d+,?', "", text)
+    if fault == BAD_COUNT and finished:
+        return _COUNT.sub(lambda m: f'"completion_tokens":{int(m.group(1)) + 3}', text)
+    return text
 
 
 async def _read_json(request: web.Request) -> dict:
@@ -411,6 +470,17 @@ def _int_param(value: object, default: int, name: str) -> int:
     return value
 
 
+def _die(message: str, code: int) -> None:
+    """Exit at once, like a crash; the log goes straight to stderr (the log thread dies too)."""
+    sys.stderr.write(f"[{time.strftime('%Y-%m-%d %H:%M:%S')}] ERROR {message}\n")
+    sys.stderr.flush()
+    os._exit(code)
+
+
+def _exit_during_startup() -> None:
+    _die("fault injection: exiting during start-up", 3)
+
+
 async def serve(settings: ServerSettings) -> None:
     """Serve until SIGTERM or SIGINT, then shut down cleanly."""
     server = EmulatorServer(settings)
@@ -424,6 +494,8 @@ async def serve(settings: ServerSettings) -> None:
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
+    if settings.faults.exit_during_startup_s is not None:
+        loop.call_later(settings.faults.exit_during_startup_s, _exit_during_startup)
     loop.call_at(server.ready_at, log.info, "The server is fired up and ready to roll!")
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)

@@ -85,6 +85,10 @@ class Engine:
     supported_apis: tuple[str, ...] = ("native", "openai", "chat")
     readiness_path = "/health_generate"
     counter_names: tuple[str, ...] = ()  # Prometheus counters snapshotted around each run
+    # The server_accept_lengths source that is the run's accept length when its requests carry
+    # no verify counts (engines that stream none); None: only the requests' own counts.
+    accept_length_source: str | None = None
+    generated_tokens_counter: str | None = None  # cross-checks the client's token total per run
 
     def python(self, cfg: ServerConfig) -> str:
         return cfg.python or sys.executable
@@ -120,6 +124,17 @@ class Engine:
     ) -> dict[str, float]:
         """The run's accept length as each server-side source sees it."""
         return {}
+
+    def token_count_disagreement(self, before: dict[str, float] | None, after: dict[str, float] | None,
+                                 client_tokens: int) -> str | None:
+        """The server's own counter of generated tokens against the sum the client was told."""
+        name = self.generated_tokens_counter
+        if not name or not before or not after or name not in before or name not in after:
+            return None
+        server_tokens = after[name] - before[name]
+        if abs(server_tokens - client_tokens) < 0.5:
+            return None
+        return f"token counts disagree: responses reported {client_tokens} completion tokens, server counter {name} rose by {server_tokens:g}"
 
     def check_args(self, cfg: ServerConfig, eff: EffectiveArgs, max_concurrency: int) -> list[ArgCheck]:
         return []

@@ -58,6 +58,7 @@ class SGLangEngine(Engine):
     name = "sglang"
     module = "sglang.launch_server"
     counter_names = ("sglang:generation_tokens_total", "sglang:spec_verify_calls_total", "sglang:num_requests_total")
+    generated_tokens_counter = "sglang:generation_tokens_total"
 
     def launch_command(self, cfg: ServerConfig, host: str, port: int, api_key: str | None) -> list[str]:
         cmd = [self.python(cfg), "-m", self.module, "--model-path", cfg.model_path,

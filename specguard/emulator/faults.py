@@ -1,0 +1,100 @@
+"""Fault injection: the ways real inference servers misbehave, on demand and reproducibly.
+
+A merge gate must never pass, hang or lose data when its server misbehaves; these faults let
+tests prove that. Per-request faults are drawn from a seeded generator, so a launch with the
+same seed misbehaves on the same requests.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+# What a generation request may be made to suffer.
+ERROR, CUT, STALL, MALFORMED, BAD_COUNT, NO_COUNT = "error", "cut", "stall", "malformed", "bad_count", "no_count"
+REQUEST_FAULTS = (ERROR, CUT, STALL, MALFORMED, BAD_COUNT, NO_COUNT)
+
+
+@dataclass(frozen=True)
+class FaultSettings:
+    """Rates are fractions of generation requests (0..1); durations in seconds."""
+
+    error_rate: float = 0.0  # answered with HTTP error_status before any token
+    error_status: int = 500
+    cut_rate: float = 0.0  # connection dropped half-way through the stream
+    stall_rate: float = 0.0  # no event for stall_s half-way through the stream
+    stall_s: float = 30.0
+    malformed_rate: float = 0.0  # one invalid SSE/JSON event half-way through
+    bad_count_rate: float = 0.0  # final completion_tokens disagrees with the tokens streamed
+    no_count_rate: float = 0.0  # meta_info / usage without completion_tokens
+    never_ready: bool = False  # /health* answer 503 forever
+    exit_during_startup_s: float | None = None  # the process exits (code 3) this long after start
+    crash_after_requests: int | None = None  # the process dies (code 134) on request N + 1
+    old_server_info: bool = False  # only /get_server_info, without the newer fields
+
+    def __post_init__(self) -> None:
+        for name in ("error_rate", "cut_rate", "stall_rate", "malformed_rate", "bad_count_rate", "no_count_rate"):
+            value = getattr(self, name)
+            if not 0.0 <= value <= 1.0:
+                raise ValueError(f"--emulator-fault-{name.replace('_', '-')} must be in [0, 1], got {value}")
+        if sum(getattr(self, f"{f}_rate") for f in REQUEST_FAULTS) > 1.0:
+            raise ValueError("the --emulator-fault-*-rate values add up to more than 1")
+        if self.error_status not in (500, 502, 503, 504):
+            raise ValueError(f"--emulator-fault-error-status must be a 5xx status, got {self.error_status}")
+
+    @property
+    def any(self) -> bool:
+        return self != FaultSettings()
+
+
+class FaultPlan:
+    """Decides, per generation request, which fault (if any) it gets."""
+
+    def __init__(self, settings: FaultSettings, seed: int) -> None:
+        self.settings = settings
+        self._rng = random.Random(seed ^ 0x5EED)
+        self.requests_seen = 0
+
+    def next_request(self) -> str | None:
+        self.requests_seen += 1
+        draw = self._rng.random()
+        for fault in REQUEST_FAULTS:
+            rate = getattr(self.settings, f"{fault}_rate")
+            if draw < rate:
+                return fault
+            draw -= rate
+        return None
+
+    def should_crash(self) -> bool:
+        n = self.settings.crash_after_requests
+        return n is not None and self.requests_seen > n
+
+
+def add_fault_arguments(parser) -> None:
+    """The --emulator-fault-* flags (launch_server) and their help."""
+    g = parser.add_argument_group("emulator fault injection")
+    g.add_argument("--emulator-fault-error-rate", type=float, default=0.0, help="fraction answered 5xx")
+    g.add_argument("--emulator-fault-error-status", type=int, default=500)
+    g.add_argument("--emulator-fault-cut-rate", type=float, default=0.0, help="fraction of streams cut mid-way")
+    g.add_argument("--emulator-fault-stall-rate", type=float, default=0.0, help="fraction of streams that stall")
+    g.add_argument("--emulator-fault-stall-s", type=float, default=30.0)
+    g.add_argument("--emulator-fault-malformed-rate", type=float, default=0.0, help="fraction with an invalid event")
+    g.add_argument("--emulator-fault-bad-count-rate", type=float, default=0.0, help="fraction with a wrong final count")
+    g.add_argument("--emulator-fault-no-count-rate", type=float, default=0.0, help="fraction without token counts")
+    g.add_argument("--emulator-fault-never-ready", action="store_true")
+    g.add_argument("--emulator-fault-exit-during-startup-s", type=float, default=None)
+    g.add_argument("--emulator-fault-crash-after-requests", type=int, default=None)
+    g.add_argument("--emulator-fault-old-server-info", action="store_true")
+
+
+def fault_settings_from_args(args) -> FaultSettings:
+    return FaultSettings(
+        error_rate=args.emulator_fault_error_rate, error_status=args.emulator_fault_error_status,
+        cut_rate=args.emulator_fault_cut_rate, stall_rate=args.emulator_fault_stall_rate,
+        stall_s=args.emulator_fault_stall_s, malformed_rate=args.emulator_fault_malformed_rate,
+        bad_count_rate=args.emulator_fault_bad_count_rate, no_count_rate=args.emulator_fault_no_count_rate,
+        never_ready=args.emulator_fault_never_ready,
+        exit_during_startup_s=args.emulator_fault_exit_during_startup_s,
+        crash_after_requests=args.emulator_fault_crash_after_requests,
+        old_server_info=args.emulator_fault_old_server_info,
+    )
