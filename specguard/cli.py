@@ -3,17 +3,23 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from dataclasses import asdict
 from pathlib import Path
 
+from specguard import compare, recommend, results
+from specguard import calibrate, study
 from specguard.baselines import atomic_write_json
 from specguard.config import ServerConfig, SweepConfig
 from specguard.engines import get_engine
+from specguard.publish import write_report_dir
 from specguard.server import ServerStartError, attach, launch, stop
 from specguard.sweep import measure_cell
 from specguard.workload import WORKLOAD_KINDS, WorkloadError, WorkloadSpec, build_workload
+
+# Exit codes shared by every command (docs/ci.md): 0 fine, 1 regression found, 2 usage or
+# unreadable input, 3 could not measure.
+EXIT_OK, EXIT_REGRESSION, EXIT_USAGE, EXIT_NOT_MEASURED = 0, 1, 2, 3
 
 
 def _levels(text: str) -> list[int]:
@@ -71,7 +77,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
             handle = attach("bench", args.url, engine, api_key=args.api_key)
     except ServerStartError as exc:
         print(f"specguard bench: {exc}", file=sys.stderr)
-        return 3
+        return EXIT_NOT_MEASURED
     rows = []
     try:
         eff = handle.effective
@@ -100,7 +106,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if args.json_path:
         atomic_write_json(Path(args.json_path), {"schema": "specguard-bench", "schema_version": 1,
                                                  "server": handle.effective.fingerprint_fields(), "levels": rows})
-    return 1 if any(r["error"] for r in rows) else 0
+    return EXIT_NOT_MEASURED if any(r["error"] for r in rows) else EXIT_OK
 
 
 def _emulate_parser(sub) -> None:
@@ -114,17 +120,77 @@ def cmd_emulate(args: argparse.Namespace, rest: list[str]) -> int:
     return emulator_main(["--emulator-profile", args.profile, *rest])
 
 
+def _results_parsers(sub) -> None:
+    p = sub.add_parser("compare", help="B over A per cell, with the gates' statistics (A, B: --results-json files)")
+    p.add_argument("a", help="results file of the accepted state (before)")
+    p.add_argument("b", help="results file to judge (after)")
+    p = sub.add_parser("recommend", help="crossover concurrency and a speculation policy from a sweep's results")
+    p.add_argument("results", help="results file (--results-json) of a sweep with a speculative configuration and its reference")
+    p.add_argument("--config", help="the speculative configuration (default: the one with the most draft tokens)")
+    p.add_argument("--confidence", type=float, default=recommend.DEFAULT_CONFIDENCE, help="CI level (default 0.95)")
+    p.add_argument("--json", dest="json_path", help="write the recommendation as JSON here")
+    p.add_argument("--adaptive-config", help="write SGLang's --speculative-adaptive-config file here (when it applies)")
+    p = sub.add_parser("report", help="(re)write the report directory from a results file")
+    p.add_argument("results", help="results file (--results-json)")
+    p.add_argument("--report-dir", required=True)
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    try:
+        cmp = compare.compare(results.load(args.a), results.load(args.b))
+    except results.ResultsError as exc:
+        print(f"specguard compare: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    print(compare.render_text(cmp, args.a, args.b))
+    return EXIT_REGRESSION if cmp.regressed else EXIT_OK
+
+
+def cmd_recommend(args: argparse.Namespace) -> int:
+    if not 0 < args.confidence < 1:
+        print(f"specguard recommend: --confidence {args.confidence} must be in (0, 1), e.g. 0.95", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        rec = recommend.recommend(results.load(args.results), config=args.config, confidence=args.confidence,
+                                  source=args.results)
+    except (results.ResultsError, recommend.RecommendError) as exc:
+        print(f"specguard recommend: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    if args.adaptive_config and rec.sglang.get("applies"):
+        rec.sglang["launch_flags"][-1] = args.adaptive_config
+        atomic_write_json(Path(args.adaptive_config), rec.sglang["speculative_adaptive_config"])
+    print(recommend.render_text(rec))
+    if args.json_path:
+        atomic_write_json(Path(args.json_path), recommend.to_json(rec))
+    return EXIT_OK
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    try:
+        doc = results.load(args.results)
+    except results.ResultsError as exc:
+        print(f"specguard report: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    for path in write_report_dir(doc, Path(args.report_dir)):
+        print(path)
+    return EXIT_OK
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="specguard", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     _bench_parser(sub)
     _emulate_parser(sub)
+    _results_parsers(sub)
+    study.add_parser(sub)
+    calibrate.add_parser(sub)
     args, rest = parser.parse_known_args(argv)
     if args.command == "emulate":
         return cmd_emulate(args, rest)
     if rest:
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
-    return cmd_bench(args)
+    commands = {"bench": cmd_bench, "compare": cmd_compare, "recommend": cmd_recommend, "report": cmd_report,
+                "study": study.run, "calibrate": calibrate.run}
+    return commands[args.command](args)
 
 
 if __name__ == "__main__":

@@ -1,8 +1,9 @@
-"""One streamed request over HTTP, timed at the socket read.
+"""One streamed request over HTTP, timed where its bytes arrive -> `RequestRecord`.
 
-httpx is the API; its transport is aiohttp's C-parsed HTTP/1.1 (httpx-aiohttp), because
-httpx's default pure-Python transport costs several times more CPU per streamed event
-(../shared/reference/client-performance.md). Request bodies are encoded up front.
+Requests are pre-encoded bytes sent on a kept-alive `http1.Connection`, whose `data_received`
+stamps every read with `time.perf_counter()` before any parsing and feeds the SSE parser
+directly (docs/client.md says why this is not httpx's or aiohttp's client: per request and per
+event they cost several times more CPU, and their timestamps are taken late, in a reading task).
 """
 
 from __future__ import annotations
@@ -12,10 +13,9 @@ import time
 from array import array
 from dataclasses import dataclass, field
 
-import httpx
-from httpx_aiohttp import AiohttpTransport
-
-from specguard.sse import StreamParser, StreamProtocolError
+from specguard import __version__
+from specguard.http1 import Connection, ConnectionFailed, Endpoint, ReadTimeout
+from specguard.sse import StreamParser, StreamProtocolError, StreamSummary
 from specguard.workload import Prompt
 
 APIS = ("native", "openai", "chat")
@@ -30,11 +30,13 @@ class RequestRecord:
     send_s: float
     end_s: float = 0.0
     event_s: array = field(default_factory=lambda: array("d"))  # arrival of token-bearing events
-    event_tokens: array = field(default_factory=lambda: array("d"))  # new tokens in each event
+    event_tokens: array = field(default_factory=lambda: array("I"))  # new tokens in each event (1 if estimated)
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     spec_verify_ct: int | None = None
-    tokens_estimated: bool = False  # per-event counts spread from the usage total
+    tokens_estimated: bool = False  # per-event counts unknown: metrics spread the usage total
+    server_ttft_s: float | None = None  # the server's own view, when its stream reports it
+    server_e2e_s: float | None = None
     http_status: int | None = None
     error: str | None = None
 
@@ -88,55 +90,48 @@ def build_body(prompt: Prompt, options: RequestOptions) -> bytes:
     return json.dumps(body, separators=(",", ":")).encode()
 
 
-def make_http_client(base_url: str, *, max_connections: int, api_key: str | None, read_timeout_s: float) -> httpx.AsyncClient:
-    """One connection pool per run, sized so no request waits for a connection."""
-    limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
-    headers = {"Content-Type": "application/json"}
+def encode_request(endpoint: Endpoint, route: str, body: bytes, api_key: str | None) -> bytes:
+    """The full HTTP request for one body, built before the clock starts."""
+    headers = {"Content-Type": "application/json", "Accept": "text/event-stream", "User-Agent": f"specguard/{__version__}"}
     if api_key:
         headers["Authorization"] = f"Bearer {api_key}"
-    timeout = httpx.Timeout(connect=10.0, read=read_timeout_s, write=10.0, pool=read_timeout_s)
-    return httpx.AsyncClient(
-        base_url=base_url, transport=AiohttpTransport(limits=limits), headers=headers, timeout=timeout
-    )
+    return endpoint.request_bytes("POST", route, body, headers)
 
 
-async def send_request(client: httpx.AsyncClient, route: str, body: bytes, api: str, index: int) -> RequestRecord:
+async def send_request(conn: Connection, request: bytes, api: str, index: int, read_timeout_s: float) -> RequestRecord:
     """Send one streamed request; failures are recorded on the record, never raised."""
     parser = StreamParser("native" if api == "native" else "openai")
-    clock = time.perf_counter
-    record = RequestRecord(index=index, send_s=clock())
+    record = RequestRecord(index=index, send_s=time.perf_counter())
     try:
-        async with client.stream("POST", route, content=body) as response:
-            record.http_status = response.status_code
-            if response.status_code != 200:
-                text = (await response.aread())[:500].decode("utf-8", "replace")
-                record.error = f"HTTP {response.status_code}: {text}"
-            else:
-                async for chunk in response.aiter_raw():
-                    parser.feed(chunk, clock())
-        record.end_s = clock()
-        if record.error is None:
+        status, error_body, last_rx_s = await conn.exchange(request, parser.feed, read_timeout_s)
+        record.http_status = status
+        record.end_s = last_rx_s
+        if status != 200:
+            record.error = f"HTTP {status}: {error_body[:500].decode('utf-8', 'replace')}"
+        else:
             summary = parser.close()
             record.prompt_tokens = summary.prompt_tokens
             record.completion_tokens = summary.completion_tokens
             record.spec_verify_ct = summary.spec_verify_ct
             record.tokens_estimated = parser.tokens_estimated
+            record.server_ttft_s = summary.server_ttft_s
+            record.server_e2e_s = summary.server_e2e_s
             record.error = _stream_error(summary, parser)
     except StreamProtocolError as exc:
-        record.end_s = clock()
+        record.end_s = time.perf_counter()
         record.error = f"bad stream: {exc}"
-    except httpx.TimeoutException as exc:
-        record.end_s = clock()
-        record.error = f"timeout: no data for the read timeout ({type(exc).__name__})"
-    except httpx.HTTPError as exc:
-        record.end_s = clock()
-        record.error = f"connection error: {type(exc).__name__}: {exc}"
+    except ReadTimeout as exc:
+        record.end_s = time.perf_counter()
+        record.error = f"timeout: no data for the read timeout ({exc})"
+    except ConnectionFailed as exc:
+        record.end_s = time.perf_counter()
+        record.error = f"connection error: {exc}"
     record.event_s = parser.event_s
     record.event_tokens = parser.event_tokens
     return record
 
 
-def _stream_error(summary, parser: StreamParser) -> str | None:
+def _stream_error(summary: StreamSummary, parser: StreamParser) -> str | None:
     """Why a 200 stream still failed: in-stream error, cut off, or missing server counts."""
     if summary.error:
         return summary.error
@@ -144,7 +139,7 @@ def _stream_error(summary, parser: StreamParser) -> str | None:
         return "stream cut: ended without [DONE]"
     if summary.completion_tokens is None:
         return "server reported no completion token count"
-    streamed = sum(parser.event_tokens)
-    if abs(streamed - summary.completion_tokens) > 1e-6:
-        return f"token count mismatch: stream carried {streamed:g} tokens, server reported {summary.completion_tokens}"
+    if not parser.tokens_estimated and parser.streamed_tokens != summary.completion_tokens:
+        return (f"token count mismatch: stream carried {parser.streamed_tokens} tokens, "
+                f"server reported {summary.completion_tokens}")
     return None

@@ -1,22 +1,29 @@
 """Closed-loop load at a fixed concurrency: C workers, each sends its next request when its
 previous one finishes, for a fixed number of requests, so every run does the same work.
 
-All runs of a cell share one event loop and one connection pool (`LoadGenerator`), so a
-measured run pays no connection set-up that the warmup run has not already paid. Every wait is
-bounded: a read timeout per request (no bytes for that long) and a deadline per run after which
-the unfinished requests are cancelled and counted as failed.
+All runs of a cell share one `LoadGenerator`: one event loop and one kept-alive connection per
+closed-loop worker, so a measured run pays no connection set-up that the warmup run has not
+already paid. Above `AUTO_WORKERS_PER_PROCESS` concurrent streams (or when asked) the workers
+are spread over processes (`specguard.workers`), each with its own loop and connections, and
+their records merged. Every wait is bounded: a read timeout per request (no bytes for that
+long) and a deadline per run after which unfinished requests are cancelled and counted failed.
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
+import os
 import time
+from array import array
 from dataclasses import dataclass, field
 
-import httpx
-
-from specguard.client import ROUTES, RequestOptions, RequestRecord, build_body, make_http_client, send_request
+from specguard.client import ROUTES, RequestOptions, RequestRecord, build_body, encode_request, send_request
+from specguard.http1 import Connection, Endpoint
 from specguard.workload import Workload
+
+WORKERS_ENV = "SPECGUARD_CLIENT_WORKERS"
+AUTO_WORKERS_PER_PROCESS = 512  # concurrent streams one process takes before another is started
 
 
 @dataclass(frozen=True)
@@ -29,45 +36,79 @@ class LoadSettings:
     api_key: str | None = None
     model: str = "default"
     extra_body: dict | None = None
+    workers: int | None = None  # client processes; None: $SPECGUARD_CLIENT_WORKERS, else by concurrency
 
     def __post_init__(self) -> None:
         if self.concurrency <= 0:
             raise ValueError(f"concurrency must be positive, got {self.concurrency}")
         if self.num_requests < self.concurrency:
             raise ValueError(f"a run needs at least as many requests ({self.num_requests}) as concurrency ({self.concurrency})")
+        if self.workers is not None and self.workers <= 0:
+            raise ValueError(f"workers must be positive, got {self.workers}")
 
 
 @dataclass
 class RunResult:
-    """The raw outcome of one run: one record per request, in send order."""
+    """The raw outcome of one run: one record per request, in index order."""
 
     concurrency: int
     requests: list[RequestRecord] = field(default_factory=list)
     start_s: float = 0.0
     end_s: float = 0.0
     timed_out: bool = False
+    client_cpu_s: float = 0.0  # CPU time of every client process during the run
+    processes: int = 1
+    turnaround_s: array = field(default_factory=lambda: array("d"))  # last byte in -> next request out, per worker
 
 
-async def run_closed_loop(client: httpx.AsyncClient, workload: Workload, settings: LoadSettings) -> RunResult:
-    """One run on an open client. Bodies are encoded before the clock starts."""
-    options = RequestOptions(
-        api=settings.api, output_len=workload.spec.output_len, model=settings.model, extra_body=settings.extra_body
-    )
-    bodies = [build_body(workload.prompt(i), options) for i in range(settings.num_requests)]
+def client_processes(settings: LoadSettings) -> int:
+    """How many processes drive the run: as asked, else one per AUTO_WORKERS_PER_PROCESS streams,
+    never more than the cores this process may use minus one (the server may need one)."""
+    asked = settings.workers or int(os.environ.get(WORKERS_ENV, "0") or 0)
+    if asked:
+        return min(asked, settings.concurrency)
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, min(math.ceil(settings.concurrency / AUTO_WORKERS_PER_PROCESS), cores - 1))
+
+
+def encode_requests(base_url: str, workload: Workload, settings: LoadSettings) -> list[bytes]:
+    """Every request of a run as the bytes to write, built before the clock starts."""
+    options = RequestOptions(api=settings.api, output_len=workload.spec.output_len, model=settings.model,
+                             extra_body=settings.extra_body)
+    endpoint = Endpoint.from_url(base_url)
     route = ROUTES[settings.api]
-    result = RunResult(concurrency=settings.concurrency)
-    records: list[RequestRecord | None] = [None] * settings.num_requests
-    next_index = 0
+    return [encode_request(endpoint, route, build_body(workload.prompt(i), options), settings.api_key)
+            for i in range(settings.num_requests)]
 
-    async def worker() -> None:
-        nonlocal next_index
-        while next_index < settings.num_requests:
-            i = next_index
-            next_index += 1
-            records[i] = await send_request(client, route, bodies[i], settings.api, i)
 
+async def run_requests(conns: list[Connection], requests: list[bytes], settings: LoadSettings,
+                       first_index: int = 0, start_at_s: float | None = None) -> RunResult:
+    """One closed-loop run of `requests` with one worker per connection (request i is numbered
+    first_index + i). `start_at_s` (perf_counter) lines up runs in several processes."""
+    if start_at_s is not None:
+        await asyncio.sleep(max(0.0, start_at_s - time.perf_counter()))
+    n = len(requests)
+    records: list[RequestRecord | None] = [None] * n
+    next_i = 0
+    api, read_timeout_s = settings.api, settings.read_timeout_s
+
+    result = RunResult(concurrency=len(conns))
+    turnaround = result.turnaround_s
+
+    async def worker(conn: Connection) -> None:
+        nonlocal next_i
+        prev_end_s = None
+        while next_i < n:
+            i = next_i
+            next_i += 1
+            rec = records[i] = await send_request(conn, requests[i], api, first_index + i, read_timeout_s)
+            if prev_end_s is not None:
+                turnaround.append(rec.send_s - prev_end_s)
+            prev_end_s = rec.end_s
+
+    cpu0 = time.process_time()
     result.start_s = time.perf_counter()
-    tasks = [asyncio.create_task(worker()) for _ in range(settings.concurrency)]
+    tasks = [asyncio.create_task(worker(c)) for c in conns]
     done, pending = await asyncio.wait(tasks, timeout=settings.run_timeout_s)
     for t in pending:
         t.cancel()
@@ -78,33 +119,50 @@ async def run_closed_loop(client: httpx.AsyncClient, workload: Workload, setting
         if t.exception() is not None:
             raise t.exception()  # a bug in the client, not a server failure
     result.end_s = time.perf_counter()
+    result.client_cpu_s = time.process_time() - cpu0
 
     for i, rec in enumerate(records):
         if rec is None:  # cancelled in flight or never sent
             reason = f"cancelled: run deadline of {settings.run_timeout_s:g}s reached"
-            rec = RequestRecord(index=i, send_s=result.end_s, end_s=result.end_s, error=reason)
+            rec = RequestRecord(index=first_index + i, send_s=result.end_s, end_s=result.end_s, error=reason)
         result.requests.append(rec)
     return result
 
 
 class LoadGenerator:
-    """A private event loop and connection pool for the runs of one cell (synchronous API,
-    so pytest-benchmark can time each run)."""
+    """The runs of one cell: a private event loop and one connection per closed-loop worker,
+    or worker processes that each have those (synchronous API, so pytest-benchmark can time
+    each run)."""
 
     def __init__(self, base_url: str, settings: LoadSettings) -> None:
+        self.base_url = base_url
         self.settings = settings
-        self._loop = asyncio.new_event_loop()
-        self._client = make_http_client(base_url, max_connections=settings.concurrency,
-                                        api_key=settings.api_key, read_timeout_s=settings.read_timeout_s)
+        self.processes = client_processes(settings)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._pool = None
+        if self.processes > 1:
+            from specguard.workers import WorkerPool  # only runs that need processes pay for them
+
+            self._pool = WorkerPool(base_url, settings, self.processes)
+        else:
+            self._loop = asyncio.new_event_loop()
+            endpoint = Endpoint.from_url(base_url)
+            self._conns = [Connection(endpoint) for _ in range(settings.concurrency)]
 
     def run(self, workload: Workload) -> RunResult:
-        return self._loop.run_until_complete(run_closed_loop(self._client, workload, self.settings))
+        requests = encode_requests(self.base_url, workload, self.settings)
+        if self._pool is not None:
+            return self._pool.run(requests)
+        return self._loop.run_until_complete(run_requests(self._conns, requests, self.settings))
 
     def close(self) -> None:
-        try:
-            self._loop.run_until_complete(self._client.aclose())
-        finally:
-            self._loop.close()
+        if self._pool is not None:
+            self._pool.close()
+            return
+        for conn in self._conns:
+            conn.close()
+        self._loop.run_until_complete(asyncio.sleep(0))  # let the transports finish closing
+        self._loop.close()
 
     def __enter__(self) -> "LoadGenerator":
         return self
@@ -114,6 +172,6 @@ class LoadGenerator:
 
 
 def run_once(base_url: str, workload: Workload, settings: LoadSettings) -> RunResult:
-    """A single run with its own loop and pool (tools and tests)."""
+    """A single run with its own loop and connections (tools and tests)."""
     with LoadGenerator(base_url, settings) as gen:
         return gen.run(workload)

@@ -15,11 +15,12 @@ from typing import Iterable
 import numpy as np
 
 from specguard.client import RequestRecord
-from specguard.load import RunResult
+from specguard.load import WORKERS_ENV, RunResult
 
 LATENCY_METRICS = ("ttft_ms", "tpot_ms", "itl_ms", "e2e_latency_ms")
 LATENCY_STATS = ("mean", "median", "p90", "p99")
 MAX_ERRORS_KEPT = 5
+CLIENT_BUSY_FRACTION = 0.7  # of a core per client process, over a run: beyond it the client may lag
 
 
 @dataclass
@@ -36,10 +37,11 @@ class RunMetrics:
     output_throughput: float  # completion tokens per second of wall time
     request_throughput: float
     latency_ms: dict[str, float] = field(default_factory=dict)
-    accept_length: float | None = None  # sum completion tokens / sum spec_verify_ct
+    accept_length: float | None = None  # sum completion tokens / sum spec_verify_ct, else the engine's source
     total_verify_ct: int = 0
     server_accept_length: dict[str, float] = field(default_factory=dict)  # by source name
     tokens_estimated: bool = False
+    client_cpu_fraction: float = 0.0  # client CPU seconds / (duration x client processes)
     errors: list[str] = field(default_factory=list)  # the first few, verbatim
     warnings: list[str] = field(default_factory=list)
 
@@ -57,18 +59,30 @@ def _percentiles(values: np.ndarray, name: str, out: dict[str, float]) -> None:
 
 
 def per_token_itl_s(record: RequestRecord) -> np.ndarray:
-    """Gaps between token-bearing events after the first, split evenly over each event's tokens."""
-    times = np.frombuffer(record.event_s, dtype=np.float64)
+    """Gaps between token-bearing events after the first, split evenly over each event's tokens.
+
+    When the stream did not say how many tokens each event carried (`tokens_estimated`), the
+    server's total is spread evenly over the events.
+    """
+    times = np.asarray(record.event_s, dtype=np.float64)
     if times.size < 2:
         return np.empty(0)
-    tokens = np.frombuffer(record.event_tokens, dtype=np.float64)[1:]
+    if record.tokens_estimated and record.completion_tokens:
+        tokens = np.full(times.size - 1, record.completion_tokens / times.size)
+    else:
+        tokens = np.asarray(record.event_tokens, dtype=np.float64)[1:]
     gaps = np.diff(times)
     counts = np.maximum(np.rint(tokens).astype(np.int64), 1)
     return np.repeat(gaps / tokens, counts)
 
 
-def summarize_run(run: RunResult, server_accept_length: dict[str, float] | None = None) -> RunMetrics:
-    """Reduce one run's request records to its metrics; failures are counted, never dropped."""
+def summarize_run(run: RunResult, server_accept_length: dict[str, float] | None = None,
+                  accept_length_source: str | None = None) -> RunMetrics:
+    """Reduce one run's request records to its metrics; failures are counted, never dropped.
+
+    The accept length comes from the requests' own verify counts; only when they carry none does
+    the engine's run-level `accept_length_source` (a key of `server_accept_length`) stand in.
+    """
     ok = [r for r in run.requests if r.ok]
     bad = [r for r in run.requests if not r.ok]
     start = min((r.send_s for r in run.requests), default=run.start_s)
@@ -87,13 +101,16 @@ def summarize_run(run: RunResult, server_accept_length: dict[str, float] | None 
             if r.first_token_s is not None and (r.completion_tokens or 0) > 1
         ]
     )
-    itl = np.concatenate([per_token_itl_s(r) for r in ok]) * 1e3 if ok else np.empty(0)
+    itl = np.concatenate([per_token_itl_s(r) for r in ok]) if ok else np.empty(0)
+    itl *= 1e3  # in place: at 2M tokens a run's ITL array is 16 MB
     for name, values in (("ttft_ms", ttft), ("tpot_ms", tpot), ("itl_ms", itl), ("e2e_latency_ms", e2e)):
         _percentiles(values, name, latency)
 
     with_verify = [r for r in ok if r.spec_verify_ct]
     verify_ct = sum(r.spec_verify_ct or 0 for r in with_verify)
     accept_length = sum(r.completion_tokens or 0 for r in with_verify) / verify_ct if verify_ct else None
+    if accept_length is None and accept_length_source:
+        accept_length = (server_accept_length or {}).get(accept_length_source)
 
     metrics = RunMetrics(
         concurrency=run.concurrency,
@@ -110,9 +127,14 @@ def summarize_run(run: RunResult, server_accept_length: dict[str, float] | None 
         total_verify_ct=verify_ct,
         server_accept_length=dict(server_accept_length or {}),
         tokens_estimated=any(r.tokens_estimated for r in ok),
+        client_cpu_fraction=run.client_cpu_s / (duration_s * run.processes),
         errors=[f"request {r.index}: {r.error}" for r in bad[:MAX_ERRORS_KEPT]],
     )
     metrics.warnings.extend(accept_length_disagreements(metrics))
+    if metrics.client_cpu_fraction > CLIENT_BUSY_FRACTION:
+        metrics.warnings.append(
+            f"the load generator was busy {metrics.client_cpu_fraction:.0%} of the run: it may be part of what was "
+            f"measured (more client processes: {WORKERS_ENV}, or fewer concurrent streams per machine)")
     return metrics
 
 

@@ -1,138 +1,109 @@
-"""What people read: the end-of-session table and the versioned results JSON."""
+"""The end-of-session table: one row per configuration x concurrency, short enough for a CI log.
+
+It reads the results document (specguard/results.py), so a controller that merged pytest-xdist
+workers' results prints the same table as a single process does.
+"""
 
 from __future__ import annotations
 
-import math
-import platform
-from dataclasses import asdict
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from specguard import __version__
-from specguard.baselines import atomic_write_json, now_iso
-from specguard.gates import GateResult, crossover
+from specguard.results import STATUS_NOT_MEASURED, STATUS_REGRESSION, sorted_cells
 
-if TYPE_CHECKING:
-    from specguard.session import SpecguardSession
-
-RESULTS_SCHEMA = "specguard-results"
-RESULTS_SCHEMA_VERSION = 1
+GATE_SHORT = {"throughput": "tput", "accept_length": "accept", "speculation": "spec"}
 
 
-def _median(xs: list[float]) -> float:
-    ys = sorted(x for x in xs if x is not None and not math.isnan(x))
-    if not ys:
-        return math.nan
-    n = len(ys)
-    return ys[n // 2] if n % 2 else (ys[n // 2 - 1] + ys[n // 2]) / 2
+def fmt(x: float | None, spec: str = ".1f") -> str:
+    return "-" if x is None else format(x, spec)
 
 
-def _fmt(x: float | None, spec: str = ".1f") -> str:
-    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, spec)
+def pct_ci(estimate: dict[str, Any] | None, verdict: str = "-") -> str:
+    """'+1.2% [-0.4,+2.8]' from a decision's estimate; the verdict when there is none."""
+    if not estimate:
+        return verdict
+    return (f"{(estimate['ratio'] - 1) * 100:+.1f}% [{(estimate['low'] - 1) * 100:+.1f},"
+            f"{(estimate['high'] - 1) * 100:+.1f}]")
 
 
-def _ratio_text(r: GateResult | None) -> str:
-    if r is None:
-        return "-"
-    if r.estimate is None:
-        return r.verdict
-    e = r.estimate
-    return f"{(e.ratio - 1) * 100:+.1f}% [{(e.low - 1) * 100:+.1f},{(e.high - 1) * 100:+.1f}]"
-
-
-def results_by_cell(sg: "SpecguardSession") -> dict[tuple[str, int], dict[str, GateResult]]:
-    out: dict[tuple[str, int], dict[str, GateResult]] = {}
-    for r in sg.results:
-        out.setdefault((r.config, r.concurrency), {})[r.gate] = r
+def decisions_by_cell(doc: dict[str, Any]) -> dict[tuple[str, int], dict[str, dict[str, Any]]]:
+    out: dict[tuple[str, int], dict[str, dict[str, Any]]] = {}
+    for d in doc["decisions"]:
+        out.setdefault((d["config"], d["concurrency"]), {})[d["gate"]] = d
     return out
 
 
-def render_summary(sg: "SpecguardSession") -> str:
-    """One row per configuration x concurrency; short enough for a CI log."""
-    by_cell = results_by_cell(sg)
-    head = (f"{'config':<12} {'C':>4} {'tok/s':>9} {'vs baseline [CI]':>24} {'accept':>6} "
-            f"{'TTFT p50/p99 ms':>16} {'ITL p50/p99 ms':>15} {'spec/ref [CI]':>24}  verdict")
-    lines = [head, "-" * len(head)]
-    for (name, c), cell in sorted(sg.cells.items(), key=lambda kv: (list(sg.suite.servers).index(kv[0][0]), kv[0][1])):
-        gates = by_cell.get((name, c), {})
-        runs = cell.runs
-        tok = _median([r.output_throughput for r in runs])
-        acc = _median([r.accept_length for r in runs if r.accept_length is not None])
-        ttft = f"{_fmt(_median([r.latency_ms.get('median_ttft_ms') for r in runs]))}/{_fmt(_median([r.latency_ms.get('p99_ttft_ms') for r in runs]))}"
-        itl = f"{_fmt(_median([r.latency_ms.get('median_itl_ms') for r in runs]), '.2f')}/{_fmt(_median([r.latency_ms.get('p99_itl_ms') for r in runs]), '.2f')}"
-        verdicts = " ".join(f"{g[:4]}:{r.verdict}" + ("" if r.enforced else "(info)") for g, r in gates.items())
-        if cell.error:
-            verdicts = "ERROR: " + cell.error.splitlines()[0][:80]
-        lines.append(f"{name:<12} {c:>4} {_fmt(tok):>9} {_ratio_text(gates.get('throughput')):>24} {_fmt(acc, '.2f'):>6} "
-                     f"{ttft:>16} {itl:>15} {_ratio_text(gates.get('speculation')):>24}  {verdicts}")
-    for name in sg.suite.servers:
-        spec = {r.concurrency: r.estimate for r in sg.results
-                if r.gate == "speculation" and r.config == name and r.estimate is not None}
-        if spec:
-            lines.append(f"{name}: {crossover(spec)[2]}")
-    for name, state in sg.servers.items():
-        for check in state.checks:
-            lines.append(f"{name}: {'ERROR' if check.blocking else 'note'}: {check.message}")
-    for r in getattr(sg, "holm_extra", []):
-        lines.append(f"FAIL (Holm, family alpha {sg.suite.tolerances.family_alpha}): {r.message.splitlines()[0]}")
-    for u in sg.baseline_updates:
-        lines.append(f"baselines: {u}")
-    return "\n".join(lines)
+def cell_verdict(cell: dict[str, Any], gates: dict[str, dict[str, Any]]) -> str:
+    """'pass', or the gates that did not pass grouped by outcome: 'FAIL: tput; inconclusive: accept'."""
+    if cell["error"]:
+        return "ERROR: " + cell["error"].splitlines()[0][:40]
+    groups: dict[str, list[str]] = {}
+    for gate, d in gates.items():
+        v = d["verdict"]
+        if not d["enforced"]:
+            label = "behind (info)" if v == "fail" else None
+        else:
+            label = None if v == "pass" else v.upper() if v in ("fail", "error") else v
+        if label:
+            groups.setdefault(label, []).append(GATE_SHORT.get(gate, gate))
+    order = ["ERROR", "FAIL", "inconclusive", "skip", "behind (info)"]
+    return "; ".join(f"{label}: {','.join(groups[label])}" for label in order if label in groups) or "pass"
 
 
-def results_document(sg: "SpecguardSession") -> dict[str, Any]:
-    """Every run's raw numbers, the decisions and the environment (documented in docs/results.md)."""
-    servers = {}
-    for name, state in sg.servers.items():
-        h = state.handle
-        servers[name] = {
-            "engine": sg.suite.servers[name].engine,
-            "command": h.command if h else [],
-            "attached": bool(h and h.attached),
-            "effective_args": h.effective.fingerprint_fields() if h else None,
-            "checks": [asdict(c) for c in state.checks],
-            "failure": str(state.failure) if state.failure else None,
-        }
-    cells = []
-    for (name, c), cell in sg.cells.items():
-        cells.append({
-            "config": name, "concurrency": c, "error": cell.error, "warnings": cell.warnings, "wall_s": cell.wall_s,
-            "runs": [asdict(r) for r in cell.runs], "warmup_runs": [asdict(r) for r in cell.warmup_runs],
+COLUMNS = (("config", "config", "<12"), ("C", "concurrency", ">4"), ("tok/s", "tok_s", ">9"),
+           ("vs baseline [CI]", "vs_baseline", ">22"), ("accept", "accept", ">6"),
+           ("TTFT p50/p99 ms", "ttft", ">17"), ("ITL p50/p99 ms", "itl", ">15"),
+           ("spec/ref [CI]", "spec_ref", ">22"), ("verdict", "verdict", ""))
+
+
+def summary_rows(doc: dict[str, Any]) -> list[dict[str, str]]:
+    """The table's cells as text, keyed by COLUMNS' keys; shared by the terminal, markdown and HTML."""
+    by_cell = decisions_by_cell(doc)
+    rows = []
+    for cell in sorted_cells(doc):
+        s, gates = cell["summary"], by_cell.get((cell["config"], cell["concurrency"]), {})
+        tput, spec = gates.get("throughput"), gates.get("speculation")
+        rows.append({
+            "config": cell["config"], "concurrency": str(cell["concurrency"]), "tok_s": fmt(s["output_throughput"]),
+            "vs_baseline": pct_ci(tput and tput["estimate"], tput["verdict"] if tput else "-"),
+            "accept": fmt(s["accept_length"], ".2f"),
+            "ttft": f"{fmt(s['median_ttft_ms'])}/{fmt(s['p99_ttft_ms'])}",
+            "itl": f"{fmt(s['median_itl_ms'], '.2f')}/{fmt(s['p99_itl_ms'], '.2f')}",
+            "spec_ref": pct_ci(spec and spec["estimate"], spec["verdict"] if spec else "-"),
+            "verdict": cell_verdict(cell, gates),
         })
-    decisions = []
-    for r in sg.results:
-        d = {k: v for k, v in asdict(r).items() if k != "estimate"}
-        d["estimate"] = asdict(r.estimate) if r.estimate else None
-        decisions.append(d)
-    return {
-        "schema": RESULTS_SCHEMA,
-        "schema_version": RESULTS_SCHEMA_VERSION,
-        "created": now_iso(),
-        "specguard_version": __version__,
-        "session_id": sg.session_id,
-        "suite": str(sg.suite.path),
-        "environment": {"python": platform.python_version(), "platform": platform.platform(), "gpu": sg.gpu,
-                        "git_commit": sg.git_commit},
-        "sweep": asdict(sg.suite.sweep),
-        "workload": asdict(sg.suite.workload),
-        "tolerances": asdict(sg.suite.tolerances),
-        "references": {n: c.reference for n, c in sg.suite.servers.items() if c.reference},
-        "servers": servers,
-        "cells": cells,
-        "decisions": decisions,
-    }
+    return rows
 
 
-def _clean(obj: Any) -> Any:
-    """NaN/inf are not JSON; store them as null."""
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return None
-    if isinstance(obj, dict):
-        return {k: _clean(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_clean(v) for v in obj]
-    return obj
+def notes(doc: dict[str, Any]) -> list[str]:
+    """Crossovers, server notes, Holm failures and baseline writes: the lines under the table."""
+    lines = [f"{name}: {x['text']}" for name, x in doc["crossovers"].items()]
+    for name, server in doc["servers"].items():
+        for check in server["checks"]:
+            lines.append(f"{name}: {'ERROR' if check['blocking'] else 'note'}: {check['message']}")
+        if server.get("failure"):
+            lines.append(f"{name}: ERROR: {server['failure'].splitlines()[0]}")
+    alpha = doc["tolerances"]["family_alpha"]
+    lines += [f"FAIL (Holm, family alpha {alpha}): {d['message'].splitlines()[0]}" for d in doc["holm_failures"]]
+    lines += [f"baselines: {u}" for u in doc["baseline_updates"]]
+    return lines
 
 
-def write_results(sg: "SpecguardSession", path: Path) -> None:
-    atomic_write_json(path, _clean(results_document(sg)))
+def render_summary(doc: dict[str, Any]) -> str:
+    """The terminal table, the notes and the outcome line."""
+    head = " ".join(format(title, align) for title, _, align in COLUMNS)
+    lines = [head, "-" * len(head)]
+    for row in summary_rows(doc):
+        lines.append(" ".join(format(row[key], align) for _, key, align in COLUMNS))
+    return "\n".join([*lines, *notes(doc), outcome_line(doc)])
+
+
+def outcome_line(doc: dict[str, Any]) -> str:
+    """One line CI logs can grep: the status and the exit code it maps to (docs/ci.md)."""
+    o = doc["outcome"]
+    kinds = [t["kind"] for t in o["failed_tests"]]
+    detail = []
+    if kinds.count(STATUS_REGRESSION) or doc["holm_failures"]:
+        detail.append(f"{kinds.count(STATUS_REGRESSION) + len(doc['holm_failures'])} regression(s)")
+    if kinds.count(STATUS_NOT_MEASURED):
+        detail.append(f"{kinds.count(STATUS_NOT_MEASURED)} test(s) not measured")
+    return f"specguard: {o['status']}{' (' + ', '.join(detail) + ')' if detail else ''}, exit {o['exit_status']}"

@@ -1,10 +1,11 @@
 """Incremental parsing of SGLang native and OpenAI-style SSE streams.
 
 The client feeds raw bytes with the time they arrived; the parser turns them into per-event new
-token counts without decoding the whole JSON of every event. SGLang's native stream resends the
+token counts without decoding the JSON of every event. SGLang's native stream resends the
 cumulative `text` and `output_ids` in each event, so a full decode is O(tokens so far) per event;
-the parser instead finds the cumulative `completion_tokens` from the end of the event and decodes
-JSON only for the small final `meta_info`, usage chunks and errors.
+the parser instead works on positions inside the received bytes (no copy of an event's payload),
+finds the cumulative `completion_tokens` by searching back from the event's end, and decodes JSON
+only for the last event's small `meta_info`, usage chunks and errors.
 """
 
 from __future__ import annotations
@@ -16,9 +17,13 @@ from dataclasses import dataclass
 from typing import Any
 
 _COMPLETION_KEY = b'"completion_tokens":'
+_COMPLETION_LEN = len(_COMPLETION_KEY)
 _META_KEY = b'"meta_info":'
 _INT = re.compile(rb"\s*(\d+)")
-_DONE = b"[DONE]"
+_TEXT = re.compile(rb'"(?:text|content|reasoning_content)":\s*"')  # a text delta, maybe empty (held-back bytes)
+_DECODER = json.JSONDecoder()
+_LF, _SPACE, _BRACE = 10, 32, 123  # b"\n"[0], b" "[0], b"{"[0]
+_ERROR_KEY_STARTS = (b"e", b"o")  # first letter of the first key of an error payload
 
 
 class StreamProtocolError(ValueError):
@@ -33,15 +38,10 @@ class StreamSummary:
     completion_tokens: int | None = None
     spec_verify_ct: int | None = None
     finish_reason: Any = None
+    server_ttft_s: float | None = None  # SGLang's own first_token_latency (native streams)
+    server_e2e_s: float | None = None  # SGLang's own e2e_latency (native streams)
     error: str | None = None
     done: bool = False  # saw `data: [DONE]`
-
-
-def _decode_object_at(payload: bytes, start: int) -> Any:
-    """Decode the JSON value that starts at `start` (used for the small trailing meta_info)."""
-    text = payload[start:].decode("utf-8", "replace")
-    value, _ = json.JSONDecoder().raw_decode(text.lstrip())
-    return value
 
 
 def _error_message(obj: Any) -> str:
@@ -50,6 +50,8 @@ def _error_message(obj: Any) -> str:
         code = err.get("code")
         msg = err.get("message", "")
         return f"server error {code}: {msg}" if code is not None else f"server error: {msg}"
+    if isinstance(obj, dict) and obj.get("object") == "error":
+        return f"server error {obj.get('code')}: {obj.get('message', '')}"
     return f"server error: {err!r}"
 
 
@@ -57,35 +59,72 @@ class StreamParser:
     """Per-request stream state; `feed` is the client's hot path.
 
     api: "native" (SGLang /generate), "openai" (/v1/completions or /v1/chat/completions).
-    Each token-bearing event appends (arrival time, new tokens) to `event_s` / `event_tokens`.
-    For OpenAI deltas without `token_ids`, per-event token counts are unknown until the usage
-    chunk arrives; `tokens_estimated` is then set and counts are spread evenly over the events.
+    Each token-bearing event appends its arrival time to `event_s` and its new tokens to
+    `event_tokens`. For OpenAI deltas without `token_ids` the per-event counts are unknown:
+    each such event counts 1 and `tokens_estimated` is set, so metrics spread the server's total
+    evenly over the events instead.
     """
 
-    __slots__ = ("api", "event_s", "event_tokens", "summary", "tokens_estimated", "_buf", "_prev_total", "_last_native")
+    __slots__ = ("api", "event_s", "event_tokens", "summary", "tokens_estimated", "streamed_tokens",
+                 "_buf", "_crlf", "_last")
 
     def __init__(self, api: str) -> None:
         if api not in ("native", "openai"):
             raise ValueError(f"unknown api {api!r}")
         self.api = api
         self.event_s = array("d")
-        self.event_tokens = array("d")
+        self.event_tokens = array("I")
         self.summary = StreamSummary()
         self.tokens_estimated = False
+        self.streamed_tokens = 0  # sum of event_tokens (the cumulative count for native streams)
         self._buf = b""
-        self._prev_total = 0
-        self._last_native: bytes | None = None
+        self._crlf: bool | None = None  # line endings, decided at the first line
+        self._last: tuple[bytes, int, int] | None = None  # the last native event's payload span
 
-    def feed(self, chunk: bytes, arrival_s: float) -> None:
+    def feed(self, chunk: bytes, arrival_s: float | None) -> None:
         """Consume bytes that arrived at `arrival_s`; complete events are handled now."""
         data = self._buf + chunk if self._buf else chunk
-        if b"\r" in data:
+        if not self._crlf:
+            if self._crlf is None:
+                first = data.find(b"\n")
+                if first < 0:
+                    self._buf = data
+                    return
+                self._crlf = first > 0 and data[first - 1] == 13
+        if self._crlf:
             data = data.replace(b"\r\n", b"\n")
-        parts = data.split(b"\n\n")
-        self._buf = parts.pop()
-        for part in parts:
-            if part:
-                self._event(part, arrival_s)
+        native = self.api == "native"
+        find = data.find
+        n = len(data)
+        pos = 0
+        while True:
+            nl = find(b"\n", pos)
+            if nl < 0 or nl + 1 >= n:
+                break
+            if data[nl + 1] == _LF:  # the usual single-line event
+                end, nxt = nl, nl + 2
+            else:  # several lines (multi-line data, other fields); rare
+                end = find(b"\n\n", nl)
+                if end < 0:
+                    break
+                nxt = end + 2
+            if end == nl and data.startswith(b"data:", pos):
+                p = pos + 5
+                if p < end and data[p] == _SPACE:
+                    p += 1
+                if native:
+                    self._native(data, p, end, arrival_s)
+                else:
+                    self._openai(data[p:end], arrival_s)
+            elif end != nl:
+                payload = _joined_data(data[pos:end])
+                if payload is not None:
+                    if native:
+                        self._native(payload, 0, len(payload), arrival_s)
+                    else:
+                        self._openai(payload, arrival_s)
+            pos = nxt
+        self._buf = data[pos:] if pos < n else b""
 
     def close(self) -> StreamSummary:
         """End of the byte stream: decode what only the last event carries."""
@@ -93,31 +132,59 @@ class StreamParser:
             # A final event without its blank line counts if complete; a torn one is a cut stream
             # (no [DONE]), reported by the caller.
             try:
-                self._event(self._buf, None)
+                self.feed(b"\n\n", None)
             except StreamProtocolError:
                 pass
             self._buf = b""
-        if self.api == "native" and self._last_native is not None:
-            self._native_final(self._last_native)
-        elif self.api == "openai" and self.tokens_estimated:
-            self._spread_estimated_counts()
+        if self.api == "native" and self._last is not None:
+            self._native_final(*self._last)
         return self.summary
 
     # -- events -------------------------------------------------------------------------------
-    def _event(self, part: bytes, arrival_s: float | None) -> None:
-        payload = _data_payload(part)
-        if payload is None:
-            return  # comment or non-data field
-        if payload == _DONE:
-            self.summary.done = True
+    def _native(self, data: bytes, p: int, end: int, arrival_s: float | None) -> None:
+        if p >= end:
+            return  # empty data: nothing to dispatch
+        if data[p] != _BRACE:
+            if data.startswith(b"[DONE]", p):
+                self.summary.done = True
+                return
+            raise StreamProtocolError(f"native event is not a JSON object: {data[p:min(end, p + 200)]!r}")
+        if data[p + 2:p + 3] in _ERROR_KEY_STARTS and _is_error(data, p, end):  # {"e... or {"o...
+            self._error(data[p:end])
             return
-        if payload[:12].startswith(b'{"error"') or payload[:10] == b'{"object":' and b'"error"' in payload[:40]:
-            self._error(payload)
-            return
-        if self.api == "native":
-            self._native_event(payload, arrival_s)
-        else:
-            self._openai_event(payload, arrival_s)
+        at = data.rfind(_COMPLETION_KEY, p, end)
+        if at < 0:
+            raise StreamProtocolError(f"native event without meta_info.completion_tokens: {data[p:min(end, p + 200)]!r}")
+        m = _INT.match(data, at + _COMPLETION_LEN, end)
+        if m is None:
+            raise StreamProtocolError(f"completion_tokens is not an integer: {data[at:min(end, at + 60)]!r}")
+        total = int(m.group(1))
+        new = total - self.streamed_tokens
+        self._last = (data, p, end)
+        if new > 0 and arrival_s is not None:
+            self.event_s.append(arrival_s)
+            self.event_tokens.append(new)
+            self.streamed_tokens = total
+        elif new < 0:
+            raise StreamProtocolError(f"completion_tokens went backwards ({self.streamed_tokens} -> {total})")
+
+    def _native_final(self, data: bytes, p: int, end: int) -> None:
+        at = data.rfind(_META_KEY, p, end)
+        if at < 0:
+            raise StreamProtocolError("last native event has no meta_info")
+        try:
+            meta, _ = _DECODER.raw_decode(data[at + len(_META_KEY):end].decode("utf-8", "replace").lstrip())
+        except ValueError as exc:
+            raise StreamProtocolError(f"invalid JSON in the last event's meta_info: {exc}") from exc
+        if not isinstance(meta, dict):
+            raise StreamProtocolError("the last event's meta_info is not an object")
+        s = self.summary
+        s.prompt_tokens = _int_or_none(meta.get("prompt_tokens"))
+        s.completion_tokens = _int_or_none(meta.get("completion_tokens"))
+        s.spec_verify_ct = _int_or_none(meta.get("spec_verify_ct"))
+        s.finish_reason = meta.get("finish_reason")
+        s.server_ttft_s = _float_or_none(meta.get("first_token_latency"))
+        s.server_e2e_s = _float_or_none(meta.get("e2e_latency"))
 
     def _error(self, payload: bytes) -> None:
         try:
@@ -126,92 +193,78 @@ class StreamParser:
             raise StreamProtocolError(f"invalid JSON in error event: {payload[:200]!r}") from exc
         self.summary.error = _error_message(obj)
 
-    def _native_event(self, payload: bytes, arrival_s: float | None) -> None:
-        at = payload.rfind(_COMPLETION_KEY)
-        if at < 0:
-            raise StreamProtocolError(f"native event without meta_info.completion_tokens: {payload[:200]!r}")
-        m = _INT.match(payload, at + len(_COMPLETION_KEY))
-        if m is None:
-            raise StreamProtocolError(f"completion_tokens is not an integer: {payload[at:at + 60]!r}")
-        total = int(m.group(1))
-        new = total - self._prev_total
-        self._last_native = payload
-        if new > 0 and arrival_s is not None:
-            self.event_s.append(arrival_s)
-            self.event_tokens.append(new)
-            self._prev_total = total
-        elif new < 0:
-            raise StreamProtocolError(f"completion_tokens went backwards ({self._prev_total} -> {total})")
-
-    def _native_final(self, payload: bytes) -> None:
-        at = payload.rfind(_META_KEY)
-        if at < 0:
-            raise StreamProtocolError("last native event has no meta_info")
-        try:
-            meta = _decode_object_at(payload, at + len(_META_KEY))
-        except ValueError as exc:
-            raise StreamProtocolError(f"invalid JSON in the last event's meta_info: {exc}") from exc
-        s = self.summary
-        s.prompt_tokens = _int_or_none(meta.get("prompt_tokens"))
-        s.completion_tokens = _int_or_none(meta.get("completion_tokens"))
-        s.spec_verify_ct = _int_or_none(meta.get("spec_verify_ct"))
-        s.finish_reason = meta.get("finish_reason")
-
-    def _openai_event(self, payload: bytes, arrival_s: float | None) -> None:
+    def _openai(self, payload: bytes, arrival_s: float | None) -> None:
+        if not payload:
+            return
+        if payload.startswith(b"[DONE]"):
+            self.summary.done = True
+            return
+        if _is_error(payload, 0, len(payload)):
+            self._error(payload)
+            return
         if b'"choices":[]' in payload or b'"choices": []' in payload:
             self._openai_usage(payload)
             return
         if b'"usage":{' in payload and b'"completion_tokens"' in payload:
             self._openai_usage(payload)  # some servers put usage on the last content chunk
-        if b'"role":"assistant"' in payload and b'"content":""' in payload:
-            return  # the chat role preamble carries no token
         if arrival_s is None:
             return
         ids_at = payload.find(b'"token_ids":[')
         if ids_at >= 0:
-            end = payload.find(b"]", ids_at)
-            body = payload[ids_at + 13:end]
+            body = payload[ids_at + 13:payload.find(b"]", ids_at)]
             new = body.count(b",") + 1 if body.strip() else 0
             if new:
                 self.event_s.append(arrival_s)
                 self.event_tokens.append(new)
+                self.streamed_tokens += new
             return
+        if _TEXT.search(payload) is None or b'"role":"assistant"' in payload and b'"content":""' in payload:
+            return  # a finish chunk (no text) or the chat role preamble: no token
         self.tokens_estimated = True
         self.event_s.append(arrival_s)
-        self.event_tokens.append(1.0)
+        self.event_tokens.append(1)
+        self.streamed_tokens += 1
 
     def _openai_usage(self, payload: bytes) -> None:
         try:
             obj = json.loads(payload)
         except ValueError as exc:
             raise StreamProtocolError(f"invalid JSON in usage chunk: {payload[:200]!r}") from exc
-        usage = obj.get("usage") or {}
+        if not isinstance(obj, dict):
+            raise StreamProtocolError(f"usage chunk is not an object: {payload[:200]!r}")
+        usage = obj.get("usage") if isinstance(obj.get("usage"), dict) else {}
         self.summary.prompt_tokens = _int_or_none(usage.get("prompt_tokens"))
         self.summary.completion_tokens = _int_or_none(usage.get("completion_tokens"))
-        for choice in obj.get("choices") or []:
-            if choice.get("finish_reason") is not None:
+        choices = obj.get("choices")
+        for choice in choices if isinstance(choices, list) else ():
+            if isinstance(choice, dict) and choice.get("finish_reason") is not None:
                 self.summary.finish_reason = choice["finish_reason"]
-        details = obj.get("sglext", {}).get("spec_tokens_details") if isinstance(obj.get("sglext"), dict) else None
+        ext = obj.get("sglext")
+        details = ext.get("spec_tokens_details") if isinstance(ext, dict) else None
         if isinstance(details, dict):
             self.summary.spec_verify_ct = _int_or_none(details.get("spec_verify_ct"))
 
-    def _spread_estimated_counts(self) -> None:
-        total = self.summary.completion_tokens
-        n = len(self.event_tokens)
-        if total is None or n == 0:
-            return
-        share = total / n
-        for i in range(n):
-            self.event_tokens[i] = share
+
+def _is_error(data: bytes, p: int, end: int) -> bool:
+    """SGLang's in-stream `{"error": ...}` or an OpenAI-style `{"object": "error", ...}` payload."""
+    if data.startswith(b'{"error"', p):
+        return True
+    return data.startswith(b'{"object":', p) and data.find(b'"error"', p + 10, min(end, p + 40)) >= 0
 
 
-def _data_payload(part: bytes) -> bytes | None:
-    """The `data:` content of one SSE event (multi-line data joined with newlines)."""
-    if part.startswith(b"data:") and b"\n" not in part:
-        return part[5:].strip()
-    lines = [ln[5:].strip() for ln in part.split(b"\n") if ln.startswith(b"data:")]
+def _joined_data(event: bytes) -> bytes | None:
+    """The `data:` content of a multi-line SSE event (lines joined with newlines), or None."""
+    lines = []
+    for line in event.split(b"\n"):
+        if line.startswith(b"data:"):
+            line = line[5:]
+            lines.append(line[1:] if line[:1] == b" " else line)
     return b"\n".join(lines) if lines else None
 
 
 def _int_or_none(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _float_or_none(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
-from scipy import stats as sps
+from scipy import special
 
 PASS, FAIL, INCONCLUSIVE = "pass", "fail", "inconclusive"
 MIN_SESSIONS_FOR_SPREAD = 3  # fewer stored sessions: the prior between-session spread is used
@@ -72,9 +72,13 @@ def _finish(diff: float, var_parts: list[tuple[float, float]], threshold: float,
     dof = var * var / denom if denom > 0 else math.inf
     dof = max(dof, 1.0)
     se = math.sqrt(var)
-    dist = sps.t(dof) if math.isfinite(dof) else sps.norm()
-    q = float(dist.ppf(0.5 + confidence / 2))
-    p = float(dist.cdf((diff - math.log(threshold)) / se))
+    # scipy.special's t and normal functions, not frozen scipy.stats distributions: the same
+    # numbers, without building a distribution object (and its docstring) on every call.
+    z = (diff - math.log(threshold)) / se
+    if math.isfinite(dof):
+        q, p = float(special.stdtrit(dof, 0.5 + confidence / 2)), float(special.stdtr(dof, z))
+    else:
+        q, p = float(special.ndtri(0.5 + confidence / 2)), float(special.ndtr(z))
     return RatioEstimate(
         ratio=math.exp(diff), low=math.exp(diff - q * se), high=math.exp(diff + q * se), threshold=threshold,
         p_value=p, dof=dof, confidence=confidence, between_sd=between_sd, between_source=between_source,

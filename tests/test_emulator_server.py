@@ -390,5 +390,5 @@ def test_wall_clock_throughput_matches_simulator(launch, spec_args):
         client_ratios.append(sim.completion_tokens / client_s / sim.output_throughput)
         if abs(server_ratios[-1] - 1) < 0.015 and abs(client_ratios[-1] - 1) < 0.04:
             break
-    assert max(server_ratios) == pytest.approx(1.0, abs=0.02), server_ratios
+    assert max(server_ratios) == pytest.approx(1.0, abs=0.03), server_ratios
     assert max(client_ratios) == pytest.approx(1.0, abs=0.06), client_ratios

@@ -65,3 +65,18 @@ def test_prometheus_sums_label_sets(captures):
     accepted = v["vllm:spec_decode_num_accepted_tokens_total"] - b["vllm:spec_decode_num_accepted_tokens_total"]
     drafts = v["vllm:spec_decode_num_drafts_total"] - b["vllm:spec_decode_num_drafts_total"]
     assert 1 + accepted / drafts == 5.0
+
+
+def test_itl_spreads_the_server_total_when_counts_were_estimated():
+    r = rec(0, 0.0, [0.1, 0.2, 0.4], [1, 1, 1], 0.4, completion=6)
+    r.tokens_estimated = True  # 3 events for 6 tokens: 2 per event
+    assert list(per_token_itl_s(r)) == pytest.approx([0.05, 0.05, 0.1, 0.1])
+
+
+def test_busy_client_is_flagged():
+    r = rec(0, 0.0, [0.1, 0.2], [1, 1], 1.0)
+    m = summarize_run(RunResult(concurrency=1, requests=[r], client_cpu_s=0.9))
+    assert m.client_cpu_fraction == pytest.approx(0.9)
+    assert any("load generator was busy 90%" in w for w in m.warnings)
+    quiet = summarize_run(RunResult(concurrency=1, requests=[r], client_cpu_s=0.2, processes=2))
+    assert quiet.client_cpu_fraction == pytest.approx(0.1) and not quiet.warnings

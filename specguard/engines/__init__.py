@@ -5,8 +5,9 @@ from __future__ import annotations
 from specguard.engines.base import ArgCheck, EffectiveArgs, Engine, redact
 from specguard.engines.emulator import EmulatorEngine
 from specguard.engines.sglang import SGLangEngine
+from specguard.engines.vllm import VLLMEngine
 
-_ENGINES: dict[str, type[Engine]] = {"sglang": SGLangEngine, "emulator": EmulatorEngine}
+_ENGINES: dict[str, type[Engine]] = {"sglang": SGLangEngine, "emulator": EmulatorEngine, "vllm": VLLMEngine}
 
 
 def get_engine(name: str) -> Engine:

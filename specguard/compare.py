@@ -1,0 +1,129 @@
+"""Two results files, cell by cell: B over A with the gates' statistics and a verdict.
+
+A is the "before" (e.g. the accepted commit), B the "after". Both are separate server launches,
+so each ratio is `stats.compare_sessions` (Welch plus the declared launch-to-launch spread on
+each side), at the gates' per-cell confidence (family alpha split over the compared cells), and
+the verdict is the gates' three outcomes against B's tolerances.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from specguard.gates import gate_confidence
+from specguard.report import fmt
+from specguard.results import ResultsError, config_order, effective, sorted_cells
+from specguard.stats import FAIL, RatioEstimate, compare_sessions
+
+COMPARABLE_WORKLOAD = ("kind", "input_len", "output_len", "seed", "repeated_id", "vocab_size", "path")
+COMPARABLE_SWEEP = ("api", "requests_per_worker")
+METRICS = {"throughput": ("output_throughput", "throughput", "prior_between_sd"),
+           "accept_length": ("accept_length", "accept_length", "prior_between_sd_accept")}
+
+
+@dataclass(frozen=True)
+class CellComparison:
+    config: str
+    concurrency: int
+    metric: str  # "throughput" or "accept_length"
+    a: float
+    b: float
+    estimate: RatioEstimate
+    verdict: str  # pass / fail / inconclusive (against 1 - tolerance)
+
+
+@dataclass
+class Comparison:
+    cells: list[CellComparison]
+    notes: list[str]
+
+    @property
+    def regressed(self) -> bool:
+        return any(c.verdict == FAIL for c in self.cells)
+
+
+def _check_comparable(a: dict[str, Any], b: dict[str, Any]) -> None:
+    diffs = [f"workload.{k}: {a['workload'].get(k)!r} vs {b['workload'].get(k)!r}"
+             for k in COMPARABLE_WORKLOAD if a["workload"].get(k) != b["workload"].get(k)]
+    diffs += [f"sweep.{k}: {a['sweep'].get(k)!r} vs {b['sweep'].get(k)!r}"
+              for k in COMPARABLE_SWEEP if a["sweep"].get(k) != b["sweep"].get(k)]
+    if diffs:
+        raise ResultsError("the two results measured different work, so their tok/s are not comparable: "
+                           + "; ".join(diffs))
+
+
+def _samples(doc: dict[str, Any], key: str) -> dict[tuple[str, int], list[float]]:
+    out = {}
+    for cell in sorted_cells(doc):
+        vals = [r[key] for r in cell["runs"] if r.get(key) is not None and r[key] > 0]
+        if not cell["error"] and len(vals) >= 2:
+            out[(cell["config"], cell["concurrency"])] = vals
+    return out
+
+
+def _server_differences(a: dict[str, Any], b: dict[str, Any], names: set[str]) -> list[str]:
+    notes = []
+    for name in sorted(names):
+        for key in ("engine_version", "model_path", "speculative_algorithm", "num_steps", "eagle_topk",
+                    "num_draft_tokens", "max_running_requests", "tp_size"):
+            va, vb = effective(a, name, key), effective(b, name, key)
+            if va != vb:
+                notes.append(f"{name}: {key} {va!r} -> {vb!r}")
+    return notes
+
+
+def compare(a: dict[str, Any], b: dict[str, Any]) -> Comparison:
+    """Every cell measured error-free in both documents; ResultsError when nothing is comparable."""
+    _check_comparable(a, b)
+    tol = b["tolerances"]
+    pairs = []
+    for metric, (key, _, _) in METRICS.items():
+        sa, sb = _samples(a, key), _samples(b, key)
+        pairs += [(metric, cell, sa[cell], sb[cell]) for cell in sb if cell in sa]
+    if not pairs:
+        cells_a = sorted({(c["config"], c["concurrency"]) for c in a["cells"]})
+        cells_b = sorted({(c["config"], c["concurrency"]) for c in b["cells"]})
+        raise ResultsError(f"no cell was measured (error-free, >= 2 runs) in both files: A has {_names(cells_a)}, "
+                           f"B has {_names(cells_b)}")
+    order = {name: i for i, name in enumerate(config_order(b))}
+    pairs.sort(key=lambda p: (order.get(p[1][0], len(order)), p[1][1], p[0] != "throughput"))
+    confidence = gate_confidence(tol["family_alpha"] / len(pairs))
+    out = []
+    for metric, (config, c), xa, xb in pairs:
+        _, tol_key, sd_key = METRICS[metric]
+        est = compare_sessions(xb, xa, threshold=1 - tol[tol_key], launch_sd=tol[sd_key], confidence=confidence)
+        out.append(CellComparison(config, c, metric, sum(xa) / len(xa), sum(xb) / len(xb), est, est.outcome()))
+    only_a = {(c["config"], c["concurrency"]) for c in a["cells"]} - {(x.config, x.concurrency) for x in out}
+    only_b = {(c["config"], c["concurrency"]) for c in b["cells"]} - {(x.config, x.concurrency) for x in out}
+    notes = []
+    if only_a:
+        notes.append(f"not compared (missing or failed in B): {_names(sorted(only_a))}")
+    if only_b:
+        notes.append(f"not compared (missing or failed in A): {_names(sorted(only_b))}")
+    notes += _server_differences(a, b, {x.config for x in out})
+    notes.append(f"per-cell confidence {confidence:.4f} (family alpha {tol['family_alpha']} over {len(out)} "
+                 f"comparisons); tolerances from B: throughput {tol['throughput']:.0%}, accept length {tol['accept_length']:.0%}")
+    return Comparison(out, notes)
+
+
+def _names(cells: list[tuple[str, int]]) -> str:
+    return ", ".join(f"{n}-c{c}" for n, c in cells) or "none"
+
+
+def render_text(cmp: Comparison, a_label: str, b_label: str) -> str:
+    head = f"{'config':<12} {'C':>4} {'metric':<13} {'A':>9} {'B':>9} {'B/A [CI]':>26}  verdict"
+    lines = [f"A = {a_label}", f"B = {b_label}", head, "-" * len(head)]
+    for x in cmp.cells:
+        e = x.estimate
+        spec = ".1f" if x.metric == "throughput" else ".3f"
+        ci = f"{e.ratio:.3f} [{e.low:.3f}, {e.high:.3f}]"
+        verdict = x.verdict.upper() if x.verdict == FAIL else x.verdict
+        if x.verdict != FAIL and e.low > 1:
+            verdict += " (faster)" if x.metric == "throughput" else " (higher)"
+        lines.append(f"{x.config:<12} {x.concurrency:>4} {x.metric:<13} {fmt(x.a, spec):>9} {fmt(x.b, spec):>9} {ci:>26}  {verdict}")
+    lines += [f"note: {n}" for n in cmp.notes]
+    failed = sum(1 for x in cmp.cells if x.verdict == FAIL)
+    lines.append(f"compare: {failed} of {len(cmp.cells)} cell comparisons regressed" if failed
+                 else f"compare: no regression in {len(cmp.cells)} cell comparisons")
+    return "\n".join(lines)

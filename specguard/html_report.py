@@ -1,0 +1,66 @@
+"""One static, self-contained HTML page: the summary table, plots embedded as base64 PNG, every
+decision's message and the environment. No scripts, no external files: it opens from a CI
+artifact as it is."""
+
+from __future__ import annotations
+
+import base64
+import html
+from typing import Any
+
+from specguard.report import COLUMNS, notes, summary_rows
+from specguard.report_markdown import headline
+
+CSS = """
+body{font:14px/1.45 system-ui,sans-serif;margin:2em auto;max-width:1100px;color:#222;padding:0 1em}
+table{border-collapse:collapse;margin:1em 0;font-size:13px}th,td{border:1px solid #ccc;padding:3px 7px}
+th{background:#f3f3f3}td.num{text-align:right;font-variant-numeric:tabular-nums}
+.fail{background:#fde2e2}.error{background:#fff0d0}.pass{background:#e6f4e6}
+img{max-width:100%;border:1px solid #ddd;margin:.5em 0}pre{white-space:pre-wrap;font-size:12px;background:#f7f7f7;padding:.5em}
+"""
+TITLES = {"throughput": "Throughput", "speculation_ratio": "Speculation vs reference", "accept_length": "Accept length",
+          "latency": "Latency"}
+
+
+def _verdict_class(text: str) -> str:
+    """The table row's colour, from its verdict text."""
+    if "FAIL" in text:
+        return "fail"
+    if "ERROR" in text:
+        return "error"
+    return "pass" if text == "pass" else ""
+
+
+def render_html(doc: dict[str, Any], images: dict[str, bytes], plot_note: str | None = None) -> str:
+    """The page; `plot_note` says why there are no plots when `images` is empty."""
+    e = html.escape
+    out = [f"<!doctype html><html><head><meta charset='utf-8'><title>specguard {e(doc['session_id'])}</title>",
+           f"<style>{CSS}</style></head><body>", f"<h2>{e(headline(doc, code=''))}</h2>"]
+    out.append("<table><tr>" + "".join(f"<th>{e(t)}</th>" for t, _, _ in COLUMNS) + "</tr>")
+    for row in summary_rows(doc):
+        cells = []
+        for _, key, align in COLUMNS:
+            cls = "num" if align.startswith(">") else _verdict_class(row[key]) if key == "verdict" else ""
+            cells.append(f"<td class='{cls}'>{e(row[key])}</td>")
+        out.append("<tr>" + "".join(cells) + "</tr>")
+    out.append("</table>")
+    out += ["<ul>"] + [f"<li>{e(n)}</li>" for n in notes(doc)] + ["</ul>"]
+    if plot_note:
+        out.append(f"<p><em>{e(plot_note)}</em></p>")
+    for name, png in images.items():
+        out.append(f"<h3>{e(TITLES.get(name, name))}</h3>")
+        out.append(f"<img alt='{e(name)}' src='data:image/png;base64,{base64.b64encode(png).decode('ascii')}'>")
+    if doc["outcome"]["failed_tests"]:
+        out.append("<h3>Failed tests</h3><ul>")
+        out += [f"<li><code>{e(f['nodeid'])}</code> ({e(f['kind'])}): {e(f['message'])}</li>"
+                for f in doc["outcome"]["failed_tests"]]
+        out.append("</ul>")
+    out.append("<h3>Decisions</h3>")
+    for d in doc["decisions"]:
+        cls = d["verdict"] if d["enforced"] and d["verdict"] in ("pass", "fail", "error") else ""
+        out.append(f"<pre class='{cls}'>{e(d['message'])}</pre>")
+    out.append("<h3>Environment</h3><pre>" + e("\n".join(f"{k}: {v}" for k, v in doc["environment"].items())) + "</pre>")
+    for name, server in doc["servers"].items():
+        out.append(f"<p><b>{e(name)}</b>: <code>{e(' '.join(server['command']))}</code></p>")
+    out.append("</body></html>")
+    return "\n".join(out)

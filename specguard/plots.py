@@ -1,0 +1,244 @@
+"""The report's figures, as PNG bytes, from a results document (matplotlib: the `plots` extra).
+
+Concurrency is on a log2 axis with the measured levels as ticks; colours follow the suite's
+configuration order in every figure. Sized to stay readable when GitHub shrinks them in a PR.
+"""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+from specguard.recommend import crossing, ratio_curve
+from specguard.results import config_order, configs_by_name, median, sorted_cells, throughputs
+
+FIG_SIZE = (7.2, 4.2)
+DPI = 110
+CONFIDENCE = 0.95
+
+
+def available() -> bool:
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _figure(ncols: int = 1):
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(FIG_SIZE[0] * (1.45 if ncols > 1 else 1), FIG_SIZE[1]), dpi=DPI, layout="constrained")
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(1, ncols, squeeze=False)[0]
+    return fig, list(axes)
+
+
+def _png(fig) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    return buf.getvalue()
+
+
+def _colors(doc: dict[str, Any]) -> dict[str, str]:
+    palette = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf"]
+    return {name: palette[i % len(palette)] for i, name in enumerate(config_order(doc))}
+
+
+def _concurrency_axis(ax, levels: list[int]) -> None:
+    from matplotlib.ticker import NullLocator
+
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(levels, [str(c) for c in levels])
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.set_xlabel("concurrency (clients)")
+    ax.grid(True, which="major", alpha=0.3)
+    if levels:
+        ax.set_xlim(levels[0] / 1.3, levels[-1] * 1.3)
+
+
+def _plain_log_y(ax, values: list[float]) -> None:
+    """Log scale with plain numbers at 1-2-3-5 steps when the data span most of a decade or more."""
+    from matplotlib.ticker import FuncFormatter, LogLocator
+
+    positive = [v for v in values if v and v > 0]
+    if not positive or max(positive) / min(positive) < 8:
+        return
+    ax.set_yscale("log")
+    ax.yaxis.set_minor_locator(LogLocator(base=10, subs=(2, 3, 5)))
+    fmt = FuncFormatter(lambda v, _: f"{v:g}")
+    ax.yaxis.set_major_formatter(fmt)
+    ax.yaxis.set_minor_formatter(fmt)
+    ax.tick_params(axis="y", which="minor", labelsize=8)
+    ax.grid(True, which="minor", axis="y", alpha=0.12)
+
+
+def _series(doc: dict[str, Any], name: str, key: str) -> tuple[list[int], list[float], list[float], list[float]]:
+    """Concurrency, median, min and max of a per-run metric for error-free cells."""
+    cs, med, lo, hi = [], [], [], []
+    for cell in sorted_cells(doc):
+        if cell["config"] != name or cell["error"] or not cell["runs"]:
+            continue
+        vals = [r.get(key) for r in cell["runs"] if r.get(key) is not None]
+        if not vals:
+            continue
+        cs.append(cell["concurrency"])
+        med.append(median(vals))
+        lo.append(min(vals))
+        hi.append(max(vals))
+    return cs, med, lo, hi
+
+
+def _levels(doc: dict[str, Any]) -> list[int]:
+    return sorted({c["concurrency"] for c in doc["cells"]})
+
+
+def throughput_png(doc: dict[str, Any]) -> bytes | None:
+    """tok/s per configuration (median, min-max whiskers) with the stored baseline's tolerance band."""
+    colors, tol = _colors(doc), doc["tolerances"]["throughput"]
+    fig, (ax,) = _figure()
+    drawn = banded = False
+    for name in config_order(doc):
+        cs, med, lo, hi = _series(doc, name, "output_throughput")
+        if not cs:
+            continue
+        drawn = True
+        ax.errorbar(cs, med, yerr=[[m - a for m, a in zip(med, lo)], [b - m for m, b in zip(med, hi)]], color=colors[name],
+                    marker="o", ms=5, lw=2, capsize=3, label=name)
+        base = sorted((d["concurrency"], d["reference"]) for d in doc["decisions"]
+                      if d["config"] == name and d["gate"] == "throughput" and d.get("reference"))
+        if base:
+            banded = True
+            bc, bv = zip(*base)
+            ax.fill_between(bc, [v * (1 - tol) for v in bv], bv, color=colors[name], alpha=0.15, lw=0)
+            ax.plot(bc, bv, color=colors[name], ls="--", lw=1)
+    if not drawn:
+        return None
+    _concurrency_axis(ax, _levels(doc))
+    _plain_log_y(ax, [c["summary"]["output_throughput"] for c in doc["cells"]])
+    ax.set_ylabel("output tok/s")
+    band = f"dashed + shaded: stored baseline and its -{tol:.0%} tolerance" if banded else "no stored baseline to compare"
+    ax.set_title(f"Output throughput ({band})", fontsize=10)
+    ax.legend(loc="upper left", fontsize=9)
+    return _png(fig)
+
+
+def _interval_text(low: float | None, high: float | None, last_level: int) -> str:
+    lo = f"{low:.0f}" if low is not None else "?"
+    hi = f"{high:.0f}" if high is not None else f">{last_level}"
+    return f"[{lo}, {hi}]"
+
+
+def ratio_png(doc: dict[str, Any]) -> bytes | None:
+    """Speculative / reference tok/s per concurrency with its CI and 1.0; each crossover is a
+    dotted line at its estimate and, along the bottom, a bar over its interval."""
+    from matplotlib.transforms import blended_transform_factory
+
+    colors, cfgs = _colors(doc), configs_by_name(doc)
+    launch_sd = doc["tolerances"]["prior_between_sd"]
+    levels = _levels(doc)
+    fig, (ax,) = _figure()
+    rug = blended_transform_factory(ax.transData, ax.transAxes)
+    drawn = 0
+    for name in config_order(doc):
+        ref = cfgs[name].get("reference")
+        if not ref:
+            continue
+        curve = ratio_curve(throughputs(doc, name), throughputs(doc, ref), launch_sd=launch_sd, confidence=CONFIDENCE)
+        if not curve:
+            continue
+        cs = [r.concurrency for r in curve]
+        est = [r.estimate for r in curve]
+        x = crossing(curve)
+        label = f"{name} / {ref}"
+        if x.estimate is not None and not x.below_range:
+            label += f": crossover ~{x.estimate:.0f} {_interval_text(x.low, x.high, cs[-1])}"
+            y = 0.04 + 0.05 * drawn
+            ax.axvline(x.estimate, color=colors[name], ls=":", lw=1.5)
+            ax.plot([x.low or x.estimate, x.high or levels[-1] * 1.3], [y, y], color=colors[name], lw=5, alpha=0.45,
+                    solid_capstyle="butt", transform=rug)
+            ax.plot([x.estimate], [y], marker="D", color=colors[name], ms=6, transform=rug)
+        elif x.below_range:
+            label += f": behind from c{cs[0]}"
+        else:
+            label += f": ahead up to c{cs[-1]}"
+        ax.errorbar(cs, [e.ratio for e in est], yerr=[[e.ratio - e.low for e in est], [e.high - e.ratio for e in est]],
+                    color=colors[name], marker="o", ms=5, lw=2, capsize=3, label=label)
+        drawn += 1
+    if not drawn:
+        return None
+    ax.axhline(1.0, color="black", lw=1)
+    _concurrency_axis(ax, levels)
+    ax.set_ylabel("speculative / reference tok/s")
+    ax.set_title(f"Speculation vs its reference ({CONFIDENCE:.0%} CI; bars at the bottom: crossover interval)",
+                 fontsize=10)
+    ax.legend(loc="upper right", fontsize=9)
+    return _png(fig)
+
+
+def accept_png(doc: dict[str, Any]) -> bytes | None:
+    """Accept length (tokens per verify step) per speculative configuration."""
+    colors = _colors(doc)
+    fig, (ax,) = _figure()
+    drawn = False
+    for name in config_order(doc):
+        cs, med, lo, hi = _series(doc, name, "accept_length")
+        if not cs:
+            continue
+        drawn = True
+        ax.errorbar(cs, med, yerr=[[m - a for m, a in zip(med, lo)], [b - m for m, b in zip(med, hi)]], color=colors[name],
+                    marker="o", ms=5, lw=2, capsize=3, label=name)
+    if not drawn:
+        return None
+    _concurrency_axis(ax, _levels(doc))
+    ax.set_ylim(bottom=1.0)
+    ax.set_ylabel("accept length (tokens / verify step)")
+    ax.set_title("Accept length (median, min-max over runs)", fontsize=10)
+    ax.legend(loc="best", fontsize=9)
+    return _png(fig)
+
+
+def latency_png(doc: dict[str, Any]) -> bytes | None:
+    """TTFT and per-token ITL, p50 (solid) and p99 (dashed), per configuration."""
+    from matplotlib.lines import Line2D
+
+    colors = _colors(doc)
+    fig, axes = _figure(ncols=2)
+    drawn = False
+    for ax, metric, title in ((axes[0], "ttft_ms", "Time to first token"), (axes[1], "itl_ms", "Inter-token latency")):
+        for name in config_order(doc):
+            for stat, ls in (("median", "-"), ("p99", "--")):
+                cs = [c["concurrency"] for c in sorted_cells(doc) if c["config"] == name and not c["error"] and c["runs"]]
+                vals = [c["summary"][f"{stat}_{metric}"] for c in sorted_cells(doc)
+                        if c["config"] == name and not c["error"] and c["runs"]]
+                pts = [(c, v) for c, v in zip(cs, vals) if v]
+                if pts:
+                    drawn = True
+                    ax.plot(*zip(*pts), color=colors[name], ls=ls, marker="o", ms=4, lw=1.8)
+        _concurrency_axis(ax, _levels(doc))
+        _plain_log_y(ax, [c["summary"][f"{s}_{metric}"] for c in doc["cells"] for s in ("median", "p99")])
+        ax.set_ylabel("ms")
+        ax.set_title(f"{title} (solid p50, dashed p99)", fontsize=10)
+    if not drawn:
+        return None
+    handles = [Line2D([], [], color=colors[n], lw=2) for n in config_order(doc)]
+    handles += [Line2D([], [], color="gray", ls="-"), Line2D([], [], color="gray", ls="--")]
+    fig.legend(handles, [*config_order(doc), "p50", "p99"], loc="outside lower center", ncols=len(handles), fontsize=9)
+    return _png(fig)
+
+
+FIGURES = {"throughput": throughput_png, "speculation_ratio": ratio_png, "accept_length": accept_png,
+           "latency": latency_png}
+
+
+def render_all(doc: dict[str, Any]) -> dict[str, bytes]:
+    """Every figure the document has data for, by name; empty without matplotlib."""
+    if not available():
+        return {}
+    out = {}
+    for name, make in FIGURES.items():
+        png = make(doc)
+        if png is not None:
+            out[name] = png
+    return out

@@ -1,0 +1,110 @@
+"""Exit codes CI can act on, JUnit properties and pytest-xdist results, on a tiny emulator suite.
+
+pytest runs in a subprocess as a user runs it; the emulator serves on 127.0.0.1 (docs/ci.md).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.e2e
+REPO = Path(__file__).resolve().parents[1]
+EXIT_REGRESSION, EXIT_NOT_MEASURED = 1, 3
+
+SUITE = """
+[sweep]
+concurrency = [1]
+requests_per_worker = 4
+warmup = 1
+repeats = 3
+read_timeout_s = 20
+run_timeout_s = 60
+
+[workload]
+kind = "random-ids"
+input_len = 32
+output_len = 48
+
+[tolerances]
+throughput = 0.05
+prior_between_sd = 0.05
+
+[servers.baseline]
+engine = "emulator"
+model_path = "/models/specguard-fast"
+max_running_requests = 16
+args = ["--emulator-profile", "fast"{extra}]
+startup_timeout_s = 60
+
+[servers.eagle3]
+engine = "emulator"
+model_path = "/models/specguard-fast"
+speculative_algorithm = "EAGLE3"
+draft_model_path = "/models/specguard-fast-eagle3"
+num_steps = 3
+eagle_topk = 1
+num_draft_tokens = 4
+max_running_requests = 16
+reference = "baseline"
+args = ["--emulator-profile", "fast"]
+startup_timeout_s = 60
+"""
+
+
+def run(tmp_path: Path, *args: str, extra: str = "") -> tuple[int, str, dict]:
+    """pytest perf_tests on the tiny suite; returns exit code, output and the results document."""
+    suite = tmp_path / f"suite{len(extra)}.toml"
+    suite.write_text(SUITE.replace("{extra}", extra))
+    results = tmp_path / "results.json"
+    results.unlink(missing_ok=True)
+    cmd = [sys.executable, "-m", "pytest", str(REPO / "perf_tests"), "-p", "no:cacheprovider", "-q",
+           "--suite", str(suite), "--baseline-dir", str(tmp_path / "baselines"), "--benchmark-disable",
+           "--server-log-dir", str(tmp_path / "logs"), "--results-json", str(results), *args]
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "CI": "1"})
+    out = proc.stdout + proc.stderr
+    return proc.returncode, out, json.loads(results.read_text()) if results.exists() else {}
+
+
+def test_regression_is_1_and_not_measured_is_3(tmp_path):
+    junit = tmp_path / "junit.xml"
+    code, out, doc = run(tmp_path, "-k", "eagle3 and throughput", "--update-baselines", "--junitxml", str(junit))
+    assert code == 0, out
+    props = {p.get("name"): p.get("value") for p in ET.parse(junit).getroot().iter("property")}
+    assert float(props["tok_s"]) > 0 and float(props["accept_length"]) > 2 and props["config"] == "eagle3"
+    assert {"ttft_p50_ms", "ttft_p99_ms", "itl_p50_ms", "itl_p99_ms", "gate", "verdict"} <= set(props)
+
+    # No stored baseline for `baseline` under --require-baselines: could not gate -> 3.
+    code, out, doc = run(tmp_path, "-k", "baseline and throughput", "--require-baselines")
+    assert code == EXIT_NOT_MEASURED, out
+    assert doc["outcome"]["status"] == "not-measured" and doc["outcome"]["failed_tests"][0]["kind"] == "not-measured"
+    assert "specguard: not-measured (1 test(s) not measured), exit 3" in out
+
+    # eagle3 twice as slow (a regression) while baseline still has no baseline: the regression wins -> 1.
+    code, out, doc = run(tmp_path, "-k", "throughput", "--require-baselines",
+                         "--server-args", "eagle3=--emulator-step-scale 2.0")
+    assert code == EXIT_REGRESSION, out
+    kinds = {f["nodeid"].split("::")[-1]: f["kind"] for f in doc["outcome"]["failed_tests"]}
+    assert kinds == {"test_throughput[baseline-c1]": "not-measured", "test_throughput[eagle3-c1]": "regression"}
+
+
+def test_server_that_cannot_start_is_3(tmp_path):
+    code, out, doc = run(tmp_path, "-k", "baseline and throughput", extra=', "--emulator-profile", "no-such-profile"')
+    assert code == EXIT_NOT_MEASURED, out
+    assert doc["servers"]["baseline"]["failure"] and doc["outcome"]["exit_status"] == 3
+
+
+def test_xdist_workers_results_are_merged(tmp_path):
+    code, out, doc = run(tmp_path, "-k", "throughput", "-n", "2", "--dist", "loadgroup", "--report-dir",
+                         str(tmp_path / "report"))
+    assert code == 0, out
+    assert doc["merged_from"] == 2
+    assert {(c["config"], c["concurrency"]) for c in doc["cells"]} == {("baseline", 1), ("eagle3", 1)}
+    assert "specguard summary" in out and (tmp_path / "report" / "summary.md").exists()

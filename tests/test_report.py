@@ -1,0 +1,170 @@
+"""The results document (schema), the terminal table, markdown, HTML and the report directory."""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+from pathlib import Path
+
+import pytest
+from synthetic_results import seed_a_doc
+
+from specguard import cli, plots
+from specguard.config import parse_suite
+from specguard.gates import GateResult
+from specguard.html_report import render_html
+from specguard.metrics import RunMetrics
+from specguard.publish import NO_PLOTS, write_report_dir
+from specguard.report import render_summary
+from specguard.report_markdown import render_markdown
+from specguard.results import (CELL_KEYS, REQUIRED_KEYS, SCHEMA, SCHEMA_VERSION, ResultsError, load, merge_documents,
+                               results_document, validate, write_results)
+from specguard.session import RunOptions, SpecguardSession
+from specguard.stats import RatioEstimate
+from specguard.sweep import CellMeasurement
+
+SUITE = {
+    "sweep": {"concurrency": [1, 4], "repeats": 2},
+    "workload": {"kind": "random-ids", "input_len": 16, "output_len": 8},
+    "servers": {
+        "baseline": {"engine": "emulator", "model_path": "/m", "max_running_requests": 64},
+        "mtp": {"engine": "emulator", "model_path": "/m", "speculative_algorithm": "NEXTN", "num_steps": 1,
+                "eagle_topk": 1, "num_draft_tokens": 2, "reference": "baseline", "args": ["--api-key", "k3y"]},
+    },
+}
+
+
+def _run(tok_s: float, accept: float | None) -> RunMetrics:
+    return RunMetrics(concurrency=1, num_requests=4, completed=4, failed=0, duration_s=1.0, total_input_tokens=64,
+                      total_output_tokens=32, output_throughput=tok_s, request_throughput=4.0,
+                      latency_ms={"median_ttft_ms": 5.0, "p99_ttft_ms": 9.0, "median_itl_ms": 2.0,
+                                  "p99_itl_ms": math.nan, "median_e2e_latency_ms": 20.0},
+                      accept_length=accept)
+
+
+def _estimate(ratio: float) -> RatioEstimate:
+    return RatioEstimate(ratio, ratio * 0.95, ratio * 1.05, 0.97, 0.5, 4.0, 0.99, 0.01, "prior")
+
+
+@pytest.fixture
+def session(tmp_path: Path) -> SpecguardSession:
+    """A session with measured cells and decisions, as if pytest had run it (no servers)."""
+    sg = SpecguardSession(parse_suite(SUITE, tmp_path / "suite.toml"), RunOptions(baseline_dir=tmp_path / "b"))
+    for name, tok, acc in (("baseline", 100.0, None), ("mtp", 150.0, 2.0)):
+        for c in (1, 4):
+            sg.cells[(name, c)] = CellMeasurement(name, c, runs=[_run(tok * c, acc), _run(tok * c * 1.02, acc)])
+    sg.cells[("mtp", 4)].error = "3 failed requests (allowed 0); first: request 1: server error 500"
+    sg.results = [
+        GateResult("throughput", "baseline", 1, "fail", "throughput baseline c1: 100 vs 120 -> FAIL | pipe",
+                   _estimate(0.83), 100.0, 120.0),
+        GateResult("speculation", "mtp", 1, "pass", "speculation mtp c1: ...", _estimate(1.5), 150.0, 100.0,
+                   enforced=False),
+    ]
+    return sg
+
+
+def test_document_has_every_documented_key_and_round_trips(session, tmp_path):
+    doc = results_document(session)
+    assert doc["schema"] == SCHEMA == "specguard-results" and doc["schema_version"] == SCHEMA_VERSION == 2
+    assert set(REQUIRED_KEYS) <= set(doc) and validate(doc) is doc
+    assert [c["name"] for c in doc["configs"]] == ["baseline", "mtp"]
+    mtp = doc["configs"][1]
+    assert (mtp["speculative_algorithm"], mtp["num_steps"], mtp["reference"]) == ("NEXTN", 1, "baseline")
+    assert "k3y" not in json.dumps(doc)  # launch args are redacted like server commands
+    cell = next(c for c in doc["cells"] if c["config"] == "mtp" and c["concurrency"] == 1)
+    assert set(CELL_KEYS) <= set(cell) and cell["summary"]["output_throughput"] == pytest.approx(151.5)
+    assert cell["summary"]["accept_length"] == 2.0 and cell["summary"]["p99_itl_ms"] is None  # NaN -> null
+    assert doc["decisions"][0]["estimate"]["ratio"] == pytest.approx(0.83)
+    assert doc["crossovers"]["mtp"]["text"] == "speculation is ahead at every measured concurrency"
+    path = tmp_path / "r.json"
+    write_results(doc, path)
+    assert load(path)["cells"] == json.loads(json.dumps(doc))["cells"]
+
+
+def test_validate_rejects_damaged_documents(session):
+    doc = results_document(session)
+    del doc["decisions"]
+    with pytest.raises(ResultsError, match="missing decisions"):
+        validate(doc, "x.json")
+    doc = results_document(session)
+    del doc["cells"][0]["summary"]
+    with pytest.raises(ResultsError, match="lacks summary"):
+        validate(doc)
+
+
+def test_terminal_table_has_the_key_figures_and_the_outcome(session):
+    doc = results_document(session)
+    doc["outcome"] = {"status": "regression", "exit_status": 1,
+                      "failed_tests": [{"nodeid": "t::test_throughput[baseline-c1]", "kind": "regression", "message": "m"},
+                                       {"nodeid": "t::test_throughput[mtp-c4]", "kind": "not-measured", "message": "m"}]}
+    text = render_summary(doc)
+    head, _, *rows = text.splitlines()
+    for column in ("tok/s", "vs baseline [CI]", "accept", "TTFT p50/p99 ms", "ITL p50/p99 ms", "spec/ref [CI]", "verdict"):
+        assert column in head
+    assert rows[0].split()[:3] == ["baseline", "1", "101.0"] and "-17.0% [-21.2,-12.9]" in rows[0] and rows[0].endswith("FAIL: tput")
+    assert "+50.0% [+42.5,+57.5]" in rows[2] and rows[2].endswith("pass")
+    assert "ERROR: 3 failed requests" in rows[3]
+    assert text.splitlines()[-1] == "specguard: regression (1 regression(s), 1 test(s) not measured), exit 1"
+    assert max(len(line) for line in text.splitlines()[:6]) < 170  # readable in a CI log
+
+
+def test_markdown_summary(session):
+    doc = results_document(session)
+    doc["outcome"] = {"status": "regression", "exit_status": 1, "failed_tests": [
+        {"nodeid": "perf_tests/test_speculation.py::test_throughput[baseline-c1]", "kind": "regression",
+         "message": "throughput baseline c1: a | b"}]}
+    md = render_markdown(doc)
+    assert md.startswith("### specguard: ❌ regression found (exit 1)")
+    assert "| config | C | tok/s | vs baseline [CI] |" in md and "| baseline | 1 | 101.0 |" in md
+    assert "<details><summary>1 failed test(s)</summary>" in md and "a \\| b" in md
+    assert "`specguard: regression (1 regression(s)), exit 1`" in md and "report.html" in md
+
+
+def test_html_is_self_contained_with_embedded_plots(session):
+    doc = results_document(session)
+    page = render_html(doc, {"throughput": b"\x89PNG fake"}, None)
+    assert "data:image/png;base64,iVBORyBmYWtl" in page and "<script" not in page and "src='http" not in page
+    assert "throughput baseline c1: 100 vs 120 -&gt; FAIL | pipe" in page
+    assert html.escape(NO_PLOTS) in render_html(doc, {}, NO_PLOTS)
+
+
+def test_report_dir_with_and_without_matplotlib(tmp_path, monkeypatch):
+    doc = seed_a_doc()
+    summary = tmp_path / "step-summary.md"
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    written = {p.name for p in write_report_dir(doc, tmp_path / "r")}
+    assert {"summary.md", "report.html"} <= written
+    assert summary.read_text() == (tmp_path / "r" / "summary.md").read_text() + "\n"
+    if plots.available():
+        assert {"throughput.png", "speculation_ratio.png", "accept_length.png", "latency.png"} <= written
+        assert (tmp_path / "r" / "throughput.png").read_bytes()[:4] == b"\x89PNG"
+    monkeypatch.setattr(plots, "available", lambda: False)
+    monkeypatch.delenv("GITHUB_STEP_SUMMARY")
+    written = {p.name for p in write_report_dir(doc, tmp_path / "plain")}
+    assert written == {"summary.md", "report.html"}
+    assert "specguard[plots]" in (tmp_path / "plain" / "report.html").read_text()
+
+
+def test_merging_xdist_workers_keeps_every_cell_and_reapplies_holm(session):
+    a = results_document(session)
+    b = json.loads(json.dumps(a))
+    a["cells"] = [c for c in a["cells"] if c["config"] == "baseline"]
+    b["cells"] = [c for c in b["cells"] if c["config"] == "mtp"]
+    b["decisions"] = []
+    est = {**a["decisions"][0]["estimate"], "p_value": 0.001}
+    a["decisions"] = [{**a["decisions"][0], "verdict": "pass", "estimate": est}]
+    merged = merge_documents([a, b])
+    assert {(c["config"], c["concurrency"]) for c in merged["cells"]} == {(n, c) for n in ("baseline", "mtp") for c in (1, 4)}
+    assert merged["merged_from"] == 2 and len(merged["holm_failures"]) == 1
+    validate(merged)
+
+
+def test_report_command_rebuilds_the_directory_from_a_results_file(tmp_path, monkeypatch):
+    monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
+    results = tmp_path / "results.json"
+    results.write_text(json.dumps(seed_a_doc()))
+    assert cli.main(["report", str(results), "--report-dir", str(tmp_path / "r")]) == 0
+    assert (tmp_path / "r" / "report.html").exists() and (tmp_path / "r" / "summary.md").exists()
+    (tmp_path / "bench.json").write_text(json.dumps({"schema": "specguard-bench", "schema_version": 1}))
+    assert cli.main(["report", str(tmp_path / "bench.json"), "--report-dir", str(tmp_path / "x")]) == 2

@@ -1,0 +1,133 @@
+"""The gate study: simulated launches, sessions decided by the suite's own gates, noise spreads."""
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from specguard import study
+from specguard.config import load_suite
+from specguard.emulator.model import simulate_closed_loop
+from specguard.emulator.profile import load_profile
+from specguard.emulator.spec import SpecRequest
+
+TINY = """
+[sweep]
+concurrency = [1, 4]
+requests_per_worker = 2
+repeats = 3
+[workload]
+input_len = 32
+output_len = 24
+[servers.baseline]
+engine = "emulator"
+model_path = "/models/specguard-fast"
+max_running_requests = 128
+args = ["--emulator-profile", "fast"]
+[servers.eagle3]
+engine = "emulator"
+model_path = "/models/specguard-fast"
+speculative_algorithm = "EAGLE3"
+num_steps = 3
+eagle_topk = 1
+num_draft_tokens = 4
+max_running_requests = 128
+reference = "baseline"
+speculation_must_win_up_to = 4
+args = ["--emulator-profile", "fast"]
+"""
+
+
+@pytest.fixture
+def tiny(tmp_path):
+    path = tmp_path / "tiny.toml"
+    path.write_text(TINY)
+    return load_suite(path)
+
+
+def test_gate_tests_count_like_the_plugin():
+    assert study.gate_tests(load_suite("perf_tests/suite.toml")) == 28  # 12 throughput + 8 accept + 8 speculation
+
+
+def test_noise_free_launch_is_the_simulator(tiny):
+    launch = study.simulate_launch(tiny, "eagle3", seed=5, repeats=1, noise=None)
+    direct = simulate_closed_loop(load_profile("fast"), SpecRequest("EAGLE3", 3, 1, 4), 1, 2, 32, 24,
+                                  max_running_requests=128, seed=5, same_prompt=False)
+    assert launch[1][0][0] == pytest.approx(direct.output_throughput)  # the launch's first run
+    assert launch[1][1][0] == pytest.approx(direct.accept_length)
+
+
+def test_injected_changes_move_what_they_say(tiny):
+    base = study.simulate_launch(tiny, "eagle3", 1, 1, None)
+    slow = study.simulate_launch(tiny, "eagle3", 1, 1, None, study.Change("x", "eagle3", step_scale=1 / 0.95))
+    worse = study.simulate_launch(tiny, "eagle3", 1, 4, None, study.Change("y", "eagle3", accept_factor=0.9))
+    assert slow[4][0][0] / base[4][0][0] == pytest.approx(0.95, rel=1e-6)
+    assert np.mean(worse[4][1]) / 3.03 == pytest.approx(0.9, abs=0.04)
+
+
+def test_scenarios_put_speculation_at_095_where_it_must_win(tiny):
+    changes = {c.name: c for c in study.scenarios(tiny, "eagle3")}
+    assert {"A/A", "tok/s -5%", "accept -10%", "speculation 0.95x at c4"} <= set(changes)
+    spec = study.simulate_launch(tiny, "eagle3", 0, 1, None, changes["speculation 0.95x at c4"])[4][0][0]
+    ref = study.simulate_launch(tiny, "baseline", 0, 1, None)[4][0][0]
+    assert spec / ref == pytest.approx(0.95, rel=1e-6)
+
+
+def test_a_session_fails_on_a_large_drop_and_passes_unchanged(tiny):
+    noise = study.Noise(within={}, between={}, stall_rate=0.0)
+    trial = study.simulate_trial(tiny, 0, 3, 5, 3, noise, [study.Change("big", "eagle3", step_scale=1.5)])
+    settings = study.GateSettings(3, tiny.tolerances)
+    same = study.decide_session(tiny, settings, trial.current, trial.history)
+    dropped = study.decide_session(tiny, settings, {**trial.current, "eagle3": trial.changed["big"]}, trial.history)
+    assert not same.failed and same.enforced == 8  # throughput x4, accept length x2, speculation at c1 and c4
+    assert dropped.failed and {"throughput", "speculation"} <= {g.gate for g in dropped.failing}
+    assert same.crossovers == {"eagle3": None}  # speculation wins at both levels of the tiny sweep
+
+
+def test_spreads_recover_known_within_and_between_sd_and_set_stalls_apart():
+    rng = np.random.default_rng(0)
+    sessions = [{(n, c): rng.normal(rng.normal(0, 0.02), 0.01, 5) for n in ("a", "b", "c") for c in (1, 4)}
+                for _ in range(60)]
+    sessions[3][("a", 4)][2] += math.log(0.5)  # another job took the cores during one run
+    got = study.spreads(sessions)
+    for c in (1, 4):
+        assert got[c].within == pytest.approx(0.01, rel=0.1)
+        assert got[c].between == pytest.approx(0.02, rel=0.15)
+    assert got[1].stall_factors == () and len(got[4].stall_factors) == 1
+    assert got[4].stall_factors[0] == pytest.approx(0.5, rel=0.05) and got[4].runs == 60 * 3 * 5
+
+
+def test_measure_noise_attributes_nothing_extra_to_model_made_sessions(tiny):
+    quiet = study.Noise(within={}, between={}, stall_rate=0.0)
+    docs = []
+    for i in range(30):
+        cells = [{"config": n, "concurrency": c, "runs": [{"output_throughput": t} for t in tok], "warmup_runs": []}
+                 for j, n in enumerate(tiny.servers)
+                 for c, (tok, _) in study.simulate_launch(tiny, n, 1000 + 10 * i + j, 3, quiet).items()]
+        docs.append({"cells": cells})
+    noise, report = study.measure_noise(docs, tiny, sim_sessions=30)
+    assert report["real_sessions"] == 30 and set(noise.within) == {1, 4}
+    for c, row in report["by_concurrency"].items():  # any extra is sampling error, small next to the model's own
+        assert row["extra_within_sd"] < 0.5 * row["model_within_sd"]
+        assert row["extra_between_sd"] < 0.5 * max(row["model_between_sd"], row["model_within_sd"])
+
+
+def test_wilson_interval_is_honest_near_zero():
+    lo, hi = study.wilson(0, 200)
+    assert lo == 0 and 0.015 < hi < 0.02
+    assert study.level_distance([1, 4, 16, 64], 16, 64) == 1 and study.level_distance([1, 4, 16, 64], None, 16) == 2
+
+
+def test_cli_writes_the_headline_keys(tiny, tmp_path, capsys):
+    out = tmp_path / "study.json"
+    rc = study.main(["--suite", str(tiny.path), "--sessions", "2", "--history", "1", "--json", str(out),
+                     "--noise", "emulator,gpu", "--extra-between-pct", "0.5"])
+    assert rc == 0 and "| repeats |" in capsys.readouterr().out
+    doc = json.loads(out.read_text())
+    for key in ("sessions", "false_fail_rate", "power_tok_s_5pct", "power_accept_10pct", "crossover_within_one_level"):
+        assert key in doc
+    assert doc["sessions"] == 2 and doc["gate_tests"] == 2 * (2 + 2) and doc["headline_noise"] == "emulator"
+    emulator, gpu = doc["studies"]["emulator"]["noise"], doc["studies"]["gpu"]["noise"]
+    assert emulator["between"]["1"] == gpu["between"]["4"] == pytest.approx(0.005) and not math.isnan(doc["false_fail_rate"])
+    assert emulator["stall_rate"] > 0 and gpu["stall_rate"] == 0 and gpu["within"]["1"] == study.GPU_WITHIN
