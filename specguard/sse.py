@@ -18,6 +18,7 @@ from typing import Any
 
 _COMPLETION_KEY = b'"completion_tokens":'
 _COMPLETION_LEN = len(_COMPLETION_KEY)
+_IDS_KEY = b'"output_ids":['
 _META_KEY = b'"meta_info":'
 _INT = re.compile(rb"\s*(\d+)")
 _TEXT = re.compile(rb'"(?:text|content|reasoning_content)":\s*"')  # a text delta, maybe empty (held-back bytes)
@@ -185,6 +186,22 @@ class StreamParser:
         s.finish_reason = meta.get("finish_reason")
         s.server_ttft_s = _float_or_none(meta.get("first_token_latency"))
         s.server_e2e_s = _float_or_none(meta.get("e2e_latency"))
+        self._check_final_ids(data, p, at)
+
+    def _check_final_ids(self, data: bytes, p: int, meta_at: int) -> None:
+        """The last event's output_ids must hold completion_tokens ids (cumulative streams) or
+        that event's new ids (incremental streams); anything else is a server counting wrongly."""
+        ids_at = data.find(_IDS_KEY, p, meta_at)
+        total = self.summary.completion_tokens
+        if ids_at < 0 or total is None:
+            return  # no ids in this server's events: nothing to cross-check
+        close = data.find(b"]", ids_at, meta_at)
+        body = data[ids_at + len(_IDS_KEY):close]
+        ids = body.count(b",") + 1 if body.strip() else 0
+        last_new = int(self.event_tokens[-1]) if len(self.event_tokens) else 0
+        if ids not in (total, last_new):
+            raise StreamProtocolError(
+                f"token count mismatch: the last event carries {ids} output ids, meta_info.completion_tokens says {total}")
 
     def _error(self, payload: bytes) -> None:
         try:

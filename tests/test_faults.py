@@ -118,3 +118,8 @@ def test_port_in_use_picks_another_port(tmp_path):
             assert not handle.base_url.endswith(f":{taken}")
         finally:
             stop(handle)
+
+
+def test_wrong_final_count_in_native_stream_fails_the_request(measure):
+    cell, _, _ = measure("--emulator-fault-bad-count-rate", "0.5")
+    assert cell.error is not None and "token count mismatch" in cell.error, cell.error
