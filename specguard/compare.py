@@ -92,7 +92,8 @@ def compare(a: dict[str, Any], b: dict[str, Any]) -> Comparison:
     out = []
     for metric, (config, c), xa, xb in pairs:
         _, tol_key, sd_key = METRICS[metric]
-        est = compare_sessions(xb, xa, threshold=1 - tol[tol_key], launch_sd=tol[sd_key], confidence=confidence)
+        est = compare_sessions(xb, xa, threshold=1 - tol[tol_key], launch_sd=tol[sd_key], confidence=confidence,
+                               rule=tol.get("fail_rule", "beyond-tolerance"))
         out.append(CellComparison(config, c, metric, sum(xa) / len(xa), sum(xb) / len(xb), est, est.outcome()))
     only_a = {(c["config"], c["concurrency"]) for c in a["cells"]} - {(x.config, x.concurrency) for x in out}
     only_b = {(c["config"], c["concurrency"]) for c in b["cells"]} - {(x.config, x.concurrency) for x in out}

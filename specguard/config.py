@@ -16,6 +16,13 @@ from typing import Any, get_args, get_origin, get_type_hints
 
 from specguard.workload import WORKLOAD_KINDS, WorkloadSpec
 
+# When a drop fails (docs/statistics.md, docs/gate-study.md):
+# - "significant": the drop is statistically significant (upper bound below 1) and its estimate
+#   is beyond the tolerance (asv's rule: practical and statistical significance);
+# - "beyond-tolerance": the whole interval lies beyond the tolerance (Criterion's rule; stricter,
+#   a drop must exceed the tolerance by the interval's half-width before it can fail).
+FAIL_RULES = ("significant", "beyond-tolerance")
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
@@ -83,14 +90,15 @@ class SweepConfig:
 
 @dataclass(frozen=True)
 class Tolerances:
-    throughput: float = 0.03  # fail when tok/s is confidently below (1 - this) x baseline
+    throughput: float = 0.03  # the smallest tok/s drop worth failing for (see fail_rule)
     accept_length: float = 0.03
     speculation_min_gain: float = 0.0  # spec/reference must not be confidently below 1 + this
     family_alpha: float = 0.01  # family-wise false-fail rate for the whole session (Holm)
-    prior_between_sd: float = 0.02  # log-scale tok/s spread between launches (history may raise it); docs/gate-study.md
+    prior_between_sd: float = 0.01  # log-scale tok/s spread between GPU launches (history may raise it); docs/gate-study.md
     prior_between_sd_accept: float = 0.003  # acceptance is a model property; launches barely move it
     history_sessions: int = 5  # baseline sessions kept per cell
     inconclusive: str = "pass"  # what an inconclusive cell counts as: pass or fail
+    fail_rule: str = "significant"  # "significant" or "beyond-tolerance" (stats.FAIL_RULES)
 
 
 @dataclass(frozen=True)
@@ -235,6 +243,9 @@ def validate_suite(suite: Suite) -> None:
         raise ConfigError(f"{p}: tolerances.prior_between_sd* must be >= 0")
     if tol.inconclusive not in ("pass", "fail"):
         raise ConfigError(f"{p}: tolerances.inconclusive = {tol.inconclusive!r}; use \"pass\" or \"fail\"")
+    if tol.fail_rule not in FAIL_RULES:
+        raise ConfigError(f"{p}: tolerances.fail_rule = {tol.fail_rule!r}; use one of "
+                          f"{', '.join(repr(r) for r in FAIL_RULES)} (docs/statistics.md)")
     if tol.history_sessions < 1:
         raise ConfigError(f"{p}: tolerances.history_sessions must be >= 1")
     for name, s in suite.servers.items():

@@ -57,18 +57,19 @@ def _line(gate: str, config: str, c: int, unit: str, cur: float, ref: float, ref
 
 def history_gate(gate: str, config: str, concurrency: int, current: Sequence[float],
                  history: Sequence[Sequence[float]], *, tolerance: float, prior_between_sd: float,
-                 alpha_cell: float) -> GateResult:
-    """Fail iff the upper confidence bound of current/baseline is below 1 - tolerance."""
+                 alpha_cell: float, rule: str = "significant") -> GateResult:
+    """Fail iff current/baseline is significantly below 1 and estimated below 1 - tolerance
+    (rule "significant"), or its whole interval is below 1 - tolerance ("beyond-tolerance")."""
     if len(current) < 2:
         return GateResult(gate, config, concurrency, ERROR, f"{gate} {config} c{concurrency}: only {len(current)} samples; need >= 2")
     est = compare_to_history(current, history, threshold=1 - tolerance, prior_between_sd=prior_between_sd,
-                             confidence=gate_confidence(alpha_cell))
+                             confidence=gate_confidence(alpha_cell), rule=rule)
     verdict = est.outcome()
     unit = " tok/s" if gate == "throughput" else ""
     base_mean = _mean([v for s in history for v in s])
     msg = _line(gate, config, concurrency, unit, _mean(current), base_mean,
                 f"baseline ({len(history)} session{'s' if len(history) != 1 else ''})", est,
-                f"tolerance {tolerance:.0%}", verdict)
+                f"tolerance {tolerance:.0%}, rule {rule}", verdict)
     return GateResult(gate, config, concurrency, verdict, msg, est, _mean(current), base_mean, alpha=alpha_cell)
 
 
@@ -95,10 +96,12 @@ def counts_as_failure(result: GateResult, tol: Tolerances) -> bool:
 
 
 def holm_failures(results: Sequence[GateResult], family_alpha: float) -> list[GateResult]:
-    """Enforced results that Holm rejects at the family level but the per-cell test passed."""
+    """Enforced results that Holm rejects at the family level but the per-cell test passed
+    (rejected = significantly below the tested ratio, with the estimate beyond the threshold)."""
     tested = [r for r in results if r.estimate is not None and r.enforced]
     adjusted = holm_adjust([r.estimate.p_value for r in tested])
-    return [r for r, p in zip(tested, adjusted) if p < family_alpha and r.verdict != FAIL]
+    return [r for r, p in zip(tested, adjusted)
+            if p < family_alpha and r.estimate.ratio < r.estimate.threshold and r.verdict != FAIL]
 
 
 def crossover(ratios: dict[int, RatioEstimate]) -> tuple[int | None, int | None, str]:

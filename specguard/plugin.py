@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from specguard.config import ConfigError, Suite, load_suite, validate_suite
+from specguard.config import FAIL_RULES, ConfigError, Suite, load_suite, validate_suite
 from specguard.gates import ERROR, FAIL, INCONCLUSIVE, SKIP, GateResult, holm_failures
 from specguard.progress import SweepProgress
 from specguard.publish import write_report_dir
@@ -67,6 +67,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     g.addoption("--prior-between-sd", type=float, default=None, help="log-scale between-launch tok/s spread prior")
     g.addoption("--family-alpha", type=float, default=None, help="family-wise false-fail rate (Holm)")
     g.addoption("--inconclusive", choices=("pass", "fail"), default=None, help="what an inconclusive cell counts as")
+    g.addoption("--fail-rule", choices=FAIL_RULES, default=None,
+                help="significant: a significant drop estimated beyond the tolerance fails (default); "
+                     "beyond-tolerance: only a drop whose whole interval is beyond the tolerance fails")
     g.addoption("--max-failed-requests", type=int, default=0, help="failed requests tolerated per cell")
     g.addoption("--api-key", default=None, help="server API key (or env SPECGUARD_API_KEY); never printed")
     g.addoption("--server-log-dir", default=".specguard/logs")
@@ -115,7 +118,7 @@ def get_suite(config: pytest.Config) -> Suite:
             sweep = replace(sweep, warmup=opt("--warmup"))
         for flag, attr in (("--tolerance-throughput", "throughput"), ("--tolerance-accept-length", "accept_length"),
                            ("--prior-between-sd", "prior_between_sd"), ("--family-alpha", "family_alpha"),
-                           ("--inconclusive", "inconclusive")):
+                           ("--inconclusive", "inconclusive"), ("--fail-rule", "fail_rule")):
             if opt(flag) is not None:
                 tol = replace(tol, **{attr: opt(flag)})
         suite = replace(suite, sweep=sweep, tolerances=tol)

@@ -283,7 +283,8 @@ class SpecguardSession:
         if history is None:
             return self._record(GateResult(gate, name, concurrency, SKIP, reason, current=_mean(current)))
         return self._record(history_gate(gate, name, concurrency, current, history, tolerance=tolerance,
-                                         prior_between_sd=prior_sd, alpha_cell=self.alpha_cell))
+                                         prior_between_sd=prior_sd, alpha_cell=self.alpha_cell,
+                                         rule=self.suite.tolerances.fail_rule))
 
     def speculation_result(self, name: str, concurrency: int, must_win_up_to: int | None) -> GateResult:
         cfg = self.suite.servers[name]

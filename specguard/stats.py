@@ -16,6 +16,8 @@ from typing import Sequence
 import numpy as np
 from scipy import special
 
+from specguard.config import FAIL_RULES
+
 PASS, FAIL, INCONCLUSIVE = "pass", "fail", "inconclusive"
 MIN_SESSIONS_FOR_SPREAD = 3  # fewer stored sessions: the prior between-session spread is used
 
@@ -23,7 +25,8 @@ MIN_SESSIONS_FOR_SPREAD = 3  # fewer stored sessions: the prior between-session 
 @dataclass(frozen=True)
 class RatioEstimate:
     """current / reference with a confidence interval, and the one-sided p-value of
-    H0: ratio >= threshold (small p = confidently below the threshold)."""
+    H0: ratio >= test_at (small p = confidently below it). ``test_at`` is the threshold itself
+    under the "beyond-tolerance" rule and 1 (no change) under "significant"."""
 
     ratio: float
     low: float
@@ -34,9 +37,19 @@ class RatioEstimate:
     confidence: float
     between_sd: float  # the between-session spread used (log scale)
     between_source: str  # "prior" or "history of K sessions"
+    test_at: float | None = None  # None (older results files): the threshold
+
+    @property
+    def tested_at(self) -> float:
+        return self.threshold if self.test_at is None else self.test_at
+
+    @property
+    def fails(self) -> bool:
+        """Significantly below ``tested_at`` and estimated beyond the threshold."""
+        return self.high < self.tested_at and self.ratio < self.threshold
 
     def outcome(self) -> str:
-        if self.high < self.threshold:
+        if self.fails:
             return FAIL
         if self.low >= self.threshold:
             return PASS
@@ -62,8 +75,15 @@ def _pooled_within_var(groups: Sequence[np.ndarray]) -> tuple[float, float]:
     return (ss / dof, float(dof)) if dof > 0 else (0.0, 0.0)
 
 
+def null_ratio(threshold: float, rule: str) -> float:
+    """The ratio the one-sided test is made against under a fail rule."""
+    if rule not in FAIL_RULES:
+        raise ValueError(f"fail rule {rule!r}; use one of {', '.join(FAIL_RULES)}")
+    return max(threshold, 1.0) if rule == "significant" else threshold
+
+
 def _finish(diff: float, var_parts: list[tuple[float, float]], threshold: float, confidence: float,
-            between_sd: float, between_source: str) -> RatioEstimate:
+            between_sd: float, between_source: str, test_at: float) -> RatioEstimate:
     """CI and p-value from a log difference and (variance, dof) parts (Welch-Satterthwaite)."""
     var = sum(v for v, _ in var_parts)
     if var <= 0:
@@ -74,7 +94,7 @@ def _finish(diff: float, var_parts: list[tuple[float, float]], threshold: float,
     se = math.sqrt(var)
     # scipy.special's t and normal functions, not frozen scipy.stats distributions: the same
     # numbers, without building a distribution object (and its docstring) on every call.
-    z = (diff - math.log(threshold)) / se
+    z = (diff - math.log(test_at)) / se
     if math.isfinite(dof):
         q, p = float(special.stdtrit(dof, 0.5 + confidence / 2)), float(special.stdtr(dof, z))
     else:
@@ -82,11 +102,12 @@ def _finish(diff: float, var_parts: list[tuple[float, float]], threshold: float,
     return RatioEstimate(
         ratio=math.exp(diff), low=math.exp(diff - q * se), high=math.exp(diff + q * se), threshold=threshold,
         p_value=p, dof=dof, confidence=confidence, between_sd=between_sd, between_source=between_source,
+        test_at=test_at,
     )
 
 
 def compare_to_history(current: Sequence[float], history: Sequence[Sequence[float]], *, threshold: float,
-                       prior_between_sd: float, confidence: float) -> RatioEstimate:
+                       prior_between_sd: float, confidence: float, rule: str = "beyond-tolerance") -> RatioEstimate:
     """This session's runs against K stored sessions (a prediction-interval comparison).
 
     Var(log ratio) = sb2 (this launch's own offset) + sw2/n_c + (sb2 + sw2/n_h)/K.
@@ -110,11 +131,12 @@ def compare_to_history(current: Sequence[float], history: Sequence[Sequence[floa
     diff = float(cur.mean() - means.mean())
     within = sw2 / cur.size + sw2 / (n_h * k)
     between = sb2 * (1 + 1 / k)
-    return _finish(diff, [(within, dof_w), (between, math.inf)], threshold, confidence, math.sqrt(sb2), source)
+    return _finish(diff, [(within, dof_w), (between, math.inf)], threshold, confidence, math.sqrt(sb2), source,
+                   null_ratio(threshold, rule))
 
 
 def compare_sessions(a: Sequence[float], b: Sequence[float], *, threshold: float, launch_sd: float,
-                     confidence: float) -> RatioEstimate:
+                     confidence: float, rule: str = "beyond-tolerance") -> RatioEstimate:
     """a / b for two server launches measured in one session (e.g. speculation vs its reference).
 
     Each launch carries its own offset, so 2 * launch_sd^2 is added to Welch's variance.
@@ -123,7 +145,8 @@ def compare_sessions(a: Sequence[float], b: Sequence[float], *, threshold: float
     va = float(la.var(ddof=1)) if la.size > 1 else 0.0
     vb = float(lb.var(ddof=1)) if lb.size > 1 else 0.0
     parts = [(va / la.size, la.size - 1.0), (vb / lb.size, lb.size - 1.0), (2 * launch_sd**2, math.inf)]
-    return _finish(float(la.mean() - lb.mean()), parts, threshold, confidence, launch_sd, "prior")
+    return _finish(float(la.mean() - lb.mean()), parts, threshold, confidence, launch_sd, "prior",
+                   null_ratio(threshold, rule))
 
 
 def holm_adjust(p_values: Sequence[float]) -> list[float]:

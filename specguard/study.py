@@ -25,12 +25,12 @@ from typing import Any, Sequence
 import numpy as np
 
 from specguard.baselines import atomic_write_json
-from specguard.config import ServerConfig, Suite, Tolerances, load_suite
+from specguard.config import FAIL_RULES, ServerConfig, Suite, Tolerances, load_suite
 from specguard.emulator.model import BatchScheduler, SchedulerConfig, run_closed_loop
 from specguard.emulator.profile import EmulatorProfile, load_profile
 from specguard.emulator.spec import SpecRequest, resolve_settings
 from specguard.gates import GateResult, counts_as_failure, crossover, history_gate, holm_failures, speculation_gate
-from specguard.stats import INCONCLUSIVE
+from specguard.stats import INCONCLUSIVE, MIN_SESSIONS_FOR_SPREAD
 
 DEFAULT_SUITE = Path("perf_tests/suite.toml")
 # GPU servers (docs/gate-study.md): runs within a launch agree to ~0.2-0.8 %, launches to ~1-2 %.
@@ -96,7 +96,7 @@ class GateSettings:
     def label(self) -> str:
         t = self.tolerances
         return (f"repeats={self.repeats} K={t.history_sessions} tol={t.throughput:g}/{t.accept_length:g} "
-                f"prior={t.prior_between_sd:g}/{t.prior_between_sd_accept:g} alpha={t.family_alpha:g}")
+                f"prior={t.prior_between_sd:g}/{t.prior_between_sd_accept:g} alpha={t.family_alpha:g} rule={t.fail_rule}")
 
 
 # -- simulation --------------------------------------------------------------------------------
@@ -227,12 +227,12 @@ def decide_session(suite: Suite, settings: GateSettings, current: dict[str, Laun
             tok, acc = cur[name][c]
             results.append(history_gate("throughput", name, c, tok, [h[name][c][0] for h in hist],
                                         tolerance=tol.throughput, prior_between_sd=tol.prior_between_sd,
-                                        alpha_cell=alpha_cell))
+                                        alpha_cell=alpha_cell, rule=tol.fail_rule))
             if not cfg.speculative:
                 continue
             results.append(history_gate("accept_length", name, c, acc, [h[name][c][1] for h in hist],
                                         tolerance=tol.accept_length, prior_between_sd=tol.prior_between_sd_accept,
-                                        alpha_cell=alpha_cell))
+                                        alpha_cell=alpha_cell, rule=tol.fail_rule))
             limit = cfg.speculation_must_win_up_to
             spec = speculation_gate(name, c, tok, cur[cfg.reference][c][0], cfg.reference,
                                     must_win=limit is not None and c <= limit, tol=tol, alpha_cell=alpha_cell)
@@ -292,12 +292,12 @@ def scenarios(suite: Suite, config: str, noise: Noise | None = None) -> list[Cha
 
 def settings_grid(suite: Suite, repeats: Sequence[int], history: Sequence[int], tolerance: Sequence[float],
                   tolerance_accept: Sequence[float], prior: Sequence[float], prior_accept: Sequence[float],
-                  family_alpha: Sequence[float]) -> list[GateSettings]:
+                  family_alpha: Sequence[float], rules: Sequence[str] | None = None) -> list[GateSettings]:
     base = suite.tolerances
     return [GateSettings(r, replace(base, throughput=t, accept_length=ta, prior_between_sd=p,
-                                    prior_between_sd_accept=pa, family_alpha=a, history_sessions=k))
-            for r, k, t, ta, p, pa, a in itertools.product(repeats, history, tolerance, tolerance_accept, prior,
-                                                           prior_accept, family_alpha)]
+                                    prior_between_sd_accept=pa, family_alpha=a, history_sessions=k, fail_rule=rule))
+            for rule, r, k, t, ta, p, pa, a in itertools.product(rules or [base.fail_rule], repeats, history, tolerance,
+                                                                 tolerance_accept, prior, prior_accept, family_alpha)]
 
 
 # -- running the study -------------------------------------------------------------------------
@@ -488,41 +488,48 @@ def measure_noise(docs: Sequence[dict[str, Any]], suite: Suite, sim_sessions: in
 
 
 # -- report ------------------------------------------------------------------------------------
-def _matches(settings: dict[str, Any], suite: Suite) -> bool:
-    t = asdict(suite.tolerances)
-    return settings["repeats"] == suite.sweep.repeats and all(settings[k] == v for k, v in t.items()
-                                                              if k != "history_sessions")
+def _matches(settings: dict[str, Any], target: Tolerances, repeats: int) -> bool:
+    t = asdict(target)
+    return settings["repeats"] == repeats and all(settings.get(k) == v for k, v in t.items() if k != "history_sessions")
 
 
-def headline(result: dict[str, Any], suite: Suite) -> dict[str, Any]:
-    """The suite's own settings, worst case over the history depths studied (K=1 and K=5)."""
-    rows = [g for g in result["grid"] if _matches(g["settings"], suite)]
-    if not rows:
-        return {}
+def headline(result: dict[str, Any], target: Tolerances, repeats: int) -> dict[str, Any]:
+    """The target settings (by default the library's): worst case over the history depths K >= 3
+    that were studied (a suite stores 3-5 sessions), and every K on its own."""
 
-    def rate(name: str, key: str = "fail_rate") -> list[float]:
+    def rates(rows: list[dict[str, Any]], name: str, key: str = "fail_rate") -> list[float]:
         return [s[key] for g in rows for s in g["scenarios"] if s["scenario"] == name]
 
-    return {
-        "false_fail_rate": max(rate("A/A")),
-        "power_tok_s_5pct": min(rate("tok/s -5%")),
-        "power_accept_10pct": min(rate("accept -10%")),
-        "crossover_within_one_level": min(rate("A/A", "crossover_within_one_level")),
-        "headline_settings": "suite defaults, worst over K in " + ",".join(str(g["settings"]["history_sessions"]) for g in rows),
-    }
+    def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
+        return {"false_fail_rate": max(rates(rows, "A/A")), "power_tok_s_5pct": min(rates(rows, "tok/s -5%")),
+                "power_tok_s_10pct": min(rates(rows, "tok/s -10%")),
+                "power_accept_10pct": min(rates(rows, "accept -10%")),
+                "crossover_within_one_level": min(rates(rows, "A/A", "crossover_within_one_level"))}
+
+    rows = [g for g in result["grid"] if _matches(g["settings"], target, repeats)]
+    if not rows:
+        return {}
+    deep = [g for g in rows if g["settings"]["history_sessions"] >= MIN_SESSIONS_FOR_SPREAD] or rows
+    depths = sorted({g["settings"]["history_sessions"] for g in deep})
+    return {**summary(deep),
+            "headline_settings": f"repeats={repeats} " + " ".join(f"{k}={v}" for k, v in asdict(target).items()
+                                                                 if k != "history_sessions")
+                                 + ", worst over K in " + ",".join(map(str, depths)),
+            "by_history": {str(k): summary([g for g in rows if g["settings"]["history_sessions"] == k])
+                           for k in sorted({g["settings"]["history_sessions"] for g in rows})}}
 
 
 def render_table(result: dict[str, Any]) -> str:
     """One markdown row per grid point: false fails, inconclusive, crossover, power per change."""
     changes = [s["scenario"] for s in result["grid"][0]["scenarios"] if s["scenario"] != "A/A"]
-    head = ["repeats", "K", "tol tok/acc", "prior tok/acc", "alpha", "false-fail (95% CI)", "inconcl.", "xover ±1",
+    head = ["rule", "repeats", "K", "tol tok/acc", "prior tok/acc", "alpha", "false-fail (95% CI)", "inconcl.", "xover ±1",
             *[f"P({c})" for c in changes]]
     lines = ["| " + " | ".join(head) + " |", "|" + "---:|" * len(head)]
     for g in result["grid"]:
         st, rows = g["settings"], {s["scenario"]: s for s in g["scenarios"]}
         aa = rows["A/A"]
         lo, hi = aa["fail_ci95"]
-        cells = [str(st["repeats"]), str(st["history_sessions"]), f"{st['throughput']:g}/{st['accept_length']:g}",
+        cells = [st.get("fail_rule", "beyond-tolerance"), str(st["repeats"]), str(st["history_sessions"]), f"{st['throughput']:g}/{st['accept_length']:g}",
                  f"{st['prior_between_sd']:g}/{st['prior_between_sd_accept']:g}", f"{st['family_alpha']:g}",
                  f"{aa['fail_rate']:.1%} ({lo:.1%}-{hi:.1%})", f"{aa['inconclusive_rate']:.1%}",
                  f"{aa['crossover_within_one_level']:.1%}", *[f"{rows[c]['fail_rate']:.2f}" for c in changes]]
@@ -548,6 +555,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--jobs", type=int, default=1, help="worker processes")
     p.add_argument("--json", dest="json_path", type=Path, help="write the full result here")
     p.add_argument("--config", help="configuration the changes are injected into (default: first speculative)")
+    p.add_argument("--headline", choices=("defaults", "suite"), default="suite",
+                   help="the top-level rates are for specguard's default tolerances or the suite file's")
     grid = p.add_argument_group("grid (comma-separated lists; default: the suite's value)")
     grid.add_argument("--repeats", type=_ints)
     grid.add_argument("--history", type=_ints, default=[1, 5], help="stored baseline sessions K")
@@ -556,11 +565,13 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     grid.add_argument("--prior-sd", type=_floats, help="prior between-launch sd of log tok/s")
     grid.add_argument("--prior-sd-accept", type=_floats)
     grid.add_argument("--family-alpha", type=_floats)
+    grid.add_argument("--fail-rule", type=lambda t: [x for x in t.split(",") if x],
+                      help=f"comma-separated: {', '.join(FAIL_RULES)}")
     noise = p.add_argument_group("noise")
     noise.add_argument("--noise", type=lambda t: [x for x in t.split(",") if x], default=["emulator"],
                        help="comma-separated presets, the first gives the headline: emulator, emulator-busy (the "
                             "fast profile's drift and jitter plus the real-time client's noise measured on a quiet or "
-                            "busy machine), gpu (1%% drift per launch, 0.5%% per run), gpu-drift2 (2%% drift)")
+                            "busy machine), gpu-quiet (0.5%% drift per launch), gpu (1%% drift per launch, 0.5%% per run), gpu-drift2 (2%% drift)")
     noise.add_argument("--noise-from", type=Path, nargs="+", metavar="RESULTS_JSON",
                        help="re-measure the emulator preset's client noise from real sessions' --results-json files")
     noise.add_argument("--drift-pct", type=float, help="per-launch model drift, sd in %% (replaces the preset's)")
@@ -574,15 +585,15 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 def preset(name: str, levels: Sequence[int], drift_pct: float | None = None,
            jitter_pct: float | None = None) -> Noise:
     """Named noise levels: the default suite's real-time emulator on the shared machine (quiet
-    or busy), and GPU servers with 1 % or 2 % launch-to-launch drift (docs/gate-study.md says why)."""
+    or busy), and GPU servers with 0.5, 1 or 2 % launch-to-launch drift (docs/gate-study.md says why)."""
     if name in ("emulator", "emulator-busy"):
         return replace(EMULATOR_QUIET if name == "emulator" else EMULATOR_BUSY, drift_pct=drift_pct, jitter_pct=jitter_pct)
-    drift = {"gpu": 1.0, "gpu-drift2": 2.0}[name]
+    drift = {"gpu-quiet": 0.5, "gpu": 1.0, "gpu-drift2": 2.0}[name]
     return Noise(drift_pct=drift if drift_pct is None else drift_pct, jitter_pct=jitter_pct,
                  within={c: GPU_WITHIN for c in levels}, between={}, stall_rate=0.0, stall_factors=(), bias={})
 
 
-NOISE_PRESETS = ("emulator", "emulator-busy", "gpu", "gpu-drift2")
+NOISE_PRESETS = ("emulator", "emulator-busy", "gpu-quiet", "gpu", "gpu-drift2")
 
 
 def _noise(name: str, args: argparse.Namespace, suite: Suite, measured: Noise | None) -> Noise:
@@ -606,6 +617,10 @@ def run(args: argparse.Namespace) -> int:
     if config not in suite.servers or not suite.servers[config].speculative:
         print(f"specguard study: --config must name a speculative configuration of {args.suite}", file=sys.stderr)
         return 2
+    bad_rules = [r for r in args.fail_rule or [] if r not in FAIL_RULES]
+    if bad_rules:
+        print(f"specguard study: unknown --fail-rule {', '.join(bad_rules)}; use {', '.join(FAIL_RULES)}", file=sys.stderr)
+        return 2
     unknown = [n for n in args.noise if n not in NOISE_PRESETS]
     if unknown:
         print(f"specguard study: unknown --noise {', '.join(unknown)}; use {', '.join(NOISE_PRESETS)}", file=sys.stderr)
@@ -613,7 +628,8 @@ def run(args: argparse.Namespace) -> int:
     tol = suite.tolerances
     grid = settings_grid(suite, args.repeats or [suite.sweep.repeats], args.history, args.tolerance or [tol.throughput],
                          args.tolerance_accept or [tol.accept_length], args.prior_sd or [tol.prior_between_sd],
-                         args.prior_sd_accept or [tol.prior_between_sd_accept], args.family_alpha or [tol.family_alpha])
+                         args.prior_sd_accept or [tol.prior_between_sd_accept], args.family_alpha or [tol.family_alpha],
+                         args.fail_rule or [tol.fail_rule])
     measured, noise_report = None, None
     if args.noise_from:
         docs = [json.loads(f.read_text(encoding="utf-8")) for f in args.noise_from]
@@ -625,7 +641,12 @@ def run(args: argparse.Namespace) -> int:
         plan = StudyPlan(suite, grid, scenarios(suite, config, noise), noise, args.seed)
         studies[name] = {"noise": asdict(noise), **run_study(plan, args.sessions, args.jobs)}
         print(f"\nnoise {name}:\n{render_table(studies[name])}")
-    doc = {"sessions": args.sessions, **headline(studies[args.noise[0]], suite), "headline_noise": args.noise[0],
+    target = suite.tolerances if args.headline == "suite" else Tolerances()
+    if not headline(studies[args.noise[0]], target, suite.sweep.repeats):
+        print(f"specguard study: the grid has no point with the {args.headline} tolerances at repeats="
+              f"{suite.sweep.repeats}; the document gets no headline rates", file=sys.stderr)
+    doc = {"sessions": args.sessions, **headline(studies[args.noise[0]], target, suite.sweep.repeats),
+           "headline_noise": args.noise[0], "headline_of": args.headline,
            "suite": str(args.suite), "changed_config": config, "seed": args.seed, "gate_tests": gate_tests(suite),
            "argv": sys.argv[1:], "noise_measurement": noise_report, "studies": studies}
     if args.json_path:

@@ -57,6 +57,7 @@ def test_good_suite_loads(tmp_path):
     (('engine = "emulator"\nmodel_path = "/models/t"\n\n[servers.eagle3]', 'engine = "tgi"\nmodel_path = "/models/t"\n\n[servers.eagle3]'), "engine"),
     (("input_len = 64", "input_len = -1"), "[workload]"),
     (("[sweep]", "[sweeps]"), "unknown top-level key"),
+    (("[sweep]", "[tolerances]\nfail_rule = \"maybe\"\n\n[sweep]"), "tolerances.fail_rule = 'maybe'"),
 ])
 def test_mistakes_name_file_key_and_fix(tmp_path, change, expected):
     path = write(tmp_path, GOOD.replace(*change, 1))

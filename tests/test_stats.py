@@ -75,3 +75,45 @@ def test_outliers_reported():
 def test_bad_samples_raise_clear_errors(bad):
     with pytest.raises(ValueError):
         compare_to_history(bad, [[1.0, 1.0]], threshold=0.95, prior_between_sd=0.01, confidence=0.95)
+
+
+def _drop_history(drop: float) -> tuple[list[float], list[list[float]]]:
+    base = [[1000, 1002, 998], [1004, 1001, 1003], [997, 999, 1000]]
+    return [1000 * (1 - drop) * f for f in (1.0, 1.001, 0.999)], base
+
+
+def test_significant_rule_fails_a_real_drop_beyond_the_tolerance_the_strict_rule_cannot_confirm():
+    cur, base = _drop_history(0.05)
+    strict = compare_to_history(cur, base, threshold=0.97, prior_between_sd=0.01, confidence=0.999,
+                                rule="beyond-tolerance")
+    significant = compare_to_history(cur, base, threshold=0.97, prior_between_sd=0.01, confidence=0.999,
+                                     rule="significant")
+    assert strict.ratio == pytest.approx(significant.ratio)
+    assert strict.high > 0.97 > strict.ratio  # the interval straddles the tolerance
+    assert strict.outcome() == INCONCLUSIVE
+    assert significant.high < 1.0 and significant.outcome() == FAIL
+    assert significant.p_value < strict.p_value  # tested against 1, not against 0.97
+
+
+def test_significant_rule_does_not_fail_a_real_drop_within_the_tolerance():
+    cur, base = _drop_history(0.02)
+    est = compare_to_history(cur, base, threshold=0.97, prior_between_sd=0.002, confidence=0.99, rule="significant")
+    assert est.high < 1.0 and est.ratio > 0.97  # significant, but smaller than the tolerance
+    assert est.outcome() != FAIL
+
+
+def test_holm_never_fails_a_drop_estimated_within_the_tolerance():
+    from specguard.gates import history_gate, holm_failures
+
+    cur, base = _drop_history(0.02)
+    small = history_gate("throughput", "x", 1, cur, base, tolerance=0.03, prior_between_sd=0.002, alpha_cell=0.005)
+    cur, base = _drop_history(0.045)
+    big = history_gate("throughput", "x", 4, cur, base, tolerance=0.03, prior_between_sd=0.01, alpha_cell=1e-9)
+    assert small.estimate.p_value < 0.01 and big.verdict != FAIL and big.estimate.p_value < 0.01
+    assert holm_failures([small, big], family_alpha=0.05) == [big]
+
+
+def test_unknown_rule_is_a_clear_error():
+    with pytest.raises(ValueError, match="fail rule 'maybe'"):
+        compare_to_history([1.0, 1.0], [[1.0, 1.0]], threshold=0.95, prior_between_sd=0.01, confidence=0.95,
+                           rule="maybe")
