@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
 
 from specguard.emulator.model import BatchScheduler, GenRequest
@@ -37,6 +38,60 @@ class RequestProgress:
         return marks
 
 
+class PreciseTimer:
+    """Wakes the event loop at a deadline to within ~0.1 ms.
+
+    asyncio's epoll selector rounds every timeout up to a whole millisecond, so a step that starts
+    p ms after the previous wake-up lasts p + n ms: a 3.0 ms step came out as 3.3 ms or 2.3 ms,
+    and the ITL median read +10 %. A helper thread sleeps with nanosleep and wakes the loop with
+    call_soon_threadsafe instead (when the loop is idle in epoll, it holds no GIL to wait for).
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._cond = threading.Condition()
+        self._pending: tuple[float, asyncio.Future[None]] | None = None
+        self._closed = False
+        self._thread = threading.Thread(target=self._serve, name="emulator-timer", daemon=True)
+        self._thread.start()
+
+    def sleep_until(self, deadline_s: float) -> asyncio.Future[None]:
+        """A future that completes at ``deadline_s`` on the loop's clock (time.monotonic)."""
+        fut: asyncio.Future[None] = self._loop.create_future()
+        with self._cond:
+            self._pending = (deadline_s, fut)
+            self._cond.notify()
+        return fut
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify()
+        self._thread.join(timeout=1.0)
+
+    def _serve(self) -> None:
+        while True:
+            with self._cond:
+                while self._pending is None and not self._closed:
+                    self._cond.wait()
+                if self._closed:
+                    return
+                deadline_s, fut = self._pending
+                self._pending = None
+            remaining_s = deadline_s - time.monotonic()
+            if remaining_s > 0:
+                time.sleep(remaining_s)
+            try:
+                self._loop.call_soon_threadsafe(_resolve, fut)
+            except RuntimeError:  # the loop closed while we slept
+                return
+
+
+def _resolve(fut: asyncio.Future[None]) -> None:
+    if not fut.done():
+        fut.set_result(None)
+
+
 class RealtimeEngine:
     """Owns the scheduler and the asyncio task that steps it in real time."""
 
@@ -45,6 +100,7 @@ class RealtimeEngine:
         self._loop = asyncio.get_running_loop()
         self._wake = asyncio.Event()
         self._task: asyncio.Task | None = None
+        self._timer: PreciseTimer | None = None
         # Converts loop-clock milliseconds to wall-clock seconds for SGLang's *_ts fields.
         self._wall_offset_s = time.time() - self._loop.time()
 
@@ -55,6 +111,7 @@ class RealtimeEngine:
         return loop_ms / 1000.0 + self._wall_offset_s
 
     def start(self) -> None:
+        self._timer = PreciseTimer(self._loop)
         self._task = asyncio.create_task(self._run(), name="emulator-scheduler")
 
     async def stop(self) -> None:
@@ -64,6 +121,8 @@ class RealtimeEngine:
                 await self._task
             except asyncio.CancelledError:
                 pass
+        if self._timer is not None:
+            self._timer.close()
 
     def submit(self, req: GenRequest) -> RequestProgress:
         progress = RequestProgress(req)
@@ -97,11 +156,13 @@ class RealtimeEngine:
             step = scheduler.next_step(end_ms)
             assert step is not None  # there is work, so there is a prefill or a decode to run
             end_ms += step.duration_ms
-            delay_s = (end_ms - self.now_ms()) / 1000.0
-            # Always yield, even when late: a step that runs straight on would put two steps'
-            # tokens into one write, and the client would see a 0 ms and a 2-step gap instead of
-            # two step-long gaps (ITL p50 read +10 % at C=1 before this).
-            await asyncio.sleep(max(delay_s, 0.0))
+            if end_ms > self.now_ms():
+                assert self._timer is not None
+                await self._timer.sleep_until(end_ms / 1000.0)
+            else:
+                # Late: still yield, or two steps' tokens would go out in one write and the
+                # client would see a 0 ms and a two-step gap instead of two step-long gaps.
+                await asyncio.sleep(0)
             scheduler.complete(step, end_ms)
             for req in step.requests:
                 progress = req.tag
