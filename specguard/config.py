@@ -98,7 +98,7 @@ class Tolerances:
     prior_between_sd_accept: float = 0.003  # acceptance is a model property; launches barely move it
     history_sessions: int = 5  # baseline sessions kept per cell
     inconclusive: str = "pass"  # what an inconclusive cell counts as: pass or fail
-    fail_rule: str = "significant"  # "significant" or "beyond-tolerance" (stats.FAIL_RULES)
+    fail_rule: str = "significant"  # one of FAIL_RULES (above)
 
 
 @dataclass(frozen=True)

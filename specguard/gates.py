@@ -57,7 +57,7 @@ def _line(gate: str, config: str, c: int, unit: str, cur: float, ref: float, ref
 
 def history_gate(gate: str, config: str, concurrency: int, current: Sequence[float],
                  history: Sequence[Sequence[float]], *, tolerance: float, prior_between_sd: float,
-                 alpha_cell: float, rule: str = "significant") -> GateResult:
+                 alpha_cell: float, rule: str) -> GateResult:
     """Fail iff current/baseline is significantly below 1 and estimated below 1 - tolerance
     (rule "significant"), or its whole interval is below 1 - tolerance ("beyond-tolerance")."""
     if len(current) < 2:

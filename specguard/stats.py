@@ -39,17 +39,9 @@ class RatioEstimate:
     between_source: str  # "prior" or "history of K sessions"
     test_at: float | None = None  # None (older results files): the threshold
 
-    @property
-    def tested_at(self) -> float:
-        return self.threshold if self.test_at is None else self.test_at
-
-    @property
-    def fails(self) -> bool:
-        """Significantly below ``tested_at`` and estimated beyond the threshold."""
-        return self.high < self.tested_at and self.ratio < self.threshold
-
     def outcome(self) -> str:
-        if self.fails:
+        tested_at = self.threshold if self.test_at is None else self.test_at
+        if self.high < tested_at and self.ratio < self.threshold:  # significant, and beyond the threshold
             return FAIL
         if self.low >= self.threshold:
             return PASS

@@ -106,9 +106,11 @@ def test_holm_never_fails_a_drop_estimated_within_the_tolerance():
     from specguard.gates import history_gate, holm_failures
 
     cur, base = _drop_history(0.02)
-    small = history_gate("throughput", "x", 1, cur, base, tolerance=0.03, prior_between_sd=0.002, alpha_cell=0.005)
+    small = history_gate("throughput", "x", 1, cur, base, tolerance=0.03, prior_between_sd=0.002, alpha_cell=0.005,
+                          rule="significant")
     cur, base = _drop_history(0.045)
-    big = history_gate("throughput", "x", 4, cur, base, tolerance=0.03, prior_between_sd=0.01, alpha_cell=1e-9)
+    big = history_gate("throughput", "x", 4, cur, base, tolerance=0.03, prior_between_sd=0.01, alpha_cell=1e-9,
+                        rule="significant")
     assert small.estimate.p_value < 0.01 and big.verdict != FAIL and big.estimate.p_value < 0.01
     assert holm_failures([small, big], family_alpha=0.05) == [big]
 
