@@ -18,58 +18,14 @@ from pathlib import Path
 import httpx
 import pytest
 
+from emulator_suite import write_emulator_suite
 from specguard.server import free_port
 
 pytestmark = pytest.mark.e2e
 REPO = Path(__file__).resolve().parents[1]
 
-SUITE = """
-[sweep]
-concurrency = [1, 4]
-requests_per_worker = 4
-warmup = 1
-repeats = 3
-read_timeout_s = 20
-run_timeout_s = 60
-
-[workload]
-kind = "random-ids"
-input_len = 32
-output_len = 64
-
-# Wide priors: these tests share two cores with whatever else runs, and they check behaviour
-# (what fails, what is written), not the gate's sensitivity (docs/gate-study.md measures that).
-[tolerances]
-throughput = 0.05
-prior_between_sd = 0.05
-
-[servers.baseline]
-engine = "emulator"
-model_path = "/models/specguard-fast"
-max_running_requests = 64
-args = ["--emulator-profile", "fast"{extra_baseline}]
-startup_timeout_s = 60
-
-[servers.eagle3]
-engine = "emulator"
-model_path = "/models/specguard-fast"
-speculative_algorithm = "EAGLE3"
-draft_model_path = "/models/specguard-fast-eagle3"
-num_steps = 3
-eagle_topk = 1
-num_draft_tokens = 4
-max_running_requests = 64
-reference = "baseline"
-speculation_must_win_up_to = 4
-args = ["--emulator-profile", "fast"]
-startup_timeout_s = 60
-"""
-
-
 def write_suite(tmp_path: Path, extra_baseline: str = "") -> Path:
-    path = tmp_path / "suite.toml"
-    path.write_text(SUITE.replace("{extra_baseline}", extra_baseline))
-    return path
+    return write_emulator_suite(tmp_path / "suite.toml", baseline_args=extra_baseline)
 
 
 def run_suite(tmp_path: Path, suite: Path, *args: str, env: dict | None = None) -> tuple[int, str, dict[str, str]]:

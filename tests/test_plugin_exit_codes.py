@@ -14,54 +14,16 @@ from pathlib import Path
 
 import pytest
 
+from emulator_suite import emulator_suite_toml
+
 pytestmark = pytest.mark.e2e
 REPO = Path(__file__).resolve().parents[1]
 EXIT_REGRESSION, EXIT_NOT_MEASURED = 1, 3
 
-SUITE = """
-[sweep]
-concurrency = [1]
-requests_per_worker = 4
-warmup = 1
-repeats = 3
-read_timeout_s = 20
-run_timeout_s = 60
-
-[workload]
-kind = "random-ids"
-input_len = 32
-output_len = 48
-
-[tolerances]
-throughput = 0.05
-prior_between_sd = 0.05
-
-[servers.baseline]
-engine = "emulator"
-model_path = "/models/specguard-fast"
-max_running_requests = 16
-args = ["--emulator-profile", "fast"{extra}]
-startup_timeout_s = 60
-
-[servers.eagle3]
-engine = "emulator"
-model_path = "/models/specguard-fast"
-speculative_algorithm = "EAGLE3"
-draft_model_path = "/models/specguard-fast-eagle3"
-num_steps = 3
-eagle_topk = 1
-num_draft_tokens = 4
-max_running_requests = 16
-reference = "baseline"
-args = ["--emulator-profile", "fast"]
-startup_timeout_s = 60
-"""
-
-
 def run(tmp_path: Path, *args: str, extra: str = "") -> tuple[int, str, dict]:
     """pytest perf_tests on the tiny suite; returns exit code, output and the results document."""
     suite = tmp_path / f"suite{len(extra)}.toml"
-    suite.write_text(SUITE.replace("{extra}", extra))
+    suite.write_text(emulator_suite_toml(concurrency=(1,), output_len=48, cap=16, baseline_args=extra, must_win_up_to=None))
     results = tmp_path / "results.json"
     results.unlink(missing_ok=True)
     cmd = [sys.executable, "-m", "pytest", str(REPO / "perf_tests"), "-p", "no:cacheprovider", "-q",

@@ -1,0 +1,56 @@
+"""The small baseline + eagle3 emulator suite that the end-to-end tests run (one text, two sizes)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def emulator_suite_toml(*, concurrency: tuple[int, ...] = (1, 4), output_len: int = 64, cap: int = 64,
+                        baseline_args: str = "", must_win_up_to: int | None = 4) -> str:
+    """``baseline_args``: extra TOML list items for the baseline's args (e.g. a fault flag)."""
+    must_win = f"speculation_must_win_up_to = {must_win_up_to}\n" if must_win_up_to is not None else ""
+    return f"""
+[sweep]
+concurrency = [{", ".join(map(str, concurrency))}]
+requests_per_worker = 4
+warmup = 1
+repeats = 3
+read_timeout_s = 20
+run_timeout_s = 60
+
+[workload]
+kind = "random-ids"
+input_len = 32
+output_len = {output_len}
+
+# Wide priors: these tests share two cores with whatever else runs, and they check behaviour
+# (what fails, what is written), not the gate's sensitivity (docs/gate-study.md measures that).
+[tolerances]
+throughput = 0.05
+prior_between_sd = 0.05
+
+[servers.baseline]
+engine = "emulator"
+model_path = "/models/specguard-fast"
+max_running_requests = {cap}
+args = ["--emulator-profile", "fast"{baseline_args}]
+startup_timeout_s = 60
+
+[servers.eagle3]
+engine = "emulator"
+model_path = "/models/specguard-fast"
+speculative_algorithm = "EAGLE3"
+draft_model_path = "/models/specguard-fast-eagle3"
+num_steps = 3
+eagle_topk = 1
+num_draft_tokens = 4
+max_running_requests = {cap}
+reference = "baseline"
+{must_win}args = ["--emulator-profile", "fast"]
+startup_timeout_s = 60
+"""
+
+
+def write_emulator_suite(path: Path, **kwargs) -> Path:
+    path.write_text(emulator_suite_toml(**kwargs))
+    return path
