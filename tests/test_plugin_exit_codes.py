@@ -18,12 +18,19 @@ from emulator_suite import emulator_suite_toml
 
 pytestmark = pytest.mark.e2e
 REPO = Path(__file__).resolve().parents[1]
+
+
+def one_level_suite(baseline_args: str = "") -> str:
+    """baseline + eagle3 at C=1 only: the smallest session that still has every gate."""
+    return emulator_suite_toml(concurrency=(1,), output_len=48, cap=16, baseline_args=baseline_args, must_win_up_to=None)
+
+
 EXIT_REGRESSION, EXIT_NOT_MEASURED = 1, 3
 
 def run(tmp_path: Path, *args: str, extra: str = "") -> tuple[int, str, dict]:
     """pytest perf_tests on the tiny suite; returns exit code, output and the results document."""
     suite = tmp_path / f"suite{len(extra)}.toml"
-    suite.write_text(emulator_suite_toml(concurrency=(1,), output_len=48, cap=16, baseline_args=extra, must_win_up_to=None))
+    suite.write_text(one_level_suite(extra))
     results = tmp_path / "results.json"
     results.unlink(missing_ok=True)
     cmd = [sys.executable, "-m", "pytest", str(REPO / "perf_tests"), "-p", "no:cacheprovider", "-q",

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_plugin_exit_codes import REPO, SUITE
+from test_plugin_exit_codes import REPO, one_level_suite
 
 from specguard.progress import SweepProgress, format_duration, predict
 
@@ -52,7 +52,7 @@ def test_durations_read_well():
 def _pytest_on_a_terminal(tmp_path: Path, ci: bool) -> str:
     """Run a one-cell sweep with stdout on a pseudo-terminal, as a person at a shell would."""
     suite = tmp_path / "suite.toml"
-    suite.write_text(SUITE.replace("{extra}", ""))
+    suite.write_text(one_level_suite())
     cmd = [sys.executable, "-m", "pytest", str(REPO / "perf_tests"), "-p", "no:cacheprovider", "--suite", str(suite),
            "-k", "baseline and throughput", "--benchmark-disable", "--baseline-dir", str(tmp_path / "b"),
            "--server-log-dir", str(tmp_path / "logs")]
