@@ -90,6 +90,16 @@ def _series(doc: dict[str, Any], name: str, key: str) -> tuple[list[int], list[f
     return cs, med, lo, hi
 
 
+def _plot_runs(ax: Any, doc: dict[str, Any], name: str, key: str, color: Any) -> list[int]:
+    """One configuration's per-run metric as median with min-max whiskers; the levels drawn
+    (none: the configuration has no error-free cell with that metric)."""
+    cs, med, lo, hi = _series(doc, name, key)
+    if cs:
+        ax.errorbar(cs, med, yerr=[[m - a for m, a in zip(med, lo)], [b - m for m, b in zip(med, hi)]], color=color,
+                    marker="o", ms=5, lw=2, capsize=3, label=name)
+    return cs
+
+
 def _levels(doc: dict[str, Any]) -> list[int]:
     return sorted({c["concurrency"] for c in doc["cells"]})
 
@@ -100,12 +110,9 @@ def throughput_png(doc: dict[str, Any]) -> bytes | None:
     fig, (ax,) = _figure()
     drawn = banded = False
     for name in config_order(doc):
-        cs, med, lo, hi = _series(doc, name, "output_throughput")
-        if not cs:
+        if not _plot_runs(ax, doc, name, "output_throughput", colors[name]):
             continue
         drawn = True
-        ax.errorbar(cs, med, yerr=[[m - a for m, a in zip(med, lo)], [b - m for m, b in zip(med, hi)]], color=colors[name],
-                    marker="o", ms=5, lw=2, capsize=3, label=name)
         base = sorted((d["concurrency"], d["reference"]) for d in doc["decisions"]
                       if d["config"] == name and d["gate"] == "throughput" and d.get("reference"))
         if base:
@@ -183,12 +190,8 @@ def accept_png(doc: dict[str, Any]) -> bytes | None:
     fig, (ax,) = _figure()
     drawn = False
     for name in config_order(doc):
-        cs, med, lo, hi = _series(doc, name, "accept_length")
-        if not cs:
-            continue
-        drawn = True
-        ax.errorbar(cs, med, yerr=[[m - a for m, a in zip(med, lo)], [b - m for m, b in zip(med, hi)]], color=colors[name],
-                    marker="o", ms=5, lw=2, capsize=3, label=name)
+        if _plot_runs(ax, doc, name, "accept_length", colors[name]):
+            drawn = True
     if not drawn:
         return None
     _concurrency_axis(ax, _levels(doc))
