@@ -33,8 +33,9 @@ from specguard.emulator.model import SchedulerConfig
 from specguard.emulator.profile import load_profile
 from specguard.emulator.spec import resolve_settings
 from specguard.engines import get_engine
-from specguard.load import LoadGenerator, LoadSettings
-from specguard.metrics import summarize_run
+from specguard.measure.generator import LoadGenerator
+from specguard.measure.load import LoadSettings
+from specguard.measure.metrics import summarize_run
 from specguard.server import launch, stop
 from specguard.workload import WorkloadSpec, build_workload
 

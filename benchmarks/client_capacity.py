@@ -25,7 +25,7 @@ import sys
 import time
 from pathlib import Path
 
-from specguard.client import ROUTES, RequestOptions, build_body
+from specguard.measure.client import ROUTES, RequestOptions, build_body
 from specguard.config import ServerConfig
 from specguard.engines import get_engine
 from specguard.server import launch, stop
@@ -67,7 +67,8 @@ def child(args: argparse.Namespace) -> None:
         wall, cpu = time.perf_counter() - t0, _cpu_s() - cpu0
         out = {"events": res.events, "tokens": res.tokens, "failed": res.failed}
     else:
-        from specguard.load import LoadGenerator, LoadSettings
+        from specguard.measure.generator import LoadGenerator
+        from specguard.measure.load import LoadSettings
 
         workload = build_workload(WorkloadSpec(kind="random-ids", input_len=64, output_len=args.output_len))
         settings = LoadSettings(concurrency=args.c, num_requests=n, api=args.api, run_timeout_s=CHILD_TIMEOUT_S)

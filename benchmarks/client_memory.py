@@ -18,8 +18,9 @@ from pathlib import Path
 
 from specguard.config import ServerConfig
 from specguard.engines import get_engine
-from specguard.load import LoadGenerator, LoadSettings
-from specguard.metrics import summarize_run
+from specguard.measure.generator import LoadGenerator
+from specguard.measure.load import LoadSettings
+from specguard.measure.metrics import summarize_run
 from specguard.server import launch, stop
 from specguard.workload import WorkloadSpec, build_workload
 

@@ -7,14 +7,17 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
-from specguard import compare, recommend, results
-from specguard import calibrate, study
-from specguard.baselines import atomic_write_json
+from specguard.report import compare
+from specguard.report import recommend
+from specguard.report import results
+from specguard.decide import calibrate
+from specguard.decide import study
+from specguard.decide.baselines import atomic_write_json
 from specguard.config import ServerConfig, SweepConfig
 from specguard.engines import get_engine
-from specguard.publish import write_report_dir
+from specguard.report.publish import write_report_dir
 from specguard.server import ServerStartError, attach, launch, stop
-from specguard.sweep import measure_cell
+from specguard.measure.sweep import measure_cell
 from specguard.workload import WORKLOAD_KINDS, WorkloadError, WorkloadSpec, build_workload
 
 # Exit codes shared by every command (docs/ci.md): 0 fine, 1 regression found, 2 usage or

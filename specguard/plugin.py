@@ -17,15 +17,15 @@ from typing import Any
 import pytest
 
 from specguard.config import FAIL_RULES, ConfigError, Suite, load_suite, validate_suite
-from specguard.gates import ERROR, FAIL, INCONCLUSIVE, SKIP, GateResult, holm_failures
-from specguard.progress import SweepProgress
-from specguard.publish import write_report_dir
-from specguard.report import render_summary
-from specguard.results import (STATUS_NOT_MEASURED, STATUS_OK, STATUS_REGRESSION, cell_summary, merge_documents,
+from specguard.decide.gates import ERROR, FAIL, INCONCLUSIVE, SKIP, GateResult, holm_failures
+from specguard.report.progress import SweepProgress
+from specguard.report.publish import write_report_dir
+from specguard.report.terminal import render_summary
+from specguard.report.results import (STATUS_NOT_MEASURED, STATUS_OK, STATUS_REGRESSION, cell_summary, merge_documents,
                                results_document, write_results)
 from specguard.session import (ConfigUnavailable, RunOptions, SpecguardSession, api_key_from, parse_server_args,
                                parse_server_urls)
-from specguard.sweep import CellMeasurement
+from specguard.measure.sweep import CellMeasurement
 
 ALGORITHM_MARKERS = ("eagle", "eagle3", "nextn", "standalone", "ngram", "draft_model", "no_speculation")
 TEST_ORDER = {"test_throughput": 0, "test_accept_length": 1, "test_speculation_beats_baseline": 2}

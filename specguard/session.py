@@ -17,12 +17,12 @@ from pathlib import Path
 from typing import Callable
 
 from specguard import __version__
-from specguard.baselines import BaselineError, BaselineStore, Fingerprint, RunSample, Session, now_iso
+from specguard.decide.baselines import BaselineError, BaselineStore, Fingerprint, RunSample, Session, now_iso
 from specguard.config import ServerConfig, Suite
 from specguard.engines import ArgCheck, Engine, get_engine
-from specguard.gates import SKIP, GateResult, history_gate, speculation_gate
+from specguard.decide.gates import SKIP, GateResult, history_gate, speculation_gate
 from specguard.server import ServerHandle, ServerStartError, attach, launch, stop, wait_ready
-from specguard.sweep import CellMeasurement, Driver, Progress, measure_cell, plain_driver
+from specguard.measure.sweep import CellMeasurement, Driver, Progress, measure_cell, plain_driver
 from specguard.workload import Workload, build_workload
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from specguard.results import SCHEMA, SCHEMA_VERSION, cell_summary, crossovers
+from specguard.report.results import SCHEMA, SCHEMA_VERSION, cell_summary, crossovers
 
 # Seed figure A (/work/shared/reference/seed-figures.md): tok/s by concurrency.
 SEED_A = {

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from specguard.baselines import BaselineError, BaselineStore, Fingerprint, RunSample, Session
+from specguard.decide.baselines import BaselineError, BaselineStore, Fingerprint, RunSample, Session
 
 
 def session(sid: str, tok: list[float]) -> Session:

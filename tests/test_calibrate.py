@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from specguard import calibrate
+from specguard.decide import calibrate
 from specguard.emulator.model import simulate_closed_loop
 from specguard.emulator.profile import load_profile
 from specguard.emulator.spec import SpecRequest

@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from specguard.client import encode_request, send_request
-from specguard.http1 import Connection, ConnectionFailed, Endpoint, ReadTimeout
+from specguard.measure.client import encode_request, send_request
+from specguard.measure.http1 import Connection, ConnectionFailed, Endpoint, ReadTimeout
 
 CLOSE, STALL = object(), object()
 OK_CHUNKED = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"

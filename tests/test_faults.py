@@ -1,7 +1,7 @@
 """Every fault the emulator can inject ends in a clear non-pass verdict, in bounded time.
 
 Servers are real emulator processes on 127.0.0.1, launched by specguard.server exactly as the
-plugin launches them; cells are measured by specguard.sweep, the code the gates use.
+plugin launches them; cells are measured by specguard.measure.sweep, the code the gates use.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import pytest
 from specguard.config import ServerConfig, SweepConfig
 from specguard.engines import get_engine
 from specguard.server import ServerStartError, launch, stop
-from specguard.sweep import measure_cell
+from specguard.measure.sweep import measure_cell
 from specguard.workload import WorkloadSpec, build_workload
 
 pytestmark = pytest.mark.e2e

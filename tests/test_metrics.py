@@ -4,9 +4,9 @@ from array import array
 
 import pytest
 
-from specguard.client import RequestRecord
-from specguard.load import RunResult
-from specguard.metrics import parse_prometheus, per_token_itl_s, summarize_run
+from specguard.measure.client import RequestRecord
+from specguard.measure.load import RunResult
+from specguard.measure.metrics import parse_prometheus, per_token_itl_s, summarize_run
 
 
 def rec(index, send, events, tokens, end, completion=None, verify=None, error=None, prompt=10):

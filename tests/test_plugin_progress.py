@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from test_plugin_exit_codes import REPO, one_level_suite
 
-from specguard.progress import SweepProgress, format_duration, predict
+from specguard.report.progress import SweepProgress, format_duration, predict
 
 
 def test_predict_interpolates_and_extrapolates_on_log_log_axes():

@@ -8,9 +8,9 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from specguard.baselines import BaselineError, BaselineStore
+from specguard.decide.baselines import BaselineError, BaselineStore
 from specguard.config import ConfigError, parse_suite
-from specguard.sse import StreamParser, StreamProtocolError
+from specguard.measure.sse import StreamParser, StreamProtocolError
 
 FAST = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 

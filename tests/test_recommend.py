@@ -9,8 +9,8 @@ import pytest
 from synthetic_results import MTP, make_doc, seed_a_doc
 
 from specguard import cli
-from specguard.recommend import RecommendError, first_crossing, recommend, render_text, to_json
-from specguard.results import validate
+from specguard.report.recommend import RecommendError, first_crossing, recommend, render_text, to_json
+from specguard.report.results import validate
 
 
 def test_first_crossing_interpolates_on_log_concurrency():

@@ -10,19 +10,20 @@ from pathlib import Path
 import pytest
 from synthetic_results import seed_a_doc
 
-from specguard import cli, plots
+from specguard import cli
+from specguard.report import plots
 from specguard.config import parse_suite
-from specguard.gates import GateResult
-from specguard.html_report import render_html
-from specguard.metrics import RunMetrics
-from specguard.publish import NO_PLOTS, write_report_dir
-from specguard.report import render_summary
-from specguard.report_markdown import render_markdown
-from specguard.results import (CELL_KEYS, REQUIRED_KEYS, SCHEMA, SCHEMA_VERSION, ResultsError, load, merge_documents,
+from specguard.decide.gates import GateResult
+from specguard.report.html_page import render_html
+from specguard.measure.metrics import RunMetrics
+from specguard.report.publish import NO_PLOTS, write_report_dir
+from specguard.report.terminal import render_summary
+from specguard.report.markdown import render_markdown
+from specguard.report.results import (CELL_KEYS, REQUIRED_KEYS, SCHEMA, SCHEMA_VERSION, ResultsError, load, merge_documents,
                                results_document, validate, write_results)
 from specguard.session import RunOptions, SpecguardSession
-from specguard.stats import RatioEstimate
-from specguard.sweep import CellMeasurement
+from specguard.decide.stats import RatioEstimate
+from specguard.measure.sweep import CellMeasurement
 
 SUITE = {
     "sweep": {"concurrency": [1, 4], "repeats": 2},

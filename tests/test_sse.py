@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from specguard.sse import StreamParser, StreamProtocolError
+from specguard.measure.sse import StreamParser, StreamProtocolError
 
 
 def feed_all(parser, data: bytes, chunk: int) -> None:

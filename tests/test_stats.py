@@ -5,7 +5,8 @@ import math
 import numpy as np
 import pytest
 
-from specguard.stats import FAIL, INCONCLUSIVE, PASS, compare_sessions, compare_to_history, holm_adjust, outliers
+from specguard.decide.stats import FAIL, INCONCLUSIVE, PASS, compare_sessions, compare_to_history, holm_adjust
+from specguard.measure.metrics import outliers
 
 
 def test_clear_drop_fails_and_no_change_passes():
@@ -103,7 +104,7 @@ def test_significant_rule_does_not_fail_a_real_drop_within_the_tolerance():
 
 
 def test_holm_never_fails_a_drop_estimated_within_the_tolerance():
-    from specguard.gates import history_gate, holm_failures
+    from specguard.decide.gates import history_gate, holm_failures
 
     cur, base = _drop_history(0.02)
     small = history_gate("throughput", "x", 1, cur, base, tolerance=0.03, prior_between_sd=0.002, alpha_cell=0.005,

@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pytest
 
-from specguard import study
+from specguard.decide import study
 from specguard.config import load_suite
 from specguard.emulator.model import simulate_closed_loop
 from specguard.emulator.profile import load_profile

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from specguard.config import Tolerances
-from specguard.stats import FAIL, INCONCLUSIVE, PASS, RatioEstimate, compare_sessions, compare_to_history, holm_adjust
+from specguard.decide.stats import FAIL, INCONCLUSIVE, PASS, RatioEstimate, compare_sessions, compare_to_history, holm_adjust
 
 SKIP, ERROR = "skip", "error"
 

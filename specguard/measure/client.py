@@ -14,8 +14,8 @@ from array import array
 from dataclasses import dataclass, field
 
 from specguard import __version__
-from specguard.http1 import Connection, ConnectionFailed, Endpoint, ReadTimeout
-from specguard.sse import StreamParser, StreamProtocolError, StreamSummary
+from specguard.measure.http1 import Connection, ConnectionFailed, Endpoint, ReadTimeout
+from specguard.measure.sse import StreamParser, StreamProtocolError, StreamSummary
 from specguard.workload import Prompt
 
 APIS = ("native", "openai", "chat")

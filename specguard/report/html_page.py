@@ -8,8 +8,8 @@ import base64
 import html
 from typing import Any
 
-from specguard.report import COLUMNS, notes, summary_rows
-from specguard.report_markdown import headline
+from specguard.report.terminal import COLUMNS, notes, summary_rows
+from specguard.report.markdown import headline
 
 CSS = """
 body{font:14px/1.45 system-ui,sans-serif;margin:2em auto;max-width:1100px;color:#222;padding:0 1em}

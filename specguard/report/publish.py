@@ -7,9 +7,9 @@ import os
 from pathlib import Path
 from typing import Any
 
-from specguard import plots
-from specguard.html_report import render_html
-from specguard.report_markdown import render_markdown
+from specguard.report import plots
+from specguard.report.html_page import render_html
+from specguard.report.markdown import render_markdown
 
 NO_PLOTS = "Plots need matplotlib: pip install 'specguard[plots]'. The tables and decisions are complete without them."
 

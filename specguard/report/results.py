@@ -16,10 +16,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from specguard import __version__
-from specguard.baselines import atomic_write_json, now_iso
+from specguard.decide.baselines import atomic_write_json, now_iso
 from specguard.engines import redact
-from specguard.gates import GateResult, crossover, holm_failures
-from specguard.stats import RatioEstimate
+from specguard.decide.gates import GateResult, crossover, holm_failures
+from specguard.decide.stats import RatioEstimate
 
 if TYPE_CHECKING:
     from specguard.session import SpecguardSession

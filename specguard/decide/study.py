@@ -24,13 +24,13 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from specguard.baselines import atomic_write_json
+from specguard.decide.baselines import atomic_write_json
 from specguard.config import FAIL_RULES, ServerConfig, Suite, Tolerances, load_suite
 from specguard.emulator.model import BatchScheduler, SchedulerConfig, run_closed_loop
 from specguard.emulator.profile import EmulatorProfile, load_profile
 from specguard.emulator.spec import SpecRequest, resolve_settings
-from specguard.gates import GateResult, counts_as_failure, crossover, history_gate, holm_failures, speculation_gate
-from specguard.stats import INCONCLUSIVE, MIN_SESSIONS_FOR_SPREAD
+from specguard.decide.gates import GateResult, counts_as_failure, crossover, history_gate, holm_failures, speculation_gate
+from specguard.decide.stats import INCONCLUSIVE, MIN_SESSIONS_FOR_SPREAD
 
 DEFAULT_SUITE = Path("perf_tests/suite.toml")
 # GPU servers (docs/gate-study.md): runs within a launch agree to ~0.2-0.8 %, launches to ~1-2 %.

@@ -19,7 +19,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterator
 
-from specguard.metrics import RunMetrics
+from specguard.measure.metrics import RunMetrics
 
 SCHEMA = "specguard-baseline"
 SCHEMA_VERSION = 1

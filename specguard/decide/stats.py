@@ -151,15 +151,3 @@ def holm_adjust(p_values: Sequence[float]) -> list[float]:
         running = max(running, min(1.0, (m - rank) * p_values[i]))
         adjusted[i] = running
     return adjusted
-
-
-def outliers(values: Sequence[float], k_mad: float = 5.0) -> list[int]:
-    """Indices of runs more than k MADs from the median: reported, never dropped."""
-    arr = np.asarray(values, dtype=float)
-    if arr.size < 5:  # the MAD of fewer runs is too unstable to call anything an outlier
-        return []
-    med = float(np.median(arr))
-    mad = float(np.median(np.abs(arr - med))) * 1.4826
-    if mad == 0:
-        return []
-    return [i for i, v in enumerate(arr) if abs(v - med) > k_mad * mad]

@@ -1,6 +1,6 @@
 """The end-of-session table: one row per configuration x concurrency, short enough for a CI log.
 
-It reads the results document (specguard/results.py), so a controller that merged pytest-xdist
+It reads the results document (specguard/report/results.py), so a controller that merged pytest-xdist
 workers' results prints the same table as a single process does.
 """
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from specguard.results import STATUS_NOT_MEASURED, STATUS_REGRESSION, sorted_cells
+from specguard.report.results import STATUS_NOT_MEASURED, STATUS_REGRESSION, sorted_cells
 
 GATE_SHORT = {"throughput": "tput", "accept_length": "accept", "speculation": "spec"}
 

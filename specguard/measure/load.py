@@ -4,7 +4,7 @@ previous one finishes, for a fixed number of requests, so every run does the sam
 All runs of a cell share one `LoadGenerator`: one event loop and one kept-alive connection per
 closed-loop worker, so a measured run pays no connection set-up that the warmup run has not
 already paid. Above `AUTO_WORKERS_PER_PROCESS` concurrent streams (or when asked) the workers
-are spread over processes (`specguard.workers`), each with its own loop and connections, and
+are spread over processes (`specguard.measure.workers`), each with its own loop and connections, and
 their records merged. Every wait is bounded: a read timeout per request (no bytes for that
 long) and a deadline per run after which unfinished requests are cancelled and counted failed.
 """
@@ -18,8 +18,8 @@ import time
 from array import array
 from dataclasses import dataclass, field
 
-from specguard.client import ROUTES, RequestOptions, RequestRecord, build_body, encode_request, send_request
-from specguard.http1 import Connection, Endpoint
+from specguard.measure.client import ROUTES, RequestOptions, RequestRecord, build_body, encode_request, send_request
+from specguard.measure.http1 import Connection, Endpoint
 from specguard.workload import Workload
 
 WORKERS_ENV = "SPECGUARD_CLIENT_WORKERS"
@@ -127,51 +127,3 @@ async def run_requests(conns: list[Connection], requests: list[bytes], settings:
             rec = RequestRecord(index=first_index + i, send_s=result.end_s, end_s=result.end_s, error=reason)
         result.requests.append(rec)
     return result
-
-
-class LoadGenerator:
-    """The runs of one cell: a private event loop and one connection per closed-loop worker,
-    or worker processes that each have those (synchronous API, so pytest-benchmark can time
-    each run)."""
-
-    def __init__(self, base_url: str, settings: LoadSettings) -> None:
-        self.base_url = base_url
-        self.settings = settings
-        self.processes = client_processes(settings)
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._pool = None
-        if self.processes > 1:
-            from specguard.workers import WorkerPool  # only runs that need processes pay for them
-
-            self._pool = WorkerPool(base_url, settings, self.processes)
-        else:
-            self._loop = asyncio.new_event_loop()
-            endpoint = Endpoint.from_url(base_url)
-            self._conns = [Connection(endpoint) for _ in range(settings.concurrency)]
-
-    def run(self, workload: Workload) -> RunResult:
-        requests = encode_requests(self.base_url, workload, self.settings)
-        if self._pool is not None:
-            return self._pool.run(requests)
-        return self._loop.run_until_complete(run_requests(self._conns, requests, self.settings))
-
-    def close(self) -> None:
-        if self._pool is not None:
-            self._pool.close()
-            return
-        for conn in self._conns:
-            conn.close()
-        self._loop.run_until_complete(asyncio.sleep(0))  # let the transports finish closing
-        self._loop.close()
-
-    def __enter__(self) -> "LoadGenerator":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
-def run_once(base_url: str, workload: Workload, settings: LoadSettings) -> RunResult:
-    """A single run with its own loop and connections (tools and tests)."""
-    with LoadGenerator(base_url, settings) as gen:
-        return gen.run(workload)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from specguard.report import COLUMNS, notes, outcome_line, summary_rows
-from specguard.results import STATUS_NOT_MEASURED, STATUS_OK, STATUS_REGRESSION
+from specguard.report.terminal import COLUMNS, notes, outcome_line, summary_rows
+from specguard.report.results import STATUS_NOT_MEASURED, STATUS_OK, STATUS_REGRESSION
 
 STATUS_BADGE = {STATUS_OK: "✅ no regression", STATUS_REGRESSION: "❌ regression found",
                 STATUS_NOT_MEASURED: "⚠️ could not measure"}

@@ -1,6 +1,6 @@
 """Client worker processes, for concurrency one event loop cannot serve without lagging.
 
-Each worker is `python -m specguard.workers`: its own event loop and kept-alive connections for
+Each worker is `python -m specguard.measure.workers`: its own event loop and kept-alive connections for
 its share of the closed-loop workers, alive for all the runs of a cell. For a run it gets its
 share of the pre-encoded requests (a contiguous block of indices) and a start time; the records
 come back and are merged by index. Times from different processes are comparable because
@@ -22,8 +22,8 @@ from array import array
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from specguard.http1 import Connection, Endpoint
-from specguard.load import LoadSettings, RunResult, run_requests
+from specguard.measure.http1 import Connection, Endpoint
+from specguard.measure.load import LoadSettings, RunResult, run_requests
 
 START_DELAY_S = 0.05  # time for every worker to get its requests before the common start
 REPLY_GRACE_S = 30.0  # beyond the run deadline, before a silent worker is declared dead
@@ -83,7 +83,7 @@ class WorkerPool:
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))
         try:
             for c in self.concurrency:
-                proc = subprocess.Popen([sys.executable, "-m", "specguard.workers"], stdin=subprocess.PIPE,
+                proc = subprocess.Popen([sys.executable, "-m", "specguard.measure.workers"], stdin=subprocess.PIPE,
                                         stdout=subprocess.PIPE, env=env)
                 self._procs.append(proc)
                 _send(proc.stdin, (base_url, settings, c))

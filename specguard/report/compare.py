@@ -11,10 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from specguard.gates import gate_confidence
-from specguard.report import fmt
-from specguard.results import ResultsError, config_order, effective, sorted_cells
-from specguard.stats import FAIL, RatioEstimate, compare_sessions
+from specguard.decide.gates import gate_confidence
+from specguard.report.terminal import fmt
+from specguard.report.results import ResultsError, config_order, effective, sorted_cells
+from specguard.decide.stats import FAIL, RatioEstimate, compare_sessions
 
 COMPARABLE_WORKLOAD = ("kind", "input_len", "output_len", "seed", "repeated_id", "vocab_size", "path")
 COMPARABLE_SWEEP = ("api", "requests_per_worker")

@@ -13,10 +13,10 @@ from typing import Callable
 import httpx
 
 from specguard.config import SweepConfig
-from specguard.load import LoadGenerator, LoadSettings
-from specguard.metrics import RunMetrics, summarize_run
+from specguard.measure.generator import LoadGenerator
+from specguard.measure.load import LoadSettings
+from specguard.measure.metrics import RunMetrics, outliers, summarize_run
 from specguard.server import ServerHandle
-from specguard.stats import outliers
 from specguard.workload import Workload
 
 # driver(run_once, warmup, repeats): calls run_once warmup + repeats times (pytest-benchmark's

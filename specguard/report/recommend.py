@@ -15,8 +15,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from specguard.results import configs_by_name, effective, throughputs
-from specguard.stats import RatioEstimate, compare_sessions
+from specguard.report.results import configs_by_name, effective, throughputs
+from specguard.decide.stats import RatioEstimate, compare_sessions
 
 SCHEMA = "specguard-recommendation"
 SCHEMA_VERSION = 1

@@ -10,12 +10,12 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Iterable
+from typing import Iterable, Sequence
 
 import numpy as np
 
-from specguard.client import RequestRecord
-from specguard.load import WORKERS_ENV, RunResult
+from specguard.measure.client import RequestRecord
+from specguard.measure.load import WORKERS_ENV, RunResult
 
 LATENCY_METRICS = ("ttft_ms", "tpot_ms", "itl_ms", "e2e_latency_ms")
 LATENCY_STATS = ("mean", "median", "p90", "p99")
@@ -194,3 +194,15 @@ def counter_delta(before: dict[str, float], after: dict[str, float], name: str) 
 def mean_of(values: Iterable[float]) -> float:
     vals = list(values)
     return sum(vals) / len(vals) if vals else math.nan
+
+
+def outliers(values: Sequence[float], k_mad: float = 5.0) -> list[int]:
+    """Indices of runs more than k MADs from the median: reported, never dropped."""
+    arr = np.asarray(values, dtype=float)
+    if arr.size < 5:  # the MAD of fewer runs is too unstable to call anything an outlier
+        return []
+    med = float(np.median(arr))
+    mad = float(np.median(np.abs(arr - med))) * 1.4826
+    if mad == 0:
+        return []
+    return [i for i, v in enumerate(arr) if abs(v - med) > k_mad * mad]

@@ -9,8 +9,8 @@ from __future__ import annotations
 import io
 from typing import Any
 
-from specguard.recommend import crossing, ratio_curve
-from specguard.results import config_order, configs_by_name, median, sorted_cells, throughputs
+from specguard.report.recommend import crossing, ratio_curve
+from specguard.report.results import config_order, configs_by_name, median, sorted_cells, throughputs
 
 FIG_SIZE = (7.2, 4.2)
 DPI = 110

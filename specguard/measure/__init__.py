@@ -1,0 +1,1 @@
+"""Measuring: HTTP client, SSE parsing, load generation, per-run metrics, one cell's sweep."""

@@ -1,0 +1,57 @@
+"""The runs of one cell, in this process or spread over worker processes (load.py is the
+in-process loop; workers.py runs it in other processes; this module picks one)."""
+
+from __future__ import annotations
+
+import asyncio
+
+from specguard.measure.http1 import Connection, Endpoint
+from specguard.measure.load import LoadSettings, RunResult, client_processes, encode_requests, run_requests
+from specguard.measure.workers import WorkerPool
+from specguard.workload import Workload
+
+
+class LoadGenerator:
+    """The runs of one cell: a private event loop and one connection per closed-loop worker,
+    or worker processes that each have those (synchronous API, so pytest-benchmark can time
+    each run)."""
+
+    def __init__(self, base_url: str, settings: LoadSettings) -> None:
+        self.base_url = base_url
+        self.settings = settings
+        self.processes = client_processes(settings)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._pool = None
+        if self.processes > 1:
+            self._pool = WorkerPool(base_url, settings, self.processes)
+        else:
+            self._loop = asyncio.new_event_loop()
+            endpoint = Endpoint.from_url(base_url)
+            self._conns = [Connection(endpoint) for _ in range(settings.concurrency)]
+
+    def run(self, workload: Workload) -> RunResult:
+        requests = encode_requests(self.base_url, workload, self.settings)
+        if self._pool is not None:
+            return self._pool.run(requests)
+        return self._loop.run_until_complete(run_requests(self._conns, requests, self.settings))
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.close()
+            return
+        for conn in self._conns:
+            conn.close()
+        self._loop.run_until_complete(asyncio.sleep(0))  # let the transports finish closing
+        self._loop.close()
+
+    def __enter__(self) -> "LoadGenerator":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def run_once(base_url: str, workload: Workload, settings: LoadSettings) -> RunResult:
+    """A single run with its own loop and connections (tools and tests)."""
+    with LoadGenerator(base_url, settings) as gen:
+        return gen.run(workload)

@@ -1,0 +1,1 @@
+"""Reporting: the results document and its renderings (terminal, markdown, HTML, plots, progress)."""
