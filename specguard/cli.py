@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from dataclasses import asdict
 from pathlib import Path
@@ -12,17 +13,31 @@ from specguard.report import recommend
 from specguard.report import results
 from specguard.decide import calibrate
 from specguard.decide import study
+from specguard.tune import cli as tune_cli
 from specguard.decide.baselines import atomic_write_json
-from specguard.config import ServerConfig, SweepConfig
+from specguard.config import ConfigError, ServerConfig, SweepConfig
+from specguard.report.results import ResultsError
+from specguard.session import api_key_from
 from specguard.engines import get_engine
 from specguard.report.publish import write_report_dir
 from specguard.server import ServerStartError, attach, launch, stop
+from specguard.measure.metrics import SLOError, parse_slo
 from specguard.measure.sweep import measure_cell
 from specguard.workload import WORKLOAD_KINDS, WorkloadError, WorkloadSpec, build_workload
 
-# Exit codes shared by every command (docs/ci.md): 0 fine, 1 regression found, 2 usage or
-# unreadable input, 3 could not measure.
-EXIT_OK, EXIT_REGRESSION, EXIT_USAGE, EXIT_NOT_MEASURED = 0, 1, 2, 3
+# Exit codes shared by every command and by pytest perf_tests (docs/ci.md): 0 fine, 1 regression
+# found (or a fit/quality bar missed), 2 interrupted, 3 could not measure, 4 usage, configuration
+# or unreadable input.
+EXIT_OK, EXIT_REGRESSION, EXIT_INTERRUPTED, EXIT_NOT_MEASURED, EXIT_USAGE = 0, 1, 2, 3, 4
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error exits 4 like pytest's (argparse's own code is 2: "interrupted" here)."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.print_usage(sys.stderr)
+        print(f"{self.prog}: error: {message}", file=sys.stderr)
+        sys.exit(EXIT_USAGE)
 
 
 def _levels(text: str) -> list[int]:
@@ -33,6 +48,23 @@ def _levels(text: str) -> list[int]:
     if not levels or any(c <= 0 for c in levels):
         raise argparse.ArgumentTypeError(f"--concurrency {text!r}: levels must be positive")
     return levels
+
+
+def _rates(text: str) -> list[float]:
+    try:
+        rates = [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        rates = []
+    if not rates or not all(0 < r < float("inf") for r in rates):
+        raise argparse.ArgumentTypeError(f"--request-rate {text!r}: use comma-separated positive req/s, e.g. 2,8,32")
+    return rates
+
+
+def _slo(text: str) -> dict[str, float]:
+    try:
+        return parse_slo(text)
+    except SLOError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _bench_parser(sub) -> None:
@@ -48,11 +80,17 @@ def _bench_parser(sub) -> None:
     p.add_argument("--output-len", type=int, default=128)
     p.add_argument("--api", choices=("native", "openai", "chat"), default="native")
     p.add_argument("--workload", choices=WORKLOAD_KINDS, default="random-ids")
-    p.add_argument("--workload-file", help="JSONL prompts for --workload jsonl")
+    p.add_argument("--workload-file", help="JSONL prompts for --workload jsonl; a ShareGPT-format JSON file for --workload sharegpt")
+    p.add_argument("--request-rate", type=_rates, default=None, metavar="R[,R...]",
+                   help="open loop: seeded Poisson arrivals at each rate (req/s) instead of --concurrency levels")
+    p.add_argument("--burstiness", type=float, default=1.0, help="gamma shape of the arrival gaps (1 = Poisson, < 1 burstier)")
+    p.add_argument("--max-concurrency", type=int, default=256, help="open loop: cap on requests in flight (default 256)")
+    p.add_argument("--slo", type=_slo, default=None, metavar="ttft_ms=..,tpot_ms=..[,e2e_ms=..]",
+                   help="report request_goodput: requests/s that met every SLO")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--speculative-algorithm", help="with --emulator: EAGLE3, NEXTN, ...")
     p.add_argument("--emulator-arg", action="append", default=[], help="extra emulator flag (repeatable)")
-    p.add_argument("--api-key", default=None)
+    p.add_argument("--api-key", default=None, help="server API key (or env SPECGUARD_API_KEY); never printed")
     p.add_argument("--read-timeout", type=float, default=60.0)
     p.add_argument("--json", dest="json_path", help="write every run's metrics here")
 
@@ -63,7 +101,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
                                                seed=args.seed, path=args.workload_file))
     except WorkloadError as exc:
         print(f"specguard bench: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
+    if args.burstiness <= 0 or args.max_concurrency <= 0:
+        print("specguard bench: --burstiness and --max-concurrency must be > 0", file=sys.stderr)
+        return EXIT_USAGE
     per_worker = 4
     sweep = SweepConfig(concurrency=args.concurrency, requests_per_worker=per_worker, warmup=args.warmup,
                         repeats=args.repeats, api=args.api, read_timeout_s=args.read_timeout)
@@ -75,12 +116,13 @@ def cmd_bench(args: argparse.Namespace) -> int:
                                speculative_algorithm=args.speculative_algorithm,
                                draft_model_path="/models/draft" if args.speculative_algorithm else None,
                                args=["--emulator-profile", args.emulator, *args.emulator_arg], startup_timeout_s=60)
-            handle = launch(cfg, engine, log_dir=Path(".specguard/logs"), api_key=args.api_key)
+            handle = launch(cfg, engine, log_dir=Path(".specguard/logs"), api_key=api_key_from(args.api_key))
         else:
-            handle = attach("bench", args.url, engine, api_key=args.api_key)
+            handle = attach("bench", args.url, engine, api_key=api_key_from(args.api_key), flag="--url")
     except ServerStartError as exc:
-        print(f"specguard bench: {exc}", file=sys.stderr)
-        return EXIT_NOT_MEASURED
+        text = str(exc)
+        print(f"specguard bench: {text}", file=sys.stderr)
+        return EXIT_USAGE if "is not an http(s) URL" in text else EXIT_NOT_MEASURED
     rows = []
     try:
         eff = handle.effective
@@ -89,20 +131,30 @@ def cmd_bench(args: argparse.Namespace) -> int:
               f"draft_tokens={eff.num_draft_tokens} max_running_requests={eff.max_running_requests}")
         print(f"{'C':>5} {'ok':>5} {'fail':>4} {'tok/s':>10} {'req/s':>7} {'accept':>6} {'TTFT p50':>9} {'TTFT p99':>9} "
               f"{'ITL p50':>8} {'ITL p99':>8} {'TPOT p50':>9}")
-        for c in args.concurrency:
+        levels = [(None, c) for c in args.concurrency] if args.request_rate is None else \
+            [(rate, args.max_concurrency) for rate in args.request_rate]
+        for rate, c in levels:
             s = sweep if args.requests is None else SweepConfig(**{**asdict(sweep), "requests_per_worker": max(1, args.requests // c)})
-            cell = measure_cell(handle, workload, s, c, api=args.api)
+            n = None if rate is None else (args.requests or max(16, round(rate * 8)))  # open loop: ~8 s of arrivals
+            cell = measure_cell(handle, workload, s, c, api=args.api, request_rate=rate, burstiness=args.burstiness,
+                                num_requests=n, slo_ms=args.slo)
             for r in cell.runs:
                 lat = r.latency_ms
                 acc = f"{r.accept_length:.2f}" if r.accept_length else "-"
+                good = f" goodput {r.request_goodput:.2f} req/s ({r.slo_attainment:.0%} met SLO)" if args.slo else ""
                 print(f"{c:>5} {r.completed:>5} {r.failed:>4} {r.output_throughput:>10.1f} {r.request_throughput:>7.2f} "
                       f"{acc:>6} {lat['median_ttft_ms']:>9.1f} {lat['p99_ttft_ms']:>9.1f} {lat['median_itl_ms']:>8.2f} "
-                      f"{lat['p99_itl_ms']:>8.2f} {lat['median_tpot_ms']:>9.2f}")
+                      f"{lat['p99_itl_ms']:>8.2f} {lat['median_tpot_ms']:>9.2f}  {r.load_model}{good}")
+                for name, cs in r.categories.items():
+                    cacc = f"{cs.accept_length:.2f}" if cs.accept_length else "-"
+                    print(f"      {name:<14} {cs.completed:>5} ok {cs.output_throughput:>10.1f} tok/s "
+                          f"({cs.throughput_share:.0%})  accept {cacc}")
                 for w in r.warnings:
                     print(f"      warning: {w}")
             if cell.error:
                 print(f"      error: {cell.error}")
-            rows.append({"concurrency": c, "error": cell.error, "runs": [asdict(r) for r in cell.runs]})
+            rows.append({"concurrency": c, "request_rate": rate, "load_model": cell.runs[0].load_model if cell.runs else "",
+                         "error": cell.error, "runs": [asdict(r) for r in cell.runs]})
     finally:
         if handle is not None and not handle.attached:
             stop(handle)
@@ -113,14 +165,33 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def _emulate_parser(sub) -> None:
-    p = sub.add_parser("emulate", help="run the SGLang-compatible emulator (any launch_server flag is accepted)")
-    p.add_argument("--profile", default="fast", help="emulator profile name or TOML path")
+    # No options of its own: every flag (and --help) goes to the emulator's launch_server parser,
+    # so `specguard emulate --help` lists SGLang's flags and the --emulator-* ones.
+    sub.add_parser("emulate", add_help=False, prefix_chars="\0",
+                   help="run the SGLang-compatible emulator (launch_server flags; --profile NAME = --emulator-profile NAME)")
 
 
-def cmd_emulate(args: argparse.Namespace, rest: list[str]) -> int:
-    from specguard.emulator.launch_server import main as emulator_main
+def cmd_emulate(rest: list[str]) -> int:
+    from specguard.emulator.launch_server import build_arg_parser, main as emulator_main
 
-    return emulator_main(["--emulator-profile", args.profile, *rest])
+    argv: list[str] = []
+    it = iter(rest)
+    for item in it:
+        if item == "--profile":
+            argv += ["--emulator-profile", next(it, "")]
+        elif item.startswith("--profile="):
+            argv.append("--emulator-profile=" + item.split("=", 1)[1])
+        else:
+            argv.append(item)
+    if not any(a.split("=")[0] == "--emulator-profile" for a in argv):
+        argv = ["--emulator-profile", "fast", *argv]
+    if "-h" in argv or "--help" in argv:
+        parser = build_arg_parser()
+        parser.prog = "specguard emulate"
+        parser.print_help()
+        print("\n--profile NAME is short for --emulator-profile NAME (default: fast).")
+        return EXIT_OK
+    return emulator_main(argv)
 
 
 def _results_parsers(sub) -> None:
@@ -155,13 +226,19 @@ def cmd_recommend(args: argparse.Namespace) -> int:
     try:
         rec = recommend.recommend(results.load(args.results), config=args.config, confidence=args.confidence,
                                   source=args.results)
-    except (results.ResultsError, recommend.RecommendError) as exc:
+    except results.ResultsError as exc:
         print(f"specguard recommend: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except recommend.RecommendError as exc:  # the results cannot support a policy: measure more
+        print(f"specguard recommend: {exc}", file=sys.stderr)
+        return EXIT_NOT_MEASURED
+    text = recommend.render_text(rec)
     if args.adaptive_config and rec.sglang.get("applies"):
+        shown = rec.sglang["launch_flags"][-1]
         rec.sglang["launch_flags"][-1] = args.adaptive_config
         atomic_write_json(Path(args.adaptive_config), rec.sglang["speculative_adaptive_config"])
-    print(recommend.render_text(rec))
+        text = recommend.render_text(rec).replace(f" where {shown} is", f" where {args.adaptive_config} is")
+    print(text)
     if args.json_path:
         atomic_write_json(Path(args.json_path), recommend.to_json(rec))
     return EXIT_OK
@@ -179,21 +256,54 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="specguard", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
+    """Run one command; every error a user can cause is one line on stderr and an exit code
+    (docs/ci.md); a Python traceback only with --debug (or SPECGUARD_DEBUG=1)."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    debug = "--debug" in argv or os.environ.get("SPECGUARD_DEBUG") == "1"
+    argv = [a for a in argv if a != "--debug"]
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:
+        print("specguard: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except (ConfigError, ResultsError, WorkloadError) as exc:
+        if debug:
+            raise
+        print(f"specguard: {str(exc).splitlines()[0]}", file=sys.stderr)
+        return EXIT_USAGE
+    except OSError as exc:
+        if debug:
+            raise
+        print(f"specguard: {exc}", file=sys.stderr)
+        return EXIT_USAGE if isinstance(exc, (FileNotFoundError, PermissionError, IsADirectoryError)) else EXIT_NOT_MEASURED
+    except Exception as exc:  # an internal error: not a verdict
+        if debug:
+            raise
+        first = (str(exc).strip().splitlines() or [""])[0]
+        print(f"specguard: internal error: {type(exc).__name__}: {first}; rerun with --debug for the traceback",
+              file=sys.stderr)
+        return EXIT_NOT_MEASURED
+
+
+def _main(argv: list[str]) -> int:
+    parser = _Parser(prog="specguard", description=__doc__, epilog="--debug: show Python tracebacks. Exit codes: "
+                     "0 ok, 1 regression, 2 interrupted, 3 could not measure, 4 usage or input error (docs/ci.md).")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     _bench_parser(sub)
     _emulate_parser(sub)
     _results_parsers(sub)
     study.add_parser(sub)
     calibrate.add_parser(sub)
-    args, rest = parser.parse_known_args(argv)
-    if args.command == "emulate":
-        return cmd_emulate(args, rest)
-    if rest:
-        parser.error(f"unrecognized arguments: {' '.join(rest)}")
+    tune_cli.add_parser(sub)
+    if argv and argv[0] == "emulate":
+        return cmd_emulate(argv[1:])
+    args = parser.parse_args(argv)
     commands = {"bench": cmd_bench, "compare": cmd_compare, "recommend": cmd_recommend, "report": cmd_report,
-                "study": study.run, "calibrate": calibrate.run}
-    return commands[args.command](args)
+                "study": study.run, "calibrate": calibrate.run, "tune": tune_cli.run}
+    code = commands[args.command](args)
+    if args.command in ("study", "calibrate") and code == 2:  # their usage errors: 4 like everyone's
+        return EXIT_USAGE
+    return code
 
 
 if __name__ == "__main__":

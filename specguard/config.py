@@ -83,6 +83,9 @@ class SweepConfig:
     read_timeout_s: float = 60.0  # a request with no bytes for this long fails
     run_timeout_s: float = 600.0  # a run's unfinished requests are cancelled (and counted) after this
     session_timeout_s: float = 4 * 3600.0  # cells not started by then error at once
+    launches: int = 1  # server launches per configuration, pooled (the launch is the unit of replication)
+    relaunch: str = "on-suspicion"  # or "off": relaunch a configuration whose stage-1 cell is suspicious (docs/statistics.md)
+    relaunch_p: float = 0.05  # one-sided p below which a stage-1 cell is suspicious
 
     def num_requests(self, concurrency: int) -> int:
         return max(concurrency, self.requests_per_worker * concurrency)
@@ -99,6 +102,18 @@ class Tolerances:
     history_sessions: int = 5  # baseline sessions kept per cell
     inconclusive: str = "pass"  # what an inconclusive cell counts as: pass or fail
     fail_rule: str = "significant"  # one of FAIL_RULES (above)
+    prior_day_sd: float = 0.005  # part of prior_between_sd shared by every launch of a session (relaunching cannot average it)
+    prior_between_dof: float = 8.0  # weight of the prior spread against the history's K - 1 dof (docs/statistics.md)
+    spread_rule: str = "pooled-t"  # or "max-known" (prior and history as exactly known, the earlier rule)
+
+
+@dataclass(frozen=True)
+class AttachConfig:
+    """How an attached server (--server-url) is held to the suite file's launch values."""
+
+    # False: differences between the suite's launch values and what the server runs are reported
+    # (summary, results JSON) and fingerprinted; True: they are errors (the suite describes the deployment).
+    strict_server_args: bool = False
 
 
 @dataclass(frozen=True)
@@ -108,6 +123,7 @@ class Suite:
     sweep: SweepConfig
     workload: WorkloadSpec
     tolerances: Tolerances
+    attach: AttachConfig = field(default_factory=AttachConfig)
 
     def reference_of(self, name: str) -> ServerConfig | None:
         ref = self.servers[name].reference
@@ -167,7 +183,7 @@ def load_suite(path: str | Path) -> Suite:
 
 
 def parse_suite(raw: dict[str, Any], path: Path) -> Suite:
-    known = {"servers", "sweep", "workload", "tolerances"}
+    known = {"servers", "sweep", "workload", "tolerances", "attach"}
     for key in raw:
         if key not in known:
             raise ConfigError(f"{path}: unknown top-level key {key!r}; known: {', '.join(sorted(known))}")
@@ -188,6 +204,7 @@ def parse_suite(raw: dict[str, Any], path: Path) -> Suite:
         sweep=_build(SweepConfig, raw.get("sweep", {}), "sweep", path),
         workload=workload,
         tolerances=_build(Tolerances, raw.get("tolerances", {}), "tolerances", path),
+        attach=_build(AttachConfig, raw.get("attach", {}), "attach", path),
     )
     validate_suite(suite)
     return suite
@@ -216,40 +233,83 @@ def _expand_paths(s: ServerConfig, path: Path) -> ServerConfig:
     return dataclasses.replace(s, **changes)
 
 
-def validate_suite(suite: Suite) -> None:
-    """Impossible values, caught before any server starts."""
+def validate_suite(suite: Suite, sources: dict[str, str] | None = None) -> None:
+    """Impossible values, caught before any server starts.
+
+    `sources` maps a key ("sweep.repeats") to the command-line flag that set it ("--repeats"), so
+    a bad value typed on the command line is blamed on the flag, not on the suite file.
+    """
     p = suite.path
     sw, tol = suite.sweep, suite.tolerances
+    sources = sources or {}
+
+    def at(key: str, value: Any) -> str:
+        flag = sources.get(key)
+        if flag:
+            return f"{flag} {_show(value)} (command line)"
+        return f"{p}: {key} = {value!r}"
+
     if not sw.concurrency or any(c <= 0 for c in sw.concurrency):
-        raise ConfigError(f"{p}: sweep.concurrency must be a non-empty list of positive integers, got {sw.concurrency}")
+        raise ConfigError(f"{at('sweep.concurrency', sw.concurrency)}: concurrency must be a non-empty list of positive integers")
     if len(set(sw.concurrency)) != len(sw.concurrency):
-        raise ConfigError(f"{p}: sweep.concurrency has duplicates: {sw.concurrency}")
+        raise ConfigError(f"{at('sweep.concurrency', sw.concurrency)}: concurrency has duplicates")
     if sw.repeats < 2:
-        raise ConfigError(f"{p}: sweep.repeats = {sw.repeats}: the gates need at least 2 runs per cell to estimate noise; set repeats >= 2")
-    if sw.warmup < 0 or sw.requests_per_worker < 1:
-        raise ConfigError(f"{p}: sweep.warmup must be >= 0 and sweep.requests_per_worker >= 1")
+        raise ConfigError(f"{at('sweep.repeats', sw.repeats)}: the gates need at least 2 runs per cell to estimate noise; set repeats >= 2")
+    if sw.warmup < 0:
+        raise ConfigError(f"{at('sweep.warmup', sw.warmup)}: warmup must be >= 0")
+    if sw.requests_per_worker < 1:
+        raise ConfigError(f"{at('sweep.requests_per_worker', sw.requests_per_worker)}: must be >= 1")
     if sw.api not in APIS:
-        raise ConfigError(f"{p}: sweep.api = {sw.api!r}; use one of {', '.join(APIS)}")
-    if sw.read_timeout_s <= 0 or sw.run_timeout_s <= 0 or sw.session_timeout_s <= 0:
-        raise ConfigError(f"{p}: sweep.read_timeout_s, run_timeout_s and session_timeout_s must be positive")
+        raise ConfigError(f"{at('sweep.api', sw.api)}: use one of {', '.join(APIS)}")
+    for key in ("read_timeout_s", "run_timeout_s", "session_timeout_s"):
+        if getattr(sw, key) <= 0:
+            raise ConfigError(f"{at('sweep.' + key, getattr(sw, key))}: must be positive")
     if suite.workload.kind not in WORKLOAD_KINDS:
-        raise ConfigError(f"{p}: workload.kind must be one of {', '.join(WORKLOAD_KINDS)}")
+        raise ConfigError(f"{at('workload.kind', suite.workload.kind)}: use one of {', '.join(WORKLOAD_KINDS)}")
     for name, value in (("throughput", tol.throughput), ("accept_length", tol.accept_length)):
         if not 0 <= value < 1:
-            raise ConfigError(f"{p}: tolerances.{name} = {value} must be a fraction in [0, 1), e.g. 0.05 for 5%")
+            raise ConfigError(f"{at('tolerances.' + name, value)}: must be a fraction in [0, 1), e.g. 0.05 for 5%")
     if not 0 < tol.family_alpha < 0.5:
-        raise ConfigError(f"{p}: tolerances.family_alpha = {tol.family_alpha} must be in (0, 0.5), e.g. 0.01")
-    if tol.prior_between_sd < 0 or tol.prior_between_sd_accept < 0:
-        raise ConfigError(f"{p}: tolerances.prior_between_sd* must be >= 0")
+        raise ConfigError(f"{at('tolerances.family_alpha', tol.family_alpha)}: must be in (0, 0.5), e.g. 0.01")
+    for key in ("prior_between_sd", "prior_between_sd_accept"):
+        if getattr(tol, key) < 0:
+            raise ConfigError(f"{at('tolerances.' + key, getattr(tol, key))}: must be >= 0")
     if tol.inconclusive not in ("pass", "fail"):
-        raise ConfigError(f"{p}: tolerances.inconclusive = {tol.inconclusive!r}; use \"pass\" or \"fail\"")
+        raise ConfigError(f"{at('tolerances.inconclusive', tol.inconclusive)}: use \"pass\" or \"fail\"")
     if tol.fail_rule not in FAIL_RULES:
-        raise ConfigError(f"{p}: tolerances.fail_rule = {tol.fail_rule!r}; use one of "
+        raise ConfigError(f"{at('tolerances.fail_rule', tol.fail_rule)}: use one of "
                           f"{', '.join(repr(r) for r in FAIL_RULES)} (docs/statistics.md)")
+    if sw.launches < 1:
+        raise ConfigError(f"{at('sweep.launches', sw.launches)}: must be >= 1 (server launches per configuration)")
+    if sw.relaunch not in ("off", "on-suspicion"):
+        raise ConfigError(f"{at('sweep.relaunch', sw.relaunch)}: use \"off\" or \"on-suspicion\" (docs/statistics.md)")
+    if not 0 < sw.relaunch_p < 1:
+        raise ConfigError(f"{at('sweep.relaunch_p', sw.relaunch_p)}: must be in (0, 1), e.g. 0.05")
+    if tol.prior_day_sd < 0 or tol.prior_between_dof <= 0:
+        raise ConfigError(f"{at('tolerances.prior_day_sd', tol.prior_day_sd)} / prior_between_dof = {tol.prior_between_dof!r}: "
+                          "prior_day_sd must be >= 0 and prior_between_dof > 0 (inf: the prior as known)")
+    if tol.spread_rule not in ("pooled-t", "max-known"):
+        raise ConfigError(f"{at('tolerances.spread_rule', tol.spread_rule)}: use \"pooled-t\" or \"max-known\"")
     if tol.history_sessions < 1:
-        raise ConfigError(f"{p}: tolerances.history_sessions must be >= 1")
+        raise ConfigError(f"{at('tolerances.history_sessions', tol.history_sessions)}: must be >= 1")
     for name, s in suite.servers.items():
         _validate_server(p, name, s, suite)
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, list):
+        return ",".join(map(str, value))
+    return str(value)
+
+
+def _ngram_breadth(args: list[str]) -> int | None:
+    """--speculative-ngram-max-bfs-breadth from a configuration's extra flags (SGLang's default 10)."""
+    flag = "--speculative-ngram-max-bfs-breadth"
+    for i, a in enumerate(args):
+        value = args[i + 1] if a == flag and i + 1 < len(args) else a.split("=", 1)[1] if a.startswith(flag + "=") else None
+        if value is not None:
+            return int(value) if value.isdigit() else None
+    return 10
 
 
 def _validate_server(p: Path, name: str, s: ServerConfig, suite: Suite) -> None:
@@ -270,13 +330,19 @@ def _validate_server(p: Path, name: str, s: ServerConfig, suite: Suite) -> None:
         v = getattr(s, k)
         if v is not None and v <= 0:
             raise ConfigError(f"{p}: {key}.{k} = {v} must be positive")
-    if s.eagle_topk == 1 and s.num_steps is not None and s.num_draft_tokens is not None and s.num_draft_tokens != s.num_steps + 1:
+    if s.speculative_algorithm == "NGRAM" and s.eagle_topk is not None and s.eagle_topk != _ngram_breadth(s.args):
+        # SGLang 0.5.23 speculative_hook.py _handle_ngram: topk is always --speculative-ngram-max-bfs-breadth
+        raise ConfigError(f"{p}: {key}.eagle_topk = {s.eagle_topk}: NGRAM ignores it (its topk is "
+                          f"--speculative-ngram-max-bfs-breadth, here {_ngram_breadth(s.args)}); remove eagle_topk and "
+                          f"put that flag in {key}.args")
+    ngram = s.speculative_algorithm == "NGRAM"  # no topk == 1 rewrite; draft tokens without steps is valid
+    if not ngram and s.eagle_topk == 1 and s.num_steps is not None and s.num_draft_tokens is not None and s.num_draft_tokens != s.num_steps + 1:
         raise ConfigError(
             f"{p}: {key}: eagle_topk = 1 with num_steps = {s.num_steps} and num_draft_tokens = {s.num_draft_tokens}: "
             f"SGLang silently runs num_steps + 1 = {s.num_steps + 1} draft tokens with topk 1; set "
             f"num_draft_tokens = {s.num_steps + 1}, or num_steps = {s.num_draft_tokens - 1} to draft {s.num_draft_tokens} tokens"
         )
-    if (s.eagle_topk is not None or s.num_draft_tokens is not None) and s.num_steps is None and s.speculative_algorithm:
+    if not ngram and (s.eagle_topk is not None or s.num_draft_tokens is not None) and s.num_steps is None and s.speculative_algorithm:
         raise ConfigError(f"{p}: {key}: SGLang refuses eagle_topk/num_draft_tokens without num_steps; set num_steps too")
     if s.speculative and not s.reference:
         raise ConfigError(f"{p}: {key} is speculative but has no reference; set reference = \"<non-speculative configuration>\"")

@@ -3,13 +3,24 @@
 Test ids name configuration and concurrency (`test_throughput[eagle3-c10]`), so `-k eagle3`,
 `-k c10` and `-k "mtp and not c250"` select what users expect. Tests of one configuration run
 together, so one server is up at a time, stopped (whole process group) after its last test.
+
+One source of truth for outcomes: every output (pytest's counts, the summary line, the table,
+JSON, markdown, HTML, JUnit) is derived from the test reports this plugin records. Holm's
+family-wise correction is its own session-level test, `specguard::family_holm`, reported like a
+test (pass/fail) at the end of the session; it never changes the exit code on its own.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
+import re
+import shlex
+import signal
+import shutil
 import sys
+import threading
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -17,30 +28,38 @@ from typing import Any
 import pytest
 
 from specguard.config import FAIL_RULES, ConfigError, Suite, load_suite, validate_suite
-from specguard.decide.gates import ERROR, FAIL, INCONCLUSIVE, SKIP, GateResult, holm_failures
+from specguard.decide.gates import ERROR, FAIL, INCONCLUSIVE, SKIP, GateResult
+from specguard.measure.sweep import CellMeasurement
 from specguard.report.progress import SweepProgress
 from specguard.report.publish import write_report_dir
-from specguard.report.terminal import render_summary
-from specguard.report.results import (STATUS_NOT_MEASURED, STATUS_OK, STATUS_REGRESSION, cell_summary, merge_documents,
-                               results_document, write_results)
-from specguard.session import (ConfigUnavailable, RunOptions, SpecguardSession, api_key_from, parse_server_args,
-                               parse_server_urls)
-from specguard.measure.sweep import CellMeasurement
+from specguard.report.results import (STATUS_NOT_MEASURED, STATUS_OK, STATUS_REGRESSION, cell_summary, family_holm,
+                                      merge_documents, results_document, write_results)
+from specguard.report.terminal import fmt_num, render_summary
+from specguard.server import ServerStartError, check_url
+from specguard.session import (ConfigUnavailable, PlannedTest, RunOptions, SpecguardSession, api_key_from,
+                               parse_server_args, parse_server_urls)
 
 ALGORITHM_MARKERS = ("eagle", "eagle3", "nextn", "standalone", "ngram", "draft_model", "no_speculation")
-TEST_ORDER = {"test_throughput": 0, "test_accept_length": 1, "test_speculation_beats_baseline": 2}
+GATE_OF_TEST = {"test_throughput": "throughput", "test_accept_length": "accept_length",
+                "test_speculation_beats_baseline": "speculation"}
+TEST_ORDER = {name: i for i, name in enumerate(GATE_OF_TEST)}
+HOLM_NODEID = "specguard::family_holm"
 EXIT_NOT_MEASURED = 3  # some test could not measure (and none found a regression); docs/ci.md
 EXIT_STATUS_NAMES = {0: STATUS_OK, 1: STATUS_REGRESSION, 2: "interrupted", EXIT_NOT_MEASURED: STATUS_NOT_MEASURED,
                      4: "usage-error", 5: "no-tests"}
 FAILURE_KIND = "specguard_failure"  # user property: why a test failed (regression / not-measured)
 WORKER_OUTPUT_KEY = "specguard_results"
+WORKER_STAGE_KEY = "specguard_baseline_stage"
 _SESSION = pytest.StashKey["SpecguardSession"]()
 _SUITE = pytest.StashKey["Suite"]()
 _DOC = pytest.StashKey[dict]()
-_FAILED = pytest.StashKey["FailureLog"]()
+_LOG = pytest.StashKey["TestLog"]()
 _WORKER_DOCS = pytest.StashKey[list]()
+_WORKER_STAGES = pytest.StashKey[list]()
 _LIVE = pytest.StashKey["LiveLine"]()
 _INTERACTIVE = pytest.StashKey[bool]()
+_RUN_NOTES = pytest.StashKey[list]()
+_TESTRUN = pytest.StashKey[str]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -50,6 +69,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                 help="attach instead of launching; a bare URL stands for every matching configuration")
     g.addoption("--server-args", action="append", default=[], metavar='NAME="ARGS"',
                 help="extra launch flags for one configuration (e.g. an emulator override)")
+    g.addoption("--strict-server-args", action="store_true",
+                help="attach mode: a server whose arguments differ from the suite file's launch values is an error "
+                     "(default: the differences are reported and fingerprinted)")
     g.addoption("--concurrency", default=None, help="comma-separated concurrency levels, e.g. 1,4,16")
     g.addoption("--repeats", type=int, default=None, help="measured runs per cell")
     g.addoption("--warmup", type=int, default=None, help="discarded warmup runs per cell")
@@ -73,6 +95,18 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     g.addoption("--max-failed-requests", type=int, default=0, help="failed requests tolerated per cell")
     g.addoption("--api-key", default=None, help="server API key (or env SPECGUARD_API_KEY); never printed")
     g.addoption("--server-log-dir", default=".specguard/logs")
+    g.addoption("--specguard-debug", action="store_true",
+                help="show Python tracebacks for specguard's own failures (default: one line per cause)")
+    g.addoption("--specguard-benchmark", action="store_true",
+                help="also time each cell with pytest-benchmark and print its table (off: the summary has the figures)")
+
+
+# Flags that override a suite-file key: blamed by name when their value is wrong.
+OVERRIDE_FLAGS = {"sweep.concurrency": "--concurrency", "sweep.repeats": "--repeats", "sweep.warmup": "--warmup",
+                  "tolerances.throughput": "--tolerance-throughput",
+                  "tolerances.accept_length": "--tolerance-accept-length",
+                  "tolerances.prior_between_sd": "--prior-between-sd", "tolerances.family_alpha": "--family-alpha",
+                  "tolerances.inconclusive": "--inconclusive", "tolerances.fail_rule": "--fail-rule"}
 
 
 @pytest.hookimpl(trylast=True)  # after the terminal reporter exists
@@ -80,16 +114,50 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "specguard(cells): a specguard cell test; cells='all' or 'speculative'")
     for name in ALGORITHM_MARKERS:
         config.addinivalue_line("markers", f"{name}: specguard cells of configurations using {name}")
-    # With pytest-benchmark disabled (or under xdist) the suite measures without it; say nothing.
+    # pytest-benchmark is opt-in (--specguard-benchmark); an unused fixture is not worth a warning.
     config.addinivalue_line("filterwarnings", "ignore:Benchmark fixture was not used")
-    config.stash[_FAILED] = FailureLog()
-    config.pluginmanager.register(config.stash[_FAILED], "specguard-failure-log")
+    config.stash[_LOG] = TestLog(debug_wanted(config))
+    config.pluginmanager.register(config.stash[_LOG], "specguard-test-log")
     config.stash[_WORKER_DOCS] = []
+    config.stash[_WORKER_STAGES] = []
+    config.stash[_RUN_NOTES] = []
+    _stop_servers_on_sigterm(config)
     # Decided here, while output capture is suspended, so the real streams are what is checked.
     tw = config.get_terminal_writer() if config.pluginmanager.has_plugin("terminalreporter") else None
     config.stash[_INTERACTIVE] = bool(
         tw is not None and getattr(tw, "hasmarkup", False) and sys.stdout.isatty() and not os.environ.get("CI")
         and not hasattr(config, "workerinput"))
+    if config.getoption("--specguard-benchmark") and not config.pluginmanager.has_plugin("benchmark"):
+        raise pytest.UsageError("--specguard-benchmark needs pytest-benchmark: pip install pytest-benchmark "
+                                "(and drop -p no:benchmark), or leave the option out")
+    # Bad suite files and options are usage errors (exit 4) before anything runs; a suite that
+    # does not exist is only an error when its tests are collected (pytest tests needs none).
+    if config.getoption("--suite") or _default_suite_path(config).exists():
+        suite = get_suite(config)
+        _check_run_options(config, suite)
+        _xdist_layout(config, suite)
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt("SIGTERM")
+
+
+def _stop_servers_on_sigterm(config: pytest.Config) -> None:
+    """A CI timeout or `timeout` sends SIGTERM, which would end pytest without its teardown and
+    orphan the servers it launched (each in its own process group). Treated as Ctrl-C instead:
+    the session stops its servers and writes no baseline."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    previous = signal.getsignal(signal.SIGTERM)
+    if previous not in (signal.SIG_DFL, None):
+        return  # someone else (a runner, a test) handles it: leave theirs
+    signal.signal(signal.SIGTERM, _on_sigterm)
+    config.add_cleanup(lambda: signal.signal(signal.SIGTERM, previous))
+
+
+def debug_wanted(config: pytest.Config) -> bool:
+    """Tracebacks for specguard's own failures: --specguard-debug or pytest's --tb=long."""
+    return bool(config.getoption("--specguard-debug") or getattr(config.option, "tbstyle", "") == "long")
 
 
 # -- suite --------------------------------------------------------------------------------------
@@ -98,7 +166,11 @@ def _default_suite_path(config: pytest.Config) -> Path:
 
 
 def get_suite(config: pytest.Config) -> Suite:
-    """The suite file with command-line overrides applied and validated (once per session)."""
+    """The suite file with command-line overrides applied and validated (once per session).
+
+    The file is validated alone first, then with the overrides, so a bad value names the flag
+    when it came from the command line and the file's key when it came from the file.
+    """
     if _SUITE in config.stash:
         return config.stash[_SUITE]
     opt = config.getoption
@@ -106,46 +178,129 @@ def get_suite(config: pytest.Config) -> Suite:
     try:
         suite = load_suite(path)
         sweep, tol = suite.sweep, suite.tolerances
+        sources: dict[str, str] = {}
         if opt("--concurrency"):
             try:
                 levels = [int(x) for x in opt("--concurrency").split(",") if x.strip()]
             except ValueError:
-                raise ConfigError(f"--concurrency {opt('--concurrency')!r}: use comma-separated integers, e.g. 1,4,16") from None
+                raise ConfigError(f"--concurrency {opt('--concurrency')} (command line): use comma-separated integers, "
+                                  f"e.g. 1,4,16") from None
             sweep = replace(sweep, concurrency=levels)
-        if opt("--repeats") is not None:
-            sweep = replace(sweep, repeats=opt("--repeats"))
-        if opt("--warmup") is not None:
-            sweep = replace(sweep, warmup=opt("--warmup"))
+            sources["sweep.concurrency"] = "--concurrency"
+        for flag, attr in (("--repeats", "repeats"), ("--warmup", "warmup")):
+            if opt(flag) is not None:
+                sweep = replace(sweep, **{attr: opt(flag)})
+                sources[f"sweep.{attr}"] = flag
         for flag, attr in (("--tolerance-throughput", "throughput"), ("--tolerance-accept-length", "accept_length"),
                            ("--prior-between-sd", "prior_between_sd"), ("--family-alpha", "family_alpha"),
                            ("--inconclusive", "inconclusive"), ("--fail-rule", "fail_rule")):
             if opt(flag) is not None:
                 tol = replace(tol, **{attr: opt(flag)})
+                sources[f"tolerances.{attr}"] = flag
         suite = replace(suite, sweep=sweep, tolerances=tol)
-        validate_suite(suite)
+        validate_suite(suite, sources)
     except ConfigError as exc:
         raise pytest.UsageError(str(exc)) from None
     config.stash[_SUITE] = suite
     return suite
 
 
+def _check_run_options(config: pytest.Config, suite: Suite) -> None:
+    """Command-line values that are not suite keys: one line naming the flag, exit 4."""
+    opt = config.getoption
+    try:
+        server_args = parse_server_args(opt("--server-args"))
+    except ValueError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    urls = parse_server_urls(opt("--server-url"))
+    unknown = [n for n in server_args if n not in suite.servers] + [n for n in urls if n is not None and n not in suite.servers]
+    if unknown:
+        raise pytest.UsageError(f"--server-args/--server-url name unknown configuration(s) {', '.join(unknown)}; "
+                                f"{suite.path} has {', '.join(suite.servers)}")
+    for url in urls.values():
+        try:
+            check_url(url)
+        except ServerStartError as exc:
+            raise pytest.UsageError(str(exc)) from None
+    for flag, low in (("--requests", 1), ("--max-failed-requests", 0), ("--speculation-must-win-up-to", 1)):
+        value = opt(flag)
+        if value is not None and value < low:
+            raise pytest.UsageError(f"{flag} {value} (command line): must be >= {low}")
+
+
+def _xdist_layout(config: pytest.Config, suite: Suite) -> None:
+    """Under pytest-xdist: each configuration shares its reference's group (one launch each), so
+    --dist load/worksteal become loadgroup; the run says how servers share the machine."""
+    if hasattr(config, "workerinput") or not getattr(config.option, "numprocesses", None):
+        return
+    notes = config.stash[_RUN_NOTES]
+    dist = getattr(config.option, "dist", "no")
+    if dist in ("load", "loadgroup", "worksteal"):
+        notes.append(f"xdist: --dist {dist}: specguard places each configuration with its reference on one worker, "
+                     f"so every server is launched once and every cell measured once")
+    groups = {_group_of(suite, n) for n in suite.servers}
+    if len(groups) > 1 and any(s.gpus is None for s in suite.servers.values()):
+        notes.append(f"xdist: {len(groups)} configuration groups on {config.option.numprocesses} workers and no `gpus` "
+                     f"set: launches are serialised (one launched server at a time on this machine), since servers "
+                     f"sharing CPU/GPU would lower and blur each other's tok/s")
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: Any) -> None:
+    """pytest-xdist controller: remember the run id, whose claim directory is removed at the end."""
+    node.config.stash[_TESTRUN] = node.workerinput.get("testrunuid", "")
+
+
+_CELL_ID = re.compile(r"\[(.+)-c(\d+)\]$")
+
+
+@pytest.hookimpl(optionalhook=True, tryfirst=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """pytest-xdist controller: send every test of a configuration group (a speculative
+    configuration and its reference) to one worker, so each server is launched once and a
+    reference is measured once. xdist's own loadgroup cannot be relied on (with pytest 9 its
+    group tag on node ids has no effect), so the grouping is done here, from the test ids."""
+    if _SUITE not in config.stash or getattr(config.option, "dist", "no") not in ("load", "loadgroup", "worksteal"):
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    suite = config.stash[_SUITE]
+
+    class ConfigurationGroups(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            m = _CELL_ID.search(nodeid)
+            if m and m.group(1) in suite.servers:
+                return "specguard:" + _group_of(suite, m.group(1))
+            return nodeid  # other tests: one scope each, as --dist load
+
+    return ConfigurationGroups(config, log)
+
+
+def _group_of(suite: Suite, name: str) -> str:
+    return suite.servers[name].reference or name
+
+
+def _worker_options(config: pytest.Config, suite: Suite) -> dict[str, Any]:
+    """RunOptions fields for pytest-xdist workers (claims and the launch lock), when supported."""
+    wi = getattr(config, "workerinput", None)
+    if not wi:
+        return {}
+    claim_dir = Path(config.rootpath) / ".specguard" / f"xdist-{wi.get('testrunuid', 'run')}"
+    out: dict[str, Any] = {"claim_dir": claim_dir, "worker_id": wi.get("workerid", "")}
+    if any(s.gpus is None for s in suite.servers.values()):
+        out["launch_lock"] = claim_dir / "launch.lock"
+    return out
+
+
 def get_session(config: pytest.Config) -> SpecguardSession:
     if _SESSION not in config.stash:
         suite = get_suite(config)
+        _check_run_options(config, suite)
         opt = config.getoption
-        try:
-            server_args = parse_server_args(opt("--server-args"))
-        except ValueError as exc:
-            raise pytest.UsageError(str(exc)) from None
-        unknown = [n for n in server_args if n not in suite.servers]
-        unknown += [n for n in parse_server_urls(opt("--server-url")) if n is not None and n not in suite.servers]
-        if unknown:
-            raise pytest.UsageError(f"--server-args/--server-url name unknown configuration(s) {unknown}; "
-                                    f"{suite.path} has {', '.join(suite.servers)}")
         baseline_dir = Path(opt("--baseline-dir")) if opt("--baseline-dir") else Path(config.rootpath) / "baselines" / suite.path.stem
-        options = RunOptions(
+        wanted: dict[str, Any] = dict(
             server_urls=parse_server_urls(opt("--server-url")),
-            server_args=server_args,
+            server_args=parse_server_args(opt("--server-args")),
             baseline_dir=baseline_dir,
             update_baselines=opt("--update-baselines"),
             require_baselines=opt("--require-baselines"),
@@ -153,9 +308,85 @@ def get_session(config: pytest.Config) -> SpecguardSession:
             log_dir=Path(opt("--server-log-dir")),
             max_failed_requests=opt("--max-failed-requests"),
             requests_per_run=opt("--requests"),
+            strict_server_args=bool(opt("--strict-server-args") or suite.attach.strict_server_args),
+            speculation_must_win_up_to=opt("--speculation-must-win-up-to"),
+            rerun_hint=lambda name, levels: record_command(config, [(name, c) for c in levels]),
+            **_worker_options(config, suite),
         )
-        config.stash[_SESSION] = SpecguardSession(suite, options)
+        known = {f.name for f in dataclasses.fields(RunOptions)}
+        config.stash[_SESSION] = SpecguardSession(suite, RunOptions(**{k: v for k, v in wanted.items() if k in known}))
     return config.stash[_SESSION]
+
+
+# -- commands printed as hints: they must work as printed ------------------------------------------
+def exact_k(cells: list[tuple[str, int]], all_cells: list[tuple[str, int]]) -> str:
+    """A -k expression that selects exactly these cells' tests among all_cells (substring matching:
+    "c1" also matches "c16", "eagle3" also matches "eagle3x", so those are excluded by name)."""
+    parts = []
+    for name, c in cells:
+        terms = [name, f"c{c}"]
+        for other, oc in all_cells:
+            if (other, oc) == (name, c):
+                continue
+            oid = f"{other}-c{oc}"
+            if name in oid and f"c{c}" in f"c{oc}" and f"-c{c}" in oid:
+                excl = f"c{oc}" if other == name else other
+                if excl not in f"{name}-c{c}":
+                    terms.append(f"not {excl}")
+            elif name in other and other != name and f"c{c}" in f"c{oc}":
+                terms.append(f"not {other}")
+        parts.append(" and ".join(dict.fromkeys(terms)))
+    return parts[0] if len(parts) == 1 else " or ".join(f"({p})" for p in parts)
+
+
+def _carried_options(config: pytest.Config) -> list[str]:
+    """The options that decide what is measured and where baselines live (never the API key)."""
+    opt = config.getoption
+    out: list[str] = []
+    if opt("--suite"):
+        out += ["--suite", opt("--suite")]
+    if opt("--baseline-dir"):
+        out += ["--baseline-dir", opt("--baseline-dir")]
+    for url in opt("--server-url"):
+        out += ["--server-url", url]
+    for args in opt("--server-args"):
+        out += ["--server-args", args]
+    for flag in ("--concurrency", "--warmup", "--requests", "--repeats"):
+        if opt(flag) is not None:
+            out += [flag, str(opt(flag))]
+    if opt("--strict-server-args"):
+        out.append("--strict-server-args")
+    return out
+
+
+def _test_paths(config: pytest.Config) -> list[str]:
+    return [a for a in config.args if not a.startswith("-")] or ["perf_tests"]
+
+
+def record_command(config: pytest.Config, cells: list[tuple[str, int]] | None = None) -> str:
+    """The command that records baselines for these cells (None: exactly this run's selection)."""
+    cmd = ["pytest", *_test_paths(config), *_carried_options(config), "--update-baselines"]
+    if cells:
+        suite = get_suite(config)
+        all_cells = [(n, c) for n in suite.servers for c in suite.sweep.concurrency]
+        cmd += ["-k", exact_k(cells, all_cells)]
+    else:
+        if config.option.keyword:
+            cmd += ["-k", config.option.keyword]
+        if config.option.markexpr:
+            cmd += ["-m", config.option.markexpr]
+    text = shlex.join(cmd)
+    if config.getoption("--api-key"):
+        text += "  (with your --api-key or SPECGUARD_API_KEY)"
+    return text
+
+
+_OLD_HINT = re.compile(r"pytest perf_tests --update-baselines -k \"([^\"]+?) and c(\d+)\"")
+
+
+def _rewrite_hint(config: pytest.Config, message: str) -> str:
+    """Older session texts carry a bare hint; replace it with the run's own command."""
+    return _OLD_HINT.sub(lambda m: record_command(config, [(m.group(1), int(m.group(2)))]), message)
 
 
 class LiveLine:
@@ -187,16 +418,25 @@ class LiveLine:
             self.tw.write_raw(text, flush=True)
 
 
+def _gate_of(item: pytest.Item) -> str | None:
+    return GATE_OF_TEST.get(getattr(item, "originalname", item.name))
+
+
 def pytest_collection_finish(session: pytest.Session) -> None:
-    """Start the progress line once the selected cells (and their order) are known."""
+    """The selected tests (after -k/-m) are known: they are the family Holm and the per-cell
+    alpha count, and the plan from which the session measures references; then the progress line."""
     config = session.config
-    plan = [(c.config, c.concurrency) for c in map(_cell_of, session.items) if c is not None]
-    if not plan or not config.stash.get(_INTERACTIVE, False):
+    selected = [(c, _gate_of(item)) for item in session.items if (c := _cell_of(item)) is not None]
+    if not selected:
+        return
+    sg = get_session(config)
+    sg.plan([PlannedTest(c.config, c.concurrency, gate or "throughput") for c, gate in selected])
+    if not config.stash.get(_INTERACTIVE, False):
         return
     sweep = get_suite(config).sweep
-    live = LiveLine(config, SweepProgress(plan, sweep.warmup + sweep.repeats))
+    live = LiveLine(config, SweepProgress([(c.config, c.concurrency) for c, _ in selected], sweep.warmup + sweep.repeats))
     config.stash[_LIVE] = live
-    get_session(config).progress = live
+    sg.set_progress(live)
 
 
 # -- parametrisation and ordering ----------------------------------------------------------------
@@ -220,7 +460,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         if kind == "speculative" and not cfg.speculative:
             continue
         algo = cfg.algorithm_label.lower() if cfg.speculative else "no_speculation"
-        marks = [pytest.mark.xdist_group(name)]
+        marks = [pytest.mark.xdist_group(_group_of(suite, name))]  # with its reference: measured once
         if algo in ALGORITHM_MARKERS:
             marks.append(getattr(pytest.mark, algo))
         for c in suite.sweep.concurrency:
@@ -231,11 +471,23 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 def _cell_of(item: pytest.Item) -> Cell | None:
     callspec = getattr(item, "callspec", None)
-    return callspec.params.get("specguard_cell") if callspec else None
+    cell = callspec.params.get("specguard_cell") if callspec else None
+    return cell if isinstance(cell, Cell) else None  # pytest's NOTSET for an empty parameter set
+
+
+def _is_empty_placeholder(item: pytest.Item) -> bool:
+    """pytest's one "empty parameter set" item for a test with no cells (a suite without a
+    speculative configuration has no speculation cells): nothing to measure, so not a test."""
+    callspec = getattr(item, "callspec", None)
+    return callspec is not None and "specguard_cell" in callspec.params and _cell_of(item) is None
 
 
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
     """Group a configuration's tests (references first) so one server runs at a time."""
+    empty = [item for item in items if _is_empty_placeholder(item)]
+    if empty:
+        config.hook.pytest_deselected(items=empty)
+        items[:] = [item for item in items if not _is_empty_placeholder(item)]
     cells = [(i, _cell_of(item)) for i, item in enumerate(items)]
     if not any(c for _, c in cells):
         return
@@ -251,8 +503,6 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
         return (1, rank[cell.config], cell.concurrency, TEST_ORDER.get(name, 9), i)
 
     items[:] = [items[i] for i, _ in sorted(cells, key=key)]
-    gate_tests = sum(1 for item in items if _cell_of(item) is not None)
-    get_session(config).alpha_cell = get_suite(config).tolerances.family_alpha / max(gate_tests, 1)
 
 
 def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
@@ -274,23 +524,33 @@ class CellTest:
         self.request = request
 
     def measure(self, benchmark: Any = None) -> CellMeasurement:
+        """The cell's measurement (taken once per cell). pytest-benchmark times it only with
+        --specguard-benchmark; the argument is accepted for test files written before that."""
         s, c = self.session, self.cell
+        config = self.request.config
         fresh = (c.config, c.concurrency) not in s.cells
-        live = self.request.config.stash.get(_LIVE, None) if fresh else None
+        live = config.stash.get(_LIVE, None) if fresh else None
         if live:
             live.progress.begin_cell(c.config, c.concurrency)
+        if fresh and config.getoption("--specguard-benchmark") and _gate_of(self.request.node) == "throughput":
+            benchmark = self.request.getfixturevalue("benchmark")
+        elif not config.getoption("--specguard-benchmark"):
+            benchmark = None
+        problem: ConfigUnavailable | None = None
         try:
             driver = _benchmark_driver(benchmark) if benchmark is not None and fresh else None
             m = s.measure(c.config, c.concurrency, **({"driver": driver} if driver else {}))
         except ConfigUnavailable as exc:
-            if exc.skip:
-                pytest.skip(str(exc))
-            self.fail(str(exc), STATUS_NOT_MEASURED)
+            problem = exc
         finally:
             if live:
                 cell = s.cells.get((c.config, c.concurrency))
                 live.progress.end_cell(cell.wall_s if cell else 0.0, len(cell.runs) + len(cell.warmup_runs) if cell else 0)
                 live.clear()
+        if problem is not None:  # raised outside the except block: no chained exception in the report
+            if problem.skip:
+                pytest.skip(_rewrite_hint(config, str(problem)))
+            self.fail(f"{c}: not measured: {_rewrite_hint(config, str(problem))}", STATUS_NOT_MEASURED)
         if benchmark is not None and m.runs:
             _fill_extra_info(benchmark, m)
         self._record_figures(m)
@@ -306,13 +566,12 @@ class CellTest:
     def _record_figures(self, m: CellMeasurement) -> None:
         """The cell's key figures as test properties: they land in --junitxml output."""
         props = self.request.node.user_properties
-        props += [("config", self.cell.config), ("concurrency", self.cell.concurrency)]
         summary = cell_summary([asdict(r) for r in m.runs])
         for key, name in (("output_throughput", "tok_s"), ("accept_length", "accept_length"),
                           ("median_ttft_ms", "ttft_p50_ms"), ("p99_ttft_ms", "ttft_p99_ms"),
                           ("median_itl_ms", "itl_p50_ms"), ("p99_itl_ms", "itl_p99_ms")):
             if summary[key] is not None:
-                props.append((name, f"{summary[key]:.4g}"))
+                props.append((name, fmt_num(summary[key])))
         props.append(("runs", len(m.runs)))
 
     def throughput(self) -> GateResult:
@@ -328,7 +587,7 @@ class CellTest:
     def enforce(self, result: GateResult) -> None:
         """Turn a gate result into pass / skip / fail, with the one-line verdict as the message."""
         node = self.request.node
-        node.user_properties += [("gate", result.gate), ("verdict", result.verdict)]
+        node.user_properties += [("gate", result.gate), ("verdict", result.verdict), ("enforced", result.enforced)]
         if result.estimate is not None:
             node.user_properties.append(("ratio", f"{result.estimate.ratio:.4f}"))
             node.user_properties.append(("ci_low", f"{result.estimate.low:.4f}"))
@@ -337,21 +596,22 @@ class CellTest:
             node.user_properties.append(("current", f"{result.current:.4f}"))
         if result.reference is not None:
             node.user_properties.append(("reference", f"{result.reference:.4f}"))
+        message = _rewrite_hint(self.request.config, result.message)
         opts = self.session.options
         updating = opts.update_baselines and result.gate in ("throughput", "accept_length")
         if result.verdict == SKIP:
             if opts.require_baselines and not updating:
-                self.fail(result.message, STATUS_NOT_MEASURED)
+                self.fail(message, STATUS_NOT_MEASURED)
             if updating:
                 return  # a first baseline is being written
-            pytest.skip(result.message)
+            pytest.skip(message)
         if updating:
             return  # accepting a new baseline: report the change, do not gate on the old one
         if result.verdict == ERROR:
-            self.fail(result.message, STATUS_NOT_MEASURED)
+            self.fail(message, STATUS_NOT_MEASURED)
         if result.enforced and (result.verdict == FAIL or
                                 (result.verdict == INCONCLUSIVE and self.session.suite.tolerances.inconclusive == "fail")):
-            self.fail(result.message, STATUS_REGRESSION)
+            self.fail(message, STATUS_REGRESSION)
 
 
 def _benchmark_driver(benchmark: Any):
@@ -382,81 +642,200 @@ def specguard(pytestconfig: pytest.Config) -> SpecguardSession:
 
 @pytest.fixture
 def cell(specguard: SpecguardSession, specguard_cell: Cell, request: pytest.FixtureRequest) -> CellTest:
+    request.node.user_properties += [("config", specguard_cell.config), ("concurrency", specguard_cell.concurrency),
+                                     ("gate", _gate_of(request.node) or "")]
     return CellTest(specguard, specguard_cell, request)
 
 
-# -- end of session ----------------------------------------------------------------------------
-class FailureLog:
-    """Why each failed test failed: a regression, or a measurement that did not happen.
+# -- outcomes: the one record every output is rendered from ---------------------------------------
+def _raised_in_specguard(excinfo: pytest.ExceptionInfo) -> bool:
+    """Whether the exception's innermost frame is specguard's own code (not a test file's)."""
+    tb = excinfo.tb
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    path = Path(tb.tb_frame.f_code.co_filename).resolve()
+    return Path(__file__).resolve().parent in path.parents
 
-    The kind travels as a user property of the report, so an xdist controller sees it too.
-    Specguard's own failures say their kind; otherwise an assertion or pytest.fail in a test body
-    is a regression and any other exception or a setup/teardown error means nothing was measured.
-    """
 
-    def __init__(self) -> None:
-        self.failed: list[dict[str, str]] = []
+class TestLog:
+    """Every specguard test's outcome and why failed tests failed (a regression, or a measurement
+    that did not happen). The kind travels as a user property of the report, so an xdist
+    controller sees it too. Specguard's own verdicts say their kind; an `assert` in a test file
+    is a regression; anything raised inside specguard (an internal error, an internal assert)
+    or in setup/teardown means nothing was measured. Failure reports are cut to their message
+    (no traceback, no chained exceptions) unless --specguard-debug or --tb=long asks for more."""
+
+    __test__ = False  # not a test class, whatever its name
+
+    def __init__(self, debug: bool) -> None:
+        self.debug = debug
+        self.tests: dict[str, dict[str, Any]] = {}
+
+    @property
+    def failed(self) -> list[dict[str, str]]:
+        return [{"nodeid": t["nodeid"], "kind": t["kind"], "message": t["message"]}
+                for t in self.tests.values() if t["outcome"] == "failed"]
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo) -> pytest.TestReport:
         report = yield
-        if report.failed and FAILURE_KIND not in dict(report.user_properties):
-            asserted = call.when == "call" and call.excinfo is not None and call.excinfo.errisinstance(
-                (AssertionError, pytest.fail.Exception))
-            kind = STATUS_REGRESSION if asserted else STATUS_NOT_MEASURED
-            report.user_properties = [*report.user_properties, (FAILURE_KIND, kind)]
+        if not report.failed or call.excinfo is None:
+            return report
+        ours = _cell_of(item) is not None
+        exc = call.excinfo.value
+        if FAILURE_KIND in dict(report.user_properties):
+            if not self.debug and isinstance(exc, pytest.fail.Exception):
+                report.longrepr = exc.msg
+            return report
+        user_assert = (call.when == "call" and call.excinfo.errisinstance((AssertionError, pytest.fail.Exception))
+                       and not _raised_in_specguard(call.excinfo))
+        kind = STATUS_REGRESSION if user_assert else STATUS_NOT_MEASURED
+        report.user_properties = [*report.user_properties, (FAILURE_KIND, kind)]
+        item.user_properties.append((FAILURE_KIND, kind))  # JUnit reads the properties of the last report
+        if ours and not user_assert and not self.debug:
+            first = (str(exc).strip().splitlines() or [""])[0]
+            report.longrepr = (f"specguard internal error during {call.when}: {type(exc).__name__}: {first}; "
+                               f"counted as not measured; rerun with --specguard-debug for the traceback")
         return report
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        if not report.failed:
+        props = dict(report.user_properties)
+        ours = "gate" in props or report.nodeid == HOLM_NODEID
+        if not ours and not report.failed:
             return
-        kind = dict(report.user_properties).get(FAILURE_KIND, STATUS_NOT_MEASURED)  # e.g. a crashed xdist worker
-        crash = getattr(report.longrepr, "reprcrash", None)
-        first = crash.message if crash else next((ln for ln in report.longreprtext.splitlines() if ln.strip()), "")
-        self.failed.append({"nodeid": report.nodeid, "kind": kind, "message": first.splitlines()[0][:300] if first else ""})
+        if report.when == "call" or report.failed or report.skipped:
+            entry = self.tests.get(report.nodeid)
+            if entry is not None and entry["outcome"] == "failed" and not report.failed:
+                return  # a passing teardown does not undo a failed call
+            self.tests[report.nodeid] = self._entry(report, props)
+
+    @staticmethod
+    def _entry(report: pytest.TestReport, props: dict[str, Any]) -> dict[str, Any]:
+        outcome = "failed" if report.failed else "skipped" if report.skipped else "passed"
+        if report.skipped and isinstance(report.longrepr, tuple):
+            message = str(report.longrepr[2])
+        else:
+            crash = getattr(report.longrepr, "reprcrash", None)
+            message = crash.message if crash else report.longreprtext if report.longrepr else ""
+        first = next((ln for ln in message.splitlines() if ln.strip()), "")
+        if first.startswith("Skipped: "):
+            first = first[len("Skipped: "):]
+        return {"nodeid": report.nodeid, "config": props.get("config"), "concurrency": props.get("concurrency"),
+                "gate": props.get("gate") or ("family_holm" if report.nodeid == HOLM_NODEID else None),
+                "outcome": outcome, "verdict": props.get("verdict"), "enforced": props.get("enforced", True),
+                "kind": props.get(FAILURE_KIND, STATUS_NOT_MEASURED) if outcome == "failed" else None,
+                "message": first[:300]}
+
+
+def _emit_holm_test(config: pytest.Config, holm: dict[str, Any]) -> None:
+    """Report Holm's family-wise decision as the session-level test specguard::family_holm."""
+    from _pytest.reports import TestReport
+
+    failed = holm["outcome"] == "failed"
+    props = [("gate", "family_holm"), ("verdict", "fail" if failed else "pass")]
+    if failed:
+        props.append((FAILURE_KIND, STATUS_REGRESSION))
+    location = ("specguard", None, "family_holm")
+    for when, outcome, longrepr in (("setup", "passed", None), ("call", "failed" if failed else "passed",
+                                    holm["message"] if failed else None), ("teardown", "passed", None)):
+        report = TestReport(HOLM_NODEID, location, {"family_holm": 1}, outcome, longrepr, when,
+                            user_properties=list(props))
+        # Every plugin sees it (JUnit, this log, xdist); the terminal reporter only counts it, so
+        # its progress line stays at 100% and `N passed/failed` includes it.
+        terminal = config.pluginmanager.get_plugin("terminalreporter")
+        hook = config.pluginmanager.subset_hook_caller("pytest_runtest_logreport", [terminal] if terminal else [])
+        hook(report=report)
+        if terminal is not None and when == "call":
+            category = config.hook.pytest_report_teststatus(report=report, config=config)[0]
+            terminal.stats.setdefault(category, []).append(report)
 
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_testnodedown(node: Any, error: Any) -> None:
-    """pytest-xdist controller: collect each worker's results document."""
-    text = getattr(node, "workeroutput", {}).get(WORKER_OUTPUT_KEY)
-    if text:
-        node.config.stash[_WORKER_DOCS].append(json.loads(text))
+    """pytest-xdist controller: collect each worker's results document and baseline stage."""
+    output = getattr(node, "workeroutput", {})
+    if output.get(WORKER_OUTPUT_KEY):
+        node.config.stash[_WORKER_DOCS].append(json.loads(output[WORKER_OUTPUT_KEY]))
+    if output.get(WORKER_STAGE_KEY):
+        node.config.stash[_WORKER_STAGES].append(json.loads(output[WORKER_STAGE_KEY]))
 
 
-def exit_status(current: int, doc: dict[str, Any], failed: list[dict[str, str]]) -> int:
-    """1 when a regression was found, 3 when tests failed only because they could not measure."""
+def exit_status(current: int, failed: list[dict[str, str]]) -> int:
+    """1 when a test found a regression (Holm's family test included), 3 when tests failed only
+    because they could not measure; pytest's other codes (2 interrupted, 4 usage, 5 no tests) stay."""
     kinds = {f["kind"] for f in failed}
     if current not in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED):
         return int(current)
-    if STATUS_REGRESSION in kinds or doc["holm_failures"]:
+    if STATUS_REGRESSION in kinds:
         return int(pytest.ExitCode.TESTS_FAILED)
     if STATUS_NOT_MEASURED in kinds:
         return EXIT_NOT_MEASURED
     return int(current)
 
 
+def _interrupted(session: pytest.Session, exitstatus: int) -> bool:
+    return exitstatus == pytest.ExitCode.INTERRUPTED or bool(session.shouldstop) or bool(session.shouldfail)
+
+
+def _commit_worker_stages(config: pytest.Config, interrupted: bool) -> list[str]:
+    """xdist controller: write the workers' staged baselines, all or nothing."""
+    stages = config.stash[_WORKER_STAGES]
+    if not stages:
+        return []
+    from specguard import session as session_module
+
+    commit = getattr(session_module, "commit_baseline_stages", None)
+    stage_cls = getattr(session_module, "BaselineStage", None)
+    if commit is None or stage_cls is None:
+        return []
+    suite = get_suite(config)
+    opt = config.getoption
+    baseline_dir = Path(opt("--baseline-dir")) if opt("--baseline-dir") else Path(config.rootpath) / "baselines" / suite.path.stem
+    outcome = commit([stage_cls.from_json(s) for s in stages], baseline_dir, suite.tolerances.history_sessions,
+                     interrupted=interrupted)
+    return list(getattr(outcome, "lines", []) or ([outcome.reason] if getattr(outcome, "reason", None) else []))
+
+
+@pytest.hookimpl(tryfirst=True)  # before junitxml writes its file: the Holm test must be in it
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     config = session.config
+    interrupted = _interrupted(session, exitstatus)
+    worker = hasattr(config, "workerinput")
     if _SESSION in config.stash:
         sg = config.stash[_SESSION]
         sg.stop_all()
-        sg.holm_extra = holm_failures(sg.results, sg.suite.tolerances.family_alpha)
+        stage = None
+        if worker and hasattr(sg, "stage_baselines"):
+            stage = sg.stage_baselines(interrupted=interrupted)
+        elif hasattr(sg, "write_baselines"):
+            sg.write_baselines(interrupted=interrupted)
         if not sg.cells and not sg.results and not sg.baseline_updates and not sg.servers:
             return
         doc = results_document(sg)
-        if hasattr(config, "workerinput"):  # an xdist worker: the controller merges and reports
+        if worker:  # the controller merges, reports and commits baselines
             config.workeroutput[WORKER_OUTPUT_KEY] = json.dumps(doc)
+            if stage is not None:
+                config.workeroutput[WORKER_STAGE_KEY] = json.dumps(stage.to_json())
             return
     elif config.stash.get(_WORKER_DOCS, None):
         doc = merge_documents(config.stash[_WORKER_DOCS])
+        doc["baseline_updates"] = [*doc["baseline_updates"], *_commit_worker_stages(config, interrupted)]
+        if config.stash.get(_TESTRUN, ""):  # the workers' claims and launch lock are this run's only
+            shutil.rmtree(Path(config.rootpath) / ".specguard" / f"xdist-{config.stash[_TESTRUN]}", ignore_errors=True)
     else:
         return
-    failed = config.stash[_FAILED].failed
-    status = exit_status(session.exitstatus, doc, failed)
+    holm = family_holm(doc)
+    if holm is not None and not interrupted:
+        _emit_holm_test(config, holm)
+    log = config.stash[_LOG]
+    status = exit_status(session.exitstatus, log.failed)
     session.exitstatus = status
+    doc["tests"] = sorted(log.tests.values(), key=lambda t: t["nodeid"])
     doc["outcome"] = {"status": EXIT_STATUS_NAMES.get(status, f"exit-{status}"), "exit_status": status,
-                      "failed_tests": failed}
+                      "failed_tests": log.failed, "counts": _counts(log.tests.values())}
+    doc["run_notes"] = [*config.stash[_RUN_NOTES], *doc.get("run_notes", [])]
+    if _first_run(doc):
+        doc["hints"] = {"record": record_command(config)}
     config.stash[_DOC] = doc
     path = config.getoption("--results-json")
     if path:
@@ -464,6 +843,21 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     report_dir = config.getoption("--report-dir")
     if report_dir:
         write_report_dir(doc, Path(report_dir))
+
+
+def _counts(tests) -> dict[str, int]:
+    out = {"passed": 0, "failed": 0, "skipped": 0}
+    for t in tests:
+        out[t["outcome"]] += 1
+    return out
+
+
+def _first_run(doc: dict[str, Any]) -> bool:
+    """No stored baseline for any gated cell of this run (and not recording one now)."""
+    if doc["options"].get("update_baselines"):
+        return False
+    hist = [d for d in doc["decisions"] if d["gate"] in ("throughput", "accept_length")]
+    return bool(hist) and all(d["verdict"] == SKIP and "no baseline" in d["message"] for d in hist)
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:

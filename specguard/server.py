@@ -10,9 +10,11 @@ import os
 import signal
 import socket
 import subprocess
+import textwrap
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import httpx
 
@@ -187,11 +189,95 @@ def _group_alive(pgid: int) -> bool:
         return True
 
 
+ATTACH_PROBE_S = 3.0  # how long a refused connection may take to start answering when attaching
+
+
+def shorten_text(text: str, width: int) -> str:
+    """Cut at a word boundary with an ellipsis, never mid-word."""
+    return text if len(text) <= width else textwrap.shorten(text, width=width, placeholder=" ...")
+
+
+def check_url(url: str, flag: str = "--server-url") -> str:
+    """The URL without a trailing slash, or ServerStartError when it cannot be a server URL."""
+    parsed = urlsplit(url)
+    if parsed.scheme not in ("http", "https") or not parsed.netloc:
+        guess = f"http://{url}" if "://" not in url else url
+        raise ServerStartError(f"{flag} {url!r} is not an http(s) URL; write the scheme, e.g. {guess}")
+    return url.rstrip("/")
+
+
+def _refusal(exc: httpx.HTTPError, url: str, flag: str = "--server-url") -> str | None:
+    """One line for a transport error: refused, unresolved name, timeout; None if not a transport error."""
+    host = urlsplit(url).hostname or url
+    text = str(exc) or type(exc).__name__
+    if isinstance(exc, httpx.ConnectError):
+        low = text.lower()
+        if "name or service not known" in low or "nodename nor servname" in low or "name resolution" in low \
+                or "no address associated" in low or "getaddrinfo" in low:
+            return f"{url}: host name {host!r} could not be resolved; check {flag}"
+        if "refused" in low or "errno 111" in low:
+            return f"{url}: connection refused (no server listens there); start the server or fix {flag}"
+        return f"{url}: could not connect ({text}); check {flag}"
+    if isinstance(exc, httpx.TimeoutException):
+        return f"{url}: no answer within the timeout ({type(exc).__name__}); the server is overloaded or the address is wrong"
+    if isinstance(exc, (httpx.RemoteProtocolError, httpx.LocalProtocolError)):
+        return f"{url}: does not speak HTTP as expected ({text}); is it an SGLang server (http, not https)?"
+    if isinstance(exc, httpx.TransportError):
+        return f"{url}: transport error {type(exc).__name__}: {text}"
+    return None
+
+
+def http_status_problem(status: int, url: str, path: str, body: str = "", flag: str = "--server-url") -> str | None:
+    """One line for a status a user can act on (401/403/404); None for others."""
+    if status in (401, 403):
+        return (f"{url}{path} answered {status} {'Unauthorized' if status == 401 else 'Forbidden'}: the server "
+                f"wants an API key; pass --api-key KEY or set SPECGUARD_API_KEY")
+    if status in (404, 405):
+        snippet = " ".join(body.split())
+        snippet = "" if snippet.startswith("<") else shorten_text(snippet, 80)  # an HTML page says nothing useful
+        return (f"{url} is not an SGLang server: GET {path} answered {status}"
+                f"{' (' + snippet + ')' if snippet else ''}; point {flag} at SGLang's HTTP port")
+    return None
+
+
 def attach(name: str, url: str, engine: Engine, *, api_key: str | None = None,
-           cfg: ServerConfig | None = None, ready_timeout_s: float = 30.0) -> ServerHandle:
-    """Use a running server; it must answer its readiness probe within ready_timeout_s."""
-    handle = ServerHandle(name=name, base_url=url.rstrip("/"), engine=engine, effective=EffectiveArgs(), api_key=api_key)
-    wait_ready(handle, ready_timeout_s)
+           cfg: ServerConfig | None = None, ready_timeout_s: float = 30.0, flag: str = "--server-url") -> ServerHandle:
+    """Use a running server. Unreachable, unauthorised or non-SGLang addresses fail within
+    seconds with one line; a server that answers but is still loading gets ready_timeout_s."""
+    handle = ServerHandle(name=name, base_url=check_url(url, flag), engine=engine, effective=EffectiveArgs(), api_key=api_key)
+    base = handle.base_url
+    path = engine.readiness_path
+    refused_until = time.monotonic() + ATTACH_PROBE_S
+    deadline = time.monotonic() + ready_timeout_s
+    last = ""
     with handle.control_client() as client:
-        handle.effective = engine.read_effective_args(client, cfg)
+        while True:
+            try:
+                r = client.get(path, timeout=min(10.0, ready_timeout_s))
+            except httpx.HTTPError as exc:
+                problem = _refusal(exc, base, flag) or f"{base}: {type(exc).__name__}: {exc}"
+                if not isinstance(exc, httpx.ConnectError) or "resolved" in problem or time.monotonic() >= refused_until:
+                    raise ServerStartError(problem) from None
+                last = problem
+            else:
+                if r.status_code == 200:
+                    break
+                problem = http_status_problem(r.status_code, base, path, r.text, flag)
+                if problem:
+                    raise ServerStartError(problem)
+                last = f"{base}{path} answered {r.status_code} (still loading?)"
+            if time.monotonic() >= deadline:
+                raise ServerStartError(f"{last or base + ' not ready'}; gave up after {ready_timeout_s:g}s")
+            time.sleep(0.5)
+        try:
+            handle.effective = engine.read_effective_args(client, cfg)
+        except httpx.HTTPStatusError as exc:
+            resp = exc.response
+            problem = http_status_problem(resp.status_code, base, resp.request.url.path, resp.text, flag)
+            raise ServerStartError(problem or f"{base}{resp.request.url.path} answered {resp.status_code}; "
+                                              f"cannot read the server's arguments") from None
+        except httpx.HTTPError as exc:
+            raise ServerStartError(_refusal(exc, base, flag) or f"{base}: {type(exc).__name__}: {exc}") from None
+        except ValueError as exc:
+            raise ServerStartError(f"{base} is not an SGLang server: its server-info route did not answer JSON ({exc})") from None
     return handle

@@ -57,3 +57,12 @@ def test_write_is_atomic_and_leaves_no_temp_files(tmp_path):
         store.record_sessions("b", Fingerprint({"x": 1}), {1: nan}, keep=2)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["b.json", "b.json.lock"]
     assert store.history("b", Fingerprint({"x": 1}), 1).sessions[0].throughputs == [5.0, 6.0]
+
+
+def test_differences_cut_long_values_but_name_every_field():
+    stored = Fingerprint({"decode_cuda_graph_bs": list(range(1, 200)), "model_path": "m"})
+    now = Fingerprint({"decode_cuda_graph_bs": [1, 2], "model_path": "n", "tp_size": 2})
+    lines = now.differences(stored)
+    assert [line.split(":")[0] for line in lines] == ["decode_cuda_graph_bs", "model_path", "tp_size"]
+    assert lines[0] == "decode_cuda_graph_bs: stored [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, ... (199 items)], now [1, 2]"
+    assert all(len(line) < 130 for line in lines)

@@ -203,3 +203,37 @@ def test_read_timeout_is_an_exception_of_its_own():
                 await Connection(ep).exchange(encode_request(ep, "/g", b"{}", None), lambda b, t: None, 0.2)
 
     run(go())
+
+
+def test_openai_route_record_gets_the_verify_count_and_histogram_from_sglext():
+    # SGLang 0.5.23 serving_completions.py: content chunks, then the sglext chunk (choices [],
+    # usage null), then the usage chunk, then [DONE]; the request asked return_spec_tokens_details
+    head = b'{"id":"c","object":"text_completion","created":1,"model":"m",'
+    stream = b"".join([
+        b"data: " + head + b'"choices":[{"index":0,"text":"ab","logprobs":null,"finish_reason":null,"matched_stop":null}],"usage":null}\n\n',
+        b"data: " + head + b'"choices":[{"index":0,"text":"cde","logprobs":null,"finish_reason":"length","matched_stop":null}],"usage":null}\n\n',
+        b"data: " + head + b'"choices":[],"usage":null,"sglext":{"spec_tokens_details":{"spec_accept_rate":0.5,'
+        b'"spec_accept_length":2.5,"spec_cap_length":0.0,"spec_block_accept_length":0.0,"spec_num_correct_drafts":3,'
+        b'"spec_num_proposed_drafts":6,"spec_verify_ct":2,"spec_correct_drafts_histogram":[0,1,1],"spec_cap_lens_histogram":[]}}}\n\n',
+        b"data: " + head + b'"choices":[],"usage":{"prompt_tokens":4,"total_tokens":9,"completion_tokens":5,"reasoning_tokens":0}}\n\n',
+        b"data: [DONE]\n\n"])
+
+    async def go():
+        server = ScriptedServer([[OK_CHUNKED, *chunked(stream)]])
+        async with server as ep:
+            rec = await send_request(Connection(ep), encode_request(ep, "/v1/completions", b"{}", None), "openai", 0, 5)
+            return rec
+
+    rec = run(go())
+    assert rec.ok, rec.error
+    assert (rec.completion_tokens, rec.prompt_tokens, rec.spec_verify_ct) == (5, 4, 2)
+    assert (rec.spec_num_correct_drafts, rec.spec_num_proposed_drafts, rec.spec_correct_drafts_histogram) == (3, 6, [0, 1, 1])
+
+
+def test_route_fields_reach_the_request_body():
+    from specguard.measure.client import RequestOptions, build_body
+    from specguard.workload import Prompt
+    import json
+
+    body = json.loads(build_body(Prompt(input_ids=[1, 2]), RequestOptions(api="openai", extra_body={"return_spec_tokens_details": True})))
+    assert body["return_spec_tokens_details"] is True and body["stream_options"] == {"include_usage": True}

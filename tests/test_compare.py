@@ -54,7 +54,7 @@ def test_mismatched_and_foreign_files_get_clear_errors(tmp_path, capsys):
     other_work = _write(tmp_path, "b.json", seed_a_doc(workload={"kind": "random-ids", "input_len": 128,
                                                                  "output_len": 64, "seed": 0, "repeated_id": 23066,
                                                                  "path": None}))
-    assert cli.main(["compare", str(a), str(other_work)]) == 2
+    assert cli.main(["compare", str(a), str(other_work)]) == cli.EXIT_USAGE
     err = capsys.readouterr().err
     assert "measured different work" in err and "workload.input_len: 1000 vs 128" in err
 
@@ -80,3 +80,15 @@ def test_cli_exit_codes(tmp_path, capsys):
     assert cli.main(["compare", str(a), str(a)]) == 0
     assert cli.main(["compare", str(a), str(b)]) == 1
     assert "regressed" in capsys.readouterr().out
+
+
+def test_performance_relevant_server_args_are_named_when_they_differ():
+    # the resolved /server_info arguments the SGLang adapter records (engines/sglang.py PERF_ARG_KEYS)
+    a, b = seed_a_doc(), seed_a_doc()
+    a["servers"]["mtp"]["effective_args"].update(attention_backend="fa3", attn_dp_size=1, decode_cuda_graph_bs=[1, 2, 4])
+    b["servers"]["mtp"]["effective_args"].update(attention_backend="flashinfer", attn_dp_size=2,
+                                                 decode_cuda_graph_bs=[1, 2, 4], speculative_adaptive=True)
+    notes = compare(a, b).notes
+    assert "mtp: attention_backend 'fa3' -> 'flashinfer'" in notes
+    assert "mtp: attn_dp_size 1 -> 2" in notes and "mtp: speculative_adaptive None -> True" in notes
+    assert not any("decode_cuda_graph_bs" in n for n in notes) and not any(n.startswith("baseline:") for n in notes)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -9,6 +11,7 @@ from specguard.emulator.model import BatchScheduler, GenRequest, SchedulerConfig
 from specguard.emulator.profile import PiecewiseLinear, available_profiles, load_profile
 from specguard.emulator.spec import (
     SpecRequest,
+    auto_spec_params,
     expected_accept_length,
     resolve_settings,
     uniform_accept_prob,
@@ -19,9 +22,9 @@ SEED_A = {1: (108, 121.5), 4: (286, 400.5), 16: (873, 1209), 32: (1359, 1502), 6
 MTP_1_STEP = SpecRequest("NEXTN", num_steps=1, topk=1, num_draft_tokens=2)
 
 
-def make_scheduler(profile_name="fast", spec=None, cap=None, seed=0, jitter=0.0, drift=0.0, **kw):
+def make_scheduler(profile_name="fast", spec=None, cap=None, seed=0, jitter=0.0, drift=0.0, attn_dp_size=1, **kw):
     profile = load_profile(profile_name)
-    settings = resolve_settings(profile, spec, cap)
+    settings = resolve_settings(profile, spec, cap, attn_dp_size=attn_dp_size)
     return BatchScheduler(SchedulerConfig(profile, settings, seed, jitter_pct=jitter, drift_pct=drift, **kw))
 
 
@@ -57,30 +60,101 @@ def test_profile_errors_are_explicit(tmp_path):
 
 # -- SGLang's silent adjustments -----------------------------------------------------------------
 def test_topk_one_forces_draft_tokens_to_steps_plus_one():
+    # speculative_hook.py _handle_eagle_family: topk == 1 and draft != steps + 1 -> steps + 1, with a
+    # warning, also when draft tokens were not given.
     s = resolve_settings(load_profile("fast"), SpecRequest("EAGLE3", 1, 1, 16))
     assert (s.spec.num_steps, s.spec.topk, s.spec.num_draft_tokens) == (1, 1, 2)
-    assert any("adjusted" in w for w in s.warnings)
+    assert any("adjusted to speculative_num_steps + 1" in w for w in s.warnings)
+    s = resolve_settings(load_profile("fast"), SpecRequest("EAGLE3", 2, 1))
+    assert s.spec.num_draft_tokens == 3 and any("adjusted" in w for w in s.warnings)
 
 
 def test_speculation_caps_running_requests_at_48_unless_explicit():
+    # _handle_eagle_family / _handle_ngram / _handle_dflash: max_running_requests None -> 48.
     profile = load_profile("fast")
     s = resolve_settings(profile, SpecRequest("EAGLE3"))
     assert s.max_running_requests == 48 and s.reported_max_running_requests == 48
     assert resolve_settings(profile, SpecRequest("EAGLE3"), 256).max_running_requests == 256
+    assert resolve_settings(profile, SpecRequest("NGRAM")).max_running_requests == 48
     baseline = resolve_settings(profile, None)
     assert baseline.max_running_requests == profile.max_running_requests
     assert baseline.reported_max_running_requests is None
 
 
-def test_default_spec_params_and_missing_steps():
-    profile = load_profile("fast")
-    s = resolve_settings(profile, SpecRequest("NEXTN"))
-    assert (s.spec.num_steps, s.spec.topk, s.spec.num_draft_tokens) == (3, 1, 4)
+def test_default_spec_params_follow_the_architecture():
+    # speculative_hook.py _auto_choose_speculative_params: STANDALONE (3, 1, 4) first; LlamaForCausalLM
+    # and Grok1 (5, 4, 8); everything else (3, 1, 4). model_arch = hf_config.architectures[0].
+    fast = load_profile("fast")  # LlamaForCausalLM
+    s = resolve_settings(fast, SpecRequest("NEXTN"))
+    assert (s.spec.num_steps, s.spec.topk, s.spec.num_draft_tokens) == (5, 4, 8)
     assert s.spec.reported_algorithm == "EAGLE"
+    seed_a = load_profile("seed-a")  # Qwen3_5MoeForConditionalGeneration
+    s = resolve_settings(seed_a, SpecRequest("NEXTN"))
+    assert (s.spec.num_steps, s.spec.topk, s.spec.num_draft_tokens) == (3, 1, 4)
+    assert auto_spec_params("STANDALONE", "LlamaForCausalLM") == (3, 1, 4)
+    assert auto_spec_params("EAGLE", "Grok1ForCausalLM") == (5, 4, 8)
+    assert auto_spec_params("EAGLE3", "DeepseekV3ForCausalLM") == (3, 1, 4)
+
+
+def test_missing_steps_and_missing_topk_are_start_up_errors():
+    profile = load_profile("fast")
+    # _handle_eagle_family: `assert topk is None and draft_tokens is None` when steps are unset.
     with pytest.raises(ValueError, match="need --speculative-num-steps"):
         resolve_settings(profile, SpecRequest("EAGLE3", topk=1))
+    # steps without topk: `speculative_eagle_topk > 1` compares None with an int (TypeError).
+    with pytest.raises(ValueError, match="pass --speculative-eagle-topk"):
+        resolve_settings(profile, SpecRequest("EAGLE3", num_steps=3))
     with pytest.raises(ValueError, match="no \\[draft.NGRAM\\]"):
-        resolve_settings(profile, SpecRequest("NGRAM", 3))
+        resolve_settings(load_profile("seed-a"), SpecRequest("NGRAM", 3))
+    # spec_info.py SpeculativeAlgorithm.from_string
+    with pytest.raises(ValueError, match="Unknown speculative algorithm name: MEDUSA"):
+        resolve_settings(profile, SpecRequest("MEDUSA"))
+
+
+def test_ngram_resolution_follows_handle_ngram():
+    # speculative_hook.py _handle_ngram: topk always = --speculative-ngram-max-bfs-breadth (10), draft tokens
+    # default 12 (with a warning), steps = draft // topk when unset, no topk == 1 rewrite.
+    profile = load_profile("fast")
+    s = resolve_settings(profile, SpecRequest("NGRAM"))
+    assert (s.spec.num_steps, s.spec.topk, s.spec.num_draft_tokens) == (1, 10, 12)
+    assert any("set to 12 by default" in w for w in s.warnings)
+    s = resolve_settings(profile, SpecRequest("NGRAM", topk=1, num_draft_tokens=8))  # topk ignored
+    assert (s.spec.num_steps, s.spec.topk, s.spec.num_draft_tokens) == (0, 10, 8)
+    s = resolve_settings(profile, SpecRequest("NGRAM", num_draft_tokens=8, ngram_max_bfs_breadth=4))
+    assert (s.spec.num_steps, s.spec.topk, s.spec.num_draft_tokens) == (2, 4, 8)
+    s = resolve_settings(profile, SpecRequest("NGRAM", 5, 1, 6))  # explicit steps kept, no rewrite
+    assert (s.spec.num_steps, s.spec.topk, s.spec.num_draft_tokens) == (5, 10, 6)
+    with pytest.raises(ValueError, match="does not support dp attention"):
+        resolve_settings(profile, SpecRequest("NGRAM"), 64, attn_dp_size=2)
+    # a verify can accept up to num_draft_tokens - 1 drafts, from one lookup per step
+    sim = simulate_closed_loop(profile, SpecRequest("NGRAM"), 2, 4, 32, 64)
+    assert sim.accept_length > 1.5 and sim.max_running_requests == 48
+
+
+def test_attention_dp_splits_the_cap_per_rank():
+    # kv_cache_configurator.py resolve_max_num_reqs: max(1, max_running_requests // attn_dp_size);
+    # replicas (dp_size) each keep the whole value; parallel_hook.py refuses both at once.
+    profile = load_profile("fast")
+    s = resolve_settings(profile, SpecRequest("EAGLE3", 3, 1, 4), attn_dp_size=2)
+    assert s.per_rank_max_running_requests == 24 and s.max_running_requests == 48 and s.ranks == 2
+    s = resolve_settings(profile, None, 7, attn_dp_size=4)
+    assert s.per_rank_max_running_requests == 1 and s.reported_max_running_requests == 7
+    s = resolve_settings(profile, None, 100, dp_size=2)
+    assert s.per_rank_max_running_requests == 100 and s.max_running_requests == 200
+    with pytest.raises(ValueError, match="not supported"):
+        resolve_settings(profile, None, dp_size=2, attn_dp_size=2)
+    with pytest.raises(ValueError, match="standalone speculative decoding does not support dp attention"):
+        resolve_settings(load_profile("fast"), SpecRequest("STANDALONE", 3, 1, 4), attn_dp_size=2)
+
+
+def test_dp_ranks_admit_round_robin_up_to_their_own_cap():
+    sched = make_scheduler(cap=4, attn_dp_size=2)  # 2 per rank
+    reqs = [GenRequest(prompt_tokens=10, max_new_tokens=5) for _ in range(6)]
+    for r in reqs:
+        sched.submit(r, 0.0)
+    assert [r.rank for r in reqs] == [0, 1, 0, 1, 0, 1]
+    step = sched.next_step(0.0)
+    assert step.requests == reqs[:4] and sched.running_per_rank == [2, 2]
 
 
 def test_accept_length_helpers_round_trip():
@@ -246,3 +320,55 @@ def test_fast_profile_shape():
     assert profile.forward_ms(1) >= 3.0 and profile.forward_ms(64) <= 15.0
     assert resolve_settings(profile, eagle3).spec.expected_accept_length == pytest.approx(3.0, abs=0.1)
     assert 2.3 <= resolve_settings(profile, mtp).spec.expected_accept_length <= 2.6
+
+
+# -- published figures -----------------------------------------------------------------------------
+DOCS = Path(__file__).resolve().parent.parent / "docs" / "emulator.md"
+
+
+def doc_table(name: str) -> list[list[str]]:
+    """The data rows after ``<!-- simulated: NAME -->`` in docs/emulator.md, as lists of cells."""
+    lines = DOCS.read_text().splitlines()
+    start = lines.index(f"<!-- simulated: {name} -->") + 3  # marker, header, separator
+    rows = []
+    for line in lines[start:]:
+        if not line.startswith("|"):
+            break
+        rows.append([cell.strip() for cell in line.strip("|").split("|")])
+    return rows
+
+
+def pct(value: float, ref: float, digits: int) -> str:
+    return f"{(value / ref - 1) * 100:+.{digits}f} %"
+
+
+def test_docs_emulator_tables_match_the_simulator():
+    """Every simulated figure in docs/emulator.md is what the committed profiles give (issue 17)."""
+    fast = load_profile("fast")
+    want = []
+    for c in (1, 4, 16, 32, 64):
+        def tput(spec):
+            return simulate_closed_loop(fast, spec, c, 3 * c, 128, 256, max_running_requests=256).output_throughput
+        b, e, m = tput(None), tput(SpecRequest("EAGLE3", 3, 1, 4)), tput(SpecRequest("NEXTN", 2, 1, 3))
+        want.append([str(c), f"{b:.0f}", f"{e:.0f} ({pct(e, b, 0)})", f"{m:.0f} ({pct(m, b, 0)})"])
+    assert doc_table("fast") == want
+    capped = simulate_closed_loop(fast, SpecRequest("EAGLE3", 3, 1, 4), 64, 192, 128, 256).output_throughput
+    assert f"EAGLE3 at C=64 gives {capped:.0f} tok/s" in DOCS.read_text()
+
+    rows = seed_a_curves()
+    want = [
+        [str(c), f"{b:g} / {rows[c][0].output_throughput:.1f} ({pct(rows[c][0].output_throughput, b, 1)})",
+         f"{m:g} / {rows[c][1].output_throughput:.1f} ({pct(rows[c][1].output_throughput, m, 1)})"]
+        for c, (b, m) in SEED_A.items()
+    ]
+    assert doc_table("seed-a") == want
+
+    seed_b = load_profile("seed-b")
+    seed = {1: ("92.6", "96.1")}  # seed-figures.md B, CUDA 13 stack, single stream
+    want = []
+    for c in (1, 5, 10, 30):
+        base = simulate_closed_loop(seed_b, None, c, 2 * c, 1000, 500).output_throughput
+        eagle = simulate_closed_loop(seed_b, SpecRequest("EAGLE3"), c, 2 * c, 1000, 500).output_throughput
+        sb, se = seed.get(c, ("-", "-"))
+        want.append([str(c), f"{sb} / {base:.1f}", f"{se} / {eagle:.1f}"])
+    assert doc_table("seed-b") == want

@@ -209,3 +209,328 @@ def test_unset_variable_in_a_path_is_a_config_error(monkeypatch):
     monkeypatch.setenv("SPECGUARD_VLLM_PYTHON", "/venv/bin/python")
     with pytest.raises(ConfigError, match=r"servers\.baseline\.model_path = .* uses \$SPECGUARD_TINY_MODELS, which is not set"):
         load_suite(REPO / "perf_tests" / "suites" / "vllm-cpu.toml")
+
+
+# -- SGLang 0.5.23 resolution rules, checked against /server_info shapes --------------------------
+# The server_info below is the real capture with the fields a speculative 0.5.23 server resolves
+# set as speculative_hook.py would (paths relative to python/sglang/srt/).
+def sglang_info(launch: str = "", states: list[dict] | None = None, **fields) -> str:
+    info = json.loads((SGLANG / "server_info.json").read_text())
+    base_state = info["internal_states"][0]
+    info.update(fields)
+    if launch:
+        info["launch_command"] = launch
+    info["internal_states"] = [{**base_state, **s} for s in (states or [{}])]
+    return json.dumps(info)
+
+
+def sglang_eff(info: str, architecture: str | None = "LlamaForCausalLM", cfg: ServerConfig | None = None):
+    routes = {"/server_info": info}
+    if architecture:
+        model_info = json.loads((SGLANG / "model_info.json").read_text())
+        model_info["architectures"] = [architecture]
+        routes["/model_info"] = json.dumps(model_info)
+    with serve(routes) as client:
+        return get_engine("sglang").read_effective_args(client, cfg)
+
+
+def messages(checks, blocking: bool | None = None) -> str:
+    return " | ".join(c.message for c in checks if blocking is None or c.blocking == blocking)
+
+
+def test_sglang_reads_architecture_and_performance_args_into_the_fingerprint():
+    eff = sglang_eff(sglang_info())
+    assert eff.architecture == "LlamaForCausalLM"  # from the /model_info capture
+    fp = eff.fingerprint_fields()
+    assert fp["attention_backend"] == "torch_native" and fp["kv_cache_dtype"] == "auto" and fp["page_size"] == 1
+    assert fp["chunked_prefill_size"] == 4096 and fp["disable_cuda_graph"] is True and fp["attn_dp_size"] == 1
+    assert fp["enable_deterministic_inference"] is False and fp["speculative_adaptive"] is False
+    assert fp["max_running_requests_per_rank"] == [16] and "decode_cuda_graph_bs" not in fp  # [] on CPU: none captured
+    changed = sglang_eff(sglang_info(kv_cache_dtype="fp8_e5m2", disable_overlap_schedule=True)).fingerprint_fields()
+    from specguard.decide.baselines import Fingerprint
+    diffs = Fingerprint(changed).differences(Fingerprint(fp))
+    assert diffs == ["disable_overlap_schedule: stored False, now True", "kv_cache_dtype: stored 'auto', now 'fp8_e5m2'"]
+
+
+def test_vllm_fingerprint_has_no_sglang_only_keys():
+    cfg = ServerConfig(name="ngram", engine="vllm", model_path="/m", speculative_config=NGRAM, reference="b")
+    with serve(vllm_routes()) as client:
+        eff = get_engine("vllm").read_effective_args(client, cfg)
+    assert set(eff.fingerprint_fields()) == {"engine_version", "model_path", "speculative_algorithm", "draft_model_path",
+                                             "num_steps", "eagle_topk", "num_draft_tokens", "max_running_requests", "tp_size"}
+
+
+def test_ngram_defaults_are_explained_not_blocked():
+    # _handle_ngram: topk = --speculative-ngram-max-bfs-breadth (10), draft tokens 12, steps 12 // 10 = 1, cap 48
+    info = sglang_info("python -m sglang.launch_server --speculative-algorithm NGRAM", speculative_algorithm="NGRAM",
+                       speculative_num_steps=1, speculative_eagle_topk=10, speculative_num_draft_tokens=12,
+                       max_running_requests=48, states=[{"effective_max_running_requests_per_dp": 48}])
+    cfg = ServerConfig(name="ngram", model_path="/m", speculative_algorithm="NGRAM", reference="b")
+    eff = sglang_eff(info)
+    checks = get_engine("sglang").check_args(cfg, eff, max_concurrency=16)
+    assert not messages(checks, blocking=True)
+    assert "NGRAM defaults: server runs 1 steps, topk 10, 12 draft tokens" in messages(checks)
+    assert "expected 1/10/12" in messages(checks)
+
+
+def test_ngram_draft_tokens_without_steps_and_no_topk1_rewrite():
+    # draft 8 with topk 10 gives steps 8 // 10 = 0; nothing rewrites draft tokens to steps + 1
+    info = sglang_info("python -m sglang.launch_server --speculative-algorithm NGRAM --speculative-num-draft-tokens 8",
+                       speculative_algorithm="NGRAM", speculative_num_steps=0, speculative_eagle_topk=10,
+                       speculative_num_draft_tokens=8)
+    cfg = ServerConfig(name="ngram", model_path="/m", speculative_algorithm="NGRAM", num_draft_tokens=8, reference="b")
+    checks = get_engine("sglang").check_args(cfg, sglang_eff(info), max_concurrency=16)
+    assert not messages(checks, blocking=True) and "expected 0/10/8" in messages(checks)
+
+
+def test_ngram_topk_asked_is_ignored_by_the_server():
+    info = sglang_info("python -m sglang.launch_server --speculative-algorithm NGRAM --speculative-eagle-topk 4",
+                       speculative_algorithm="NGRAM", speculative_num_steps=1, speculative_eagle_topk=10,
+                       speculative_num_draft_tokens=12)
+    cfg = ServerConfig(name="ngram", model_path="/m", speculative_algorithm="NGRAM", reference="b")
+    blocking = messages(get_engine("sglang").check_args(cfg, sglang_eff(info), max_concurrency=16), blocking=True)
+    assert "asked for eagle_topk=4, NGRAM server runs 10" in blocking and "--speculative-ngram-max-bfs-breadth" in blocking
+    assert "forces" not in blocking
+
+
+def test_ngram_suites_validate_as_sglang_resolves_them(tmp_path):
+    suite = tmp_path / "ngram.toml"
+    base = '[servers.b]\nmodel_path = "/m"\n[servers.ngram]\nmodel_path = "/m"\nspeculative_algorithm = "NGRAM"\nreference = "b"\n'
+    suite.write_text(base + "num_draft_tokens = 8\n")  # draft tokens without steps: valid for NGRAM
+    assert load_suite(suite).servers["ngram"].num_draft_tokens == 8
+    suite.write_text(base + "num_steps = 3\nnum_draft_tokens = 12\n")  # no topk == 1 rule for NGRAM
+    assert load_suite(suite).servers["ngram"].num_steps == 3
+    suite.write_text(base + "eagle_topk = 4\n")
+    with pytest.raises(ConfigError, match=r"servers\.ngram\.eagle_topk = 4: NGRAM ignores it .*--speculative-ngram-max-bfs-breadth"):
+        load_suite(suite)
+    suite.write_text(base + 'eagle_topk = 4\nargs = ["--speculative-ngram-max-bfs-breadth", "4"]\n')
+    assert load_suite(suite).servers["ngram"].eagle_topk == 4
+
+
+@pytest.mark.parametrize("arch,steps", [("LlamaForCausalLM", (5, 4, 8)), ("Grok1ForCausalLM", (5, 4, 8)),
+                                        ("Qwen2ForCausalLM", (3, 1, 4)), ("DeepseekV3ForCausalLM", (3, 1, 4))])
+def test_default_steps_follow_the_architecture(arch, steps):
+    # _auto_choose_speculative_params: Llama and Grok (5, 4, 8); DeepSeek, Qwen and the rest (3, 1, 4)
+    info = sglang_info("python -m sglang.launch_server --speculative-algorithm EAGLE3", speculative_algorithm="EAGLE3",
+                       speculative_num_steps=steps[0], speculative_eagle_topk=steps[1], speculative_num_draft_tokens=steps[2])
+    cfg = ServerConfig(name="eagle3", model_path="/m", speculative_algorithm="EAGLE3", reference="b")
+    checks = get_engine("sglang").check_args(cfg, sglang_eff(info, architecture=arch), max_concurrency=16)
+    note = messages(checks)
+    assert not messages(checks, blocking=True)
+    assert f"server chose steps {steps[0]}, topk {steps[1]}, {steps[2]} draft tokens for {arch}" in note
+    assert "table gives" not in note
+
+
+def test_default_steps_that_disagree_with_the_table_are_said():
+    info = sglang_info(speculative_algorithm="EAGLE3", speculative_num_steps=3, speculative_eagle_topk=1,
+                       speculative_num_draft_tokens=4)
+    cfg = ServerConfig(name="eagle3", model_path="/m", speculative_algorithm="EAGLE3", reference="b")
+    note = messages(get_engine("sglang").check_args(cfg, sglang_eff(info, architecture="LlamaForCausalLM"), 16))
+    assert "0.5.23's table gives 5/4/8 for it" in note
+
+
+@pytest.mark.parametrize("algorithm", ["EAGLE3", "NGRAM", "DFLASH", "FROZEN_KV_MTP"])
+def test_default_cap_48_is_named_for_every_family_that_has_it(algorithm):
+    info = sglang_info("python -m sglang.launch_server", speculative_algorithm=algorithm, speculative_num_steps=3,
+                       speculative_eagle_topk=1, speculative_num_draft_tokens=4, max_running_requests=48,
+                       states=[{"effective_max_running_requests_per_dp": 48}])
+    cfg = ServerConfig(name="spec", model_path="/m", speculative_algorithm="EAGLE3", num_steps=3, reference="b")
+    (cap,) = [c for c in get_engine("sglang").check_args(cfg, sglang_eff(info), max_concurrency=64) if "at most" in c.message]
+    assert not cap.blocking and "SGLang's default cap of 48 under speculation" in cap.message and "to 64" in cap.message
+
+
+def test_unmodelled_algorithms_are_accepted_on_attach_with_a_warning():
+    engine = get_engine("sglang")
+    for have, want in (("DFLASH", "EAGLE3"), ("FROZEN_KV_MTP", "NEXTN"), ("DSPARK", "EAGLE")):
+        eff = sglang_eff(sglang_info(speculative_algorithm=have, speculative_num_steps=3))
+        cfg = ServerConfig(name="spec", model_path="/m", speculative_algorithm=want, num_steps=5, reference="b")
+        assert engine.matches(cfg, eff) is None
+        checks = engine.check_args(cfg, eff, max_concurrency=16)
+        assert f"server runs {have}, an algorithm specguard does not model" in messages(checks, blocking=False)
+        assert not messages(checks, blocking=True)  # its steps are not compared with the suite's
+    baseline = ServerConfig(name="baseline", model_path="/m")
+    assert "server runs DFLASH" in engine.matches(baseline, sglang_eff(sglang_info(speculative_algorithm="DFLASH")))
+
+
+def test_attention_dp_per_rank_cap_and_every_internal_state():
+    # 0.5.23: --attn-dp-size 2 (parallel_hook.py); each rank runs max(1, 48 // 2) = 24
+    # (kv_cache_configurator.py resolve_max_num_reqs); /server_info keeps the total, 48
+    states = [{"effective_max_running_requests_per_dp": 24, "avg_spec_accept_length": 3.0},
+              {"effective_max_running_requests_per_dp": 24, "avg_spec_accept_length": 2.0}]
+    info = sglang_info(speculative_algorithm="EAGLE3", speculative_num_steps=3, speculative_eagle_topk=1,
+                       speculative_num_draft_tokens=4, max_running_requests=48, attn_dp_size=2, dp_size=1,
+                       enable_dp_attention=True, states=states)
+    cfg = ServerConfig(name="eagle3", model_path="/m", speculative_algorithm="EAGLE3", num_steps=3,
+                       max_running_requests=48, reference="b")
+    engine = get_engine("sglang")
+    eff = sglang_eff(info)
+    assert (eff.max_running_requests, eff.max_running_requests_per_rank, eff.attn_dp_size) == (48, [24, 24], 2)
+    assert eff.request_capacity == 48
+    assert engine.check_args(cfg, eff, max_concurrency=32) == []  # 48 in total serves 32, though 24 per rank
+    (cap,) = engine.check_args(cfg, eff, max_concurrency=64)
+    assert cap.blocking and "at most 48 requests at once = 24 per rank x 2 attention-DP ranks" in cap.message
+    with serve({"/server_info": info}) as client:  # every rank's accept length, not the first one's
+        assert engine.server_accept_lengths(client, None, None) == {"server_info": 2.5}
+
+
+def test_ranks_that_disagree_and_kv_limited_caps_are_said():
+    states = [{"effective_max_running_requests_per_dp": 24}, {"effective_max_running_requests_per_dp": 20}]
+    info = sglang_info(max_running_requests=48, attn_dp_size=2, states=states)
+    cfg = ServerConfig(name="b", model_path="/m", max_running_requests=48)
+    eff = sglang_eff(info)
+    assert eff.request_capacity == 40
+    text = messages(get_engine("sglang").check_args(cfg, eff, max_concurrency=16))
+    assert "ranks run different request caps [24, 20]" in text
+    assert "per-rank request cap is 20, below max_running_requests // attn_dp_size = 24" in text
+
+
+def test_deprecated_dp_attention_spelling_still_counts_as_attention_dp():
+    info = sglang_info(max_running_requests=64, dp_size=2, enable_dp_attention=True,
+                       states=[{"effective_max_running_requests_per_dp": 32}])
+    info_obj = json.loads(info)
+    del info_obj["attn_dp_size"]  # a server before 0.5.23
+    eff = sglang_eff(json.dumps(info_obj))
+    assert eff.attn_dp_size == 2 and eff.request_capacity == 64
+
+
+def test_adaptive_switched_off_by_the_server_is_a_blocking_check_with_the_reason():
+    # adaptive_spec_params.py adaptive_unsupported_reason: topk != 1; _maybe_disable_adaptive only warns
+    launch = "python -m sglang.launch_server --speculative-algorithm EAGLE3 --speculative-eagle-topk 4 --speculative-adaptive"
+    info = sglang_info(launch, speculative_algorithm="EAGLE3", speculative_adaptive=False, speculative_num_steps=5,
+                       speculative_eagle_topk=4, speculative_num_draft_tokens=8)
+    cfg = ServerConfig(name="eagle3", model_path="/m", speculative_algorithm="EAGLE3", reference="b")
+    blocking = messages(get_engine("sglang").check_args(cfg, sglang_eff(info), 16), blocking=True)
+    assert "asked for --speculative-adaptive, server runs static steps 5" in blocking
+    assert "speculative_eagle_topk=4 (only topk=1 is supported)" in blocking
+    ngram = sglang_info("python -m sglang.launch_server --speculative-algorithm NGRAM --speculative-adaptive",
+                        speculative_algorithm="NGRAM", speculative_adaptive=False, speculative_num_steps=1,
+                        speculative_eagle_topk=10, speculative_num_draft_tokens=12)
+    cfg = ServerConfig(name="ngram", model_path="/m", speculative_algorithm="NGRAM", reference="b")
+    assert "speculative_algorithm=NGRAM (only EAGLE/EAGLE3 are supported)" in messages(
+        get_engine("sglang").check_args(cfg, sglang_eff(ngram), 16), blocking=True)
+
+
+def test_adaptive_on_reports_the_steps_gauge_and_does_not_block_on_draft_tokens():
+    launch = "python -m sglang.launch_server --speculative-algorithm EAGLE --speculative-adaptive --speculative-num-draft-tokens 8"
+    info = sglang_info(launch, speculative_algorithm="EAGLE", speculative_adaptive=True, speculative_num_steps=3,
+                       speculative_eagle_topk=1, speculative_num_draft_tokens=4, speculative_adaptive_config="/c.json")
+    cfg = ServerConfig(name="eagle", model_path="/m", speculative_algorithm="EAGLE", reference="b")
+    engine = get_engine("sglang")
+    eff = sglang_eff(info)
+    checks = engine.check_args(cfg, eff, 16)
+    assert "adaptive speculation on (/c.json)" in messages(checks, blocking=False)
+    assert "adaptive speculation sets num_steps + 1" in messages(checks, blocking=True)  # 8 asked, 4 run
+    assert engine.steps_in_use(eff, {"sglang:spec_num_steps": 1.0}) == 1.0
+    assert engine.steps_in_use(sglang_eff(sglang_info()), {"sglang:spec_num_steps": 1.0}) is None  # not adaptive
+
+
+def test_sglang_metrics_snapshot_sums_counters_and_queue_gauges_and_averages_steps():
+    labels = 'engine_type="unified",model_name="m",tp_rank="{}"'
+    text = "\n".join([f"sglang:num_running_reqs{{{labels.format(r)}}} {n}" for r, n in ((0, 3.0), (1, 2.0))] +
+                     [f"sglang:spec_num_steps{{{labels.format(r)}}} 3.0" for r in (0, 1)] +
+                     [f"sglang:num_queue_reqs{{{labels.format(0)}}} 4.0"])
+    engine = get_engine("sglang")
+    with serve({"/metrics": text}) as client:
+        snap = engine.metrics_snapshot(client)
+        assert snap["sglang:num_running_reqs"] == 5.0 and snap["sglang:spec_num_steps"] == 3.0
+        assert engine.queue_depth(client) == (5, 4)
+    with serve({"/metrics": (SGLANG / "metrics.txt").read_text()}) as client:
+        assert engine.queue_depth(client) == (0, 0)  # the capture: idle server
+
+
+def test_openai_routes_ask_sglang_for_spec_token_details():
+    assert get_engine("sglang").route_extra_body("openai") == {"return_spec_tokens_details": True}
+    assert get_engine("emulator").route_extra_body("chat") == {"return_spec_tokens_details": True}
+    assert get_engine("sglang").route_extra_body("native") is None  # GenerateReqInput has no such field
+    assert get_engine("vllm").route_extra_body("openai") is None
+
+
+# -- /flush_cache while busy (flush_wrapper.py SchedulerFlushWrapper) --------------------------
+def flush_server(statuses: list[int], running: float = 3.0, waiting: float = 2.0, delay_s: float = 0.0):
+    """/flush_cache answers the given statuses in turn (then the last one again); /metrics shows the queue."""
+    calls: list[httpx.Request] = []
+    failed = "Flush cache failed.\n"  # the busy body (tests/fixtures/captures/sglang-0.5.23-cpu-2/flush_cache_busy.txt)
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/flush_cache":
+            calls.append(request)
+            status = statuses[min(len(calls) - 1, len(statuses) - 1)]
+            body = (SGLANG / "flush_cache.txt").read_text() if status == 200 else failed
+            return httpx.Response(status, text=body)
+        if request.url.path == "/metrics":
+            return httpx.Response(200, text=f'sglang:num_running_reqs{{tp_rank="0"}} {running}\n'
+                                            f'sglang:num_queue_reqs{{tp_rank="0"}} {waiting}\n')
+        return httpx.Response(404)
+
+    return httpx.Client(base_url="http://server", transport=httpx.MockTransport(handler)), calls
+
+
+def test_flush_when_idle_asks_once_with_a_timeout():
+    client, calls = flush_server([200])
+    get_engine("sglang").flush_cache(client, timeout_s=5.0)
+    assert len(calls) == 1 and calls[0].method == "POST" and 4.0 < float(calls[0].url.params["timeout"]) <= 5.0
+
+
+def test_flush_retries_a_server_without_the_timeout_parameter_until_idle():
+    client, calls = flush_server([400, 400, 200])
+    get_engine("sglang").flush_cache(client, timeout_s=10.0)
+    assert len(calls) == 3
+
+
+def test_flush_of_a_server_busy_with_foreign_traffic_ends_in_bounded_time():
+    from specguard.engines import ServerBusy
+    import time as _time
+
+    client, calls = flush_server([400])
+    started = _time.monotonic()
+    with pytest.raises(ServerBusy) as info:
+        get_engine("sglang").flush_cache(client, timeout_s=1.2)
+    assert _time.monotonic() - started < 3.0
+    assert (info.value.running, info.value.waiting) == (3, 2)
+    assert "3 running and 2 waiting requests" in str(info.value) and "\n" not in str(info.value)
+    assert "Flush cache failed." in str(info.value) and "not measured" in str(info.value)
+
+
+def test_flush_error_other_than_busy_is_an_error():
+    client, _ = flush_server([401])
+    with pytest.raises(RuntimeError, match="/flush_cache answered 401"):
+        get_engine("sglang").flush_cache(client, timeout_s=1.0)
+
+
+# -- the same rules against the emulator's HTTP server (it follows the 0.5.23 source too) ------------
+def _attached(tmp_path, args: list[str], cfg: ServerConfig):
+    from specguard.server import attach, launch, stop
+
+    launched = launch(ServerConfig(name="stock", engine="emulator", model_path="/models/specguard-fast",
+                                   startup_timeout_s=30, args=["--emulator-profile", "fast", *args]),
+                      get_engine("emulator"), log_dir=tmp_path)
+    try:
+        handle = attach(cfg.name, launched.base_url, get_engine("emulator"), cfg=cfg)
+        return handle.effective, get_engine("emulator").check_args(cfg, handle.effective, 64)
+    finally:
+        stop(launched)
+
+
+@pytest.mark.e2e
+def test_attach_to_a_stock_llama_eagle3_server_with_attention_dp(tmp_path):
+    # launched with its own settings: no steps (Llama -> 5/4/8), attention DP 2, cap 256
+    cfg = ServerConfig(name="eagle3", engine="emulator", model_path="/models/specguard-fast",
+                       speculative_algorithm="EAGLE3", reference="b")
+    eff, checks = _attached(tmp_path, ["--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path",
+                                       "/models/specguard-fast-eagle3", "--attn-dp-size", "2", "--tp-size", "2",
+                                       "--max-running-requests", "256"], cfg)
+    assert eff.architecture == "LlamaForCausalLM" and (eff.num_steps, eff.eagle_topk, eff.num_draft_tokens) == (5, 4, 8)
+    assert eff.attn_dp_size == 2 and eff.max_running_requests == 256 and eff.request_capacity == 256
+    assert set(eff.max_running_requests_per_rank) == {128}
+    assert not messages(checks, blocking=True)
+    assert "server chose steps 5, topk 4, 8 draft tokens for LlamaForCausalLM" in messages(checks)
+
+
+@pytest.mark.e2e
+def test_attach_to_a_stock_ngram_server(tmp_path):
+    cfg = ServerConfig(name="ngram", engine="emulator", model_path="/models/specguard-fast",
+                       speculative_algorithm="NGRAM", reference="b")
+    eff, checks = _attached(tmp_path, ["--speculative-algorithm", "NGRAM"], cfg)
+    assert (eff.num_steps, eff.eagle_topk, eff.num_draft_tokens, eff.max_running_requests) == (1, 10, 12, 48)
+    assert not messages(checks, blocking=True)
+    assert "SGLang's default cap of 48 under speculation" in messages(checks)

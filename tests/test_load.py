@@ -117,6 +117,7 @@ def test_run_deadline_cancels_and_counts_unfinished_requests():
     assert all(r.error and r.error.startswith("cancelled: run deadline") for r in run.requests)
 
 
+@pytest.mark.e2e
 def test_records_stay_arrays_not_objects_per_event(deterministic_emulator):
     workload = build_workload(WorkloadSpec(kind="random-ids", input_len=8, output_len=64), num_prompts=4)
     run = run_once(deterministic_emulator, workload, LoadSettings(concurrency=4, num_requests=4))
@@ -126,3 +127,61 @@ def test_records_stay_arrays_not_objects_per_event(deterministic_emulator):
         assert r.event_s.itemsize + r.event_tokens.itemsize == 12  # bytes per event, nothing else per event
         assert len(r.event_s) == 64
 
+
+
+# -- open loop (request_rate) -----------------------------------------------------------------
+from specguard.measure.load import arrival_offsets_s, load_model  # noqa: E402
+
+
+def test_arrival_schedule_is_seeded_with_the_asked_mean_and_burstiness():
+    s = LoadSettings(concurrency=8, num_requests=4000, request_rate=8.0, arrival_seed=1)
+    a = arrival_offsets_s(s)
+    assert a[0] == 0.0 and (a == arrival_offsets_s(s)).all()  # same seed, same schedule
+    assert not (a == arrival_offsets_s(LoadSettings(concurrency=8, num_requests=4000, request_rate=8.0, arrival_seed=2))).all()
+    gaps = (a[1:] - a[:-1])
+    assert abs(gaps.mean() - 1 / 8) < 0.01  # mean gap 1/rate
+    assert abs(gaps.std() / gaps.mean() - 1.0) < 0.08  # exponential: CV 1
+    bursty = arrival_offsets_s(LoadSettings(concurrency=8, num_requests=4000, request_rate=8.0, burstiness=0.25))
+    bgaps = bursty[1:] - bursty[:-1]
+    assert abs(bgaps.mean() - 1 / 8) < 0.02 and bgaps.std() / bgaps.mean() > 1.6  # gamma shape k: CV 1/sqrt(k) = 2
+
+
+def test_load_model_names_the_load_and_bad_rates_are_refused():
+    assert load_model(LoadSettings(concurrency=16, num_requests=64)) == "closed-loop c=16"
+    assert load_model(LoadSettings(concurrency=64, num_requests=10, request_rate=8)) == "poisson 8 req/s, cap 64"
+    assert "burstiness 0.5" in load_model(LoadSettings(concurrency=4, num_requests=4, request_rate=2, burstiness=0.5))
+    for bad in (dict(request_rate=0.0), dict(request_rate=float("inf")), dict(request_rate=1.0, burstiness=0.0)):
+        with pytest.raises(ValueError):
+            LoadSettings(concurrency=4, num_requests=4, **bad)
+    LoadSettings(concurrency=64, num_requests=8, request_rate=1.0)  # open loop: fewer requests than the cap is fine
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("workers", [1, 2])
+def test_open_loop_sends_on_schedule_in_one_or_two_processes(deterministic_emulator, workers):
+    workload = build_workload(WorkloadSpec(kind="random-ids", input_len=8, output_len=8), num_prompts=8)
+    settings = LoadSettings(concurrency=8, num_requests=24, request_rate=40.0, arrival_seed=5, workers=workers,
+                            run_timeout_s=30)
+    due = arrival_offsets_s(settings)
+    with LoadGenerator(deterministic_emulator, settings) as gen:
+        run = gen.run(workload)
+    assert run.load_model == "poisson 40 req/s, cap 8" and run.processes == workers and not run.timed_out
+    assert [r.index for r in run.requests] == list(range(24)) and all(r.ok for r in run.requests)
+    sent = [r.send_s - run.start_s for r in run.requests]
+    # each request goes out at its arrival time (not when an earlier one finished), within the loop's lag
+    assert all(-0.001 <= s - d < 0.05 for s, d in zip(sent, due)), [round(s - d, 4) for s, d in zip(sent, due)]
+    assert sent[-1] > 0.2  # 24 arrivals at 40/s span ~0.6 s: a closed loop would send the first 8 at once
+
+
+def test_open_loop_run_deadline_is_bounded():
+    listener = socket.create_server(("127.0.0.1", 0))
+    try:
+        workload = build_workload(WorkloadSpec(kind="random-ids", input_len=4, output_len=4), num_prompts=2)
+        settings = LoadSettings(concurrency=2, num_requests=50, request_rate=5.0, read_timeout_s=30, run_timeout_s=0.3)
+        started = time.perf_counter()
+        run = run_once(f"http://127.0.0.1:{listener.getsockname()[1]}", workload, settings)
+        assert time.perf_counter() - started < 5
+    finally:
+        listener.close()
+    assert run.timed_out and len(run.requests) == 50
+    assert all(r.error and r.error.startswith("cancelled: run deadline") for r in run.requests)

@@ -80,3 +80,77 @@ def test_busy_client_is_flagged():
     assert any("load generator was busy 90%" in w for w in m.warnings)
     quiet = summarize_run(RunResult(concurrency=1, requests=[r], client_cpu_s=0.2, processes=2))
     assert quiet.client_cpu_fraction == pytest.approx(0.1) and not quiet.warnings
+
+
+def test_acceptance_by_draft_position_from_the_requests_histograms():
+    # spec_correct_drafts_histogram[k] = the request's verify steps that accepted exactly k drafts
+    # (schedule_batch.py Req.update_spec_correct_drafts_histogram); lengths differ per request
+    a = rec(0, 0.0, [0.1, 0.2], [1, 11], 0.2, verify=5)
+    a.spec_correct_drafts_histogram, a.spec_num_correct_drafts, a.spec_num_proposed_drafts = [1, 1, 3], 7, 10
+    b = rec(1, 0.0, [0.1, 0.2], [1, 4], 0.2, verify=5)
+    b.spec_correct_drafts_histogram, b.spec_num_correct_drafts, b.spec_num_proposed_drafts = [4, 1], 1, 10
+    failed = rec(2, 0.0, [0.1], [1], 0.1, verify=1, error="boom")
+    failed.spec_correct_drafts_histogram = [0, 0, 0, 9]  # failed requests do not count
+    m = summarize_run(RunResult(concurrency=2, requests=[a, b, failed]))
+    assert m.correct_drafts_histogram == [5, 2, 3]
+    # 10 verify steps: >= 1 draft accepted in 5 of them, >= 2 in 3
+    assert m.acceptance_by_position == pytest.approx([0.5, 0.3])
+    assert m.spec_accept_rate == pytest.approx(8 / 20)
+    assert m.spec_num_steps is None  # set by the sweep from the server's gauge when adaptive
+
+
+def test_no_acceptance_detail_without_histograms():
+    m = summarize_run(RunResult(concurrency=1, requests=[rec(0, 0.0, [0.1], [3], 0.1, verify=1)]))
+    assert m.correct_drafts_histogram == [] and m.acceptance_by_position == [] and m.spec_accept_rate is None
+
+
+def test_prometheus_series_keep_ranks_apart():
+    from specguard.measure.metrics import parse_prometheus_series
+
+    text = 'g{tp_rank="0"} 3.0\ng{tp_rank="1"} 5.0\n# HELP x\nc_total 2\n'
+    assert parse_prometheus_series(text) == {"g": [3.0, 5.0], "c_total": [2.0]}
+    assert parse_prometheus(text) == {"g": 8.0, "c_total": 2.0}
+
+
+# -- goodput and per-category summaries ---------------------------------------------------------
+from specguard.measure.metrics import SLOError, parse_slo  # noqa: E402
+
+
+def test_parse_slo_reads_pairs_and_refuses_bad_input_in_one_line():
+    assert parse_slo("ttft_ms=500, tpot_ms=50") == {"ttft_ms": 500.0, "tpot_ms": 50.0}
+    assert parse_slo("e2e_ms=2000") == {"e2e_ms": 2000.0}
+    for bad in ("ttft=500", "ttft_ms=", "ttft_ms=-1", "ttft_ms=abc", "", "tpot_ms=nan"):
+        with pytest.raises(SLOError) as exc:
+            parse_slo(bad)
+        assert "\n" not in str(exc.value) and "ttft_ms=500,tpot_ms=50" in str(exc.value)
+
+
+def test_goodput_counts_requests_meeting_every_slo_per_second_as_bench_serving():
+    # sglang/benchmark/goodput.py calculate_goodput: good = succeeded and every SLO met; tpot = (e2e - ttft)/(n - 1);
+    # request_goodput = good / duration; slo_attainment = good / requests sent.
+    a = rec(0, 0.0, [0.1, 0.2, 0.3], [1, 1, 1], 0.3)   # ttft 100 ms, tpot 100 ms
+    b = rec(1, 0.0, [0.4, 0.5], [1, 1], 0.5)           # ttft 400 ms: misses the TTFT SLO
+    c = rec(2, 0.5, [0.6, 1.0], [1, 4], 1.0)           # ttft 100 ms, tpot (500-100)/4 = 100 ms
+    d = rec(3, 0.0, [], [], 1.0, error="HTTP 500")     # failed: never good
+    run = RunResult(concurrency=4, requests=[a, b, c, d])
+    m = summarize_run(run, slo_ms={"ttft_ms": 200, "tpot_ms": 150})
+    assert m.duration_s == pytest.approx(1.0)
+    assert m.request_goodput == pytest.approx(2.0) and m.slo_attainment == pytest.approx(0.5)
+    assert m.goodput_slos_ms == {"ttft_ms": 200, "tpot_ms": 150}
+    tight = summarize_run(run, slo_ms={"tpot_ms": 99})
+    assert tight.request_goodput == pytest.approx(0.0)
+    assert summarize_run(run).request_goodput is None  # no SLO given, no goodput figure
+
+
+def test_category_summaries_split_tokens_and_accept_length():
+    a = rec(0, 0.0, [0.5, 1.0], [1, 5], 1.0, verify=2)     # code: 6 tokens / 2 verify = 3.0
+    b = rec(1, 0.0, [0.5, 1.0], [1, 3], 1.0, verify=2)     # chat: 4 tokens / 2 = 2.0
+    c = rec(2, 0.0, [0.5, 1.0], [1, 7], 1.0, verify=2)     # code: 8 / 2 = 4.0
+    m = summarize_run(RunResult(concurrency=3, requests=[a, b, c]), categories=["code", "chat", "code"])
+    assert set(m.categories) == {"code", "chat"}
+    code, chat = m.categories["code"], m.categories["chat"]
+    assert code.requests == 2 and code.output_tokens == 14 and code.accept_length == pytest.approx(14 / 4)
+    assert chat.accept_length == pytest.approx(2.0) and chat.output_throughput == pytest.approx(4.0)
+    assert code.throughput_share + chat.throughput_share == pytest.approx(1.0)
+    assert m.accept_length == pytest.approx(18 / 6)  # overall: ratio of sums over all requests
+    assert summarize_run(RunResult(concurrency=1, requests=[a]), categories=[""]).categories == {}

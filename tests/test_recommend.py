@@ -118,7 +118,94 @@ def test_cli_writes_json_and_adaptive_config(tmp_path, capsys):
     assert code == 0
     rec = json.loads(out_json.read_text())
     assert rec["schema"] == "specguard-recommendation" and rec["disable_speculation_at"] == 37
-    assert rec["sglang"]["launch_flags"] == ["--speculative-adaptive", "--speculative-adaptive-config", str(adaptive)]
+    assert rec["sglang"]["launch_flags"] == ["--speculative-num-steps", "1", "--speculative-eagle-topk", "1",
+                                             "--speculative-adaptive", "--speculative-adaptive-config", str(adaptive)]
     assert json.loads(adaptive.read_text()) == rec["sglang"]["speculative_adaptive_config"]
     assert "disable_speculation_at: 37" in capsys.readouterr().out
-    assert cli.main(["recommend", str(tmp_path / "missing.json")]) == 2
+    assert cli.main(["recommend", str(tmp_path / "missing.json")]) == cli.EXIT_USAGE
+
+
+# -- what SGLang 0.5.23 accepts (speculative/adaptive_spec_params.py, arg_groups/speculative_hook.py) ------------
+def emitted_configs() -> list:
+    heavy = {"speculative_algorithm": "EAGLE3", "effective_algorithm": "EAGLE3", "num_steps": 3, "eagle_topk": 1,
+             "num_draft_tokens": 4, "max_running_requests": 128}
+    middle = make_doc({"baseline": {1: 100, 4: 350, 16: 1000, 32: 1600, 64: 2400},
+                       "eagle3": {1: 180, 4: 500, 16: 1100, 32: 1400, 64: 1700},
+                       "eagle3-light": {1: 150, 4: 460, 16: 1150, 32: 1700, 64: 2100}},
+                      {"eagle3": heavy, "eagle3-light": {**heavy, "num_steps": 1, "num_draft_tokens": 2}})
+    graphs = seed_a_doc()
+    graphs["servers"]["mtp"]["effective_args"]["decode_cuda_graph_bs"] = [1, 2, 4, 8, 16, 24, 32, 48, 64]
+    ahead = make_doc({"baseline": {1: 100, 4: 300}, "mtp": {1: 150, 4: 400}}, {"mtp": dict(MTP)})
+    return [recommend(d).sglang for d in (seed_a_doc(), middle, graphs, ahead)]
+
+
+def test_emitted_tables_hold_non_negative_int_steps_and_flags_name_a_candidate():
+    for sg in emitted_configs():
+        assert sg["applies"]
+        union = set()
+        for key, entry in sg["speculative_adaptive_config"].items():
+            assert key.isdigit()
+            steps = entry["candidate_steps"]
+            assert steps and all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in steps)
+            union.update(steps)
+        flags = sg["launch_flags"]
+        assert int(flags[flags.index("--speculative-num-steps") + 1]) in union
+        assert flags[-2:] == ["--speculative-adaptive-config", "speculative_adaptive.json"]
+
+
+def test_emitted_tables_load_through_the_emulators_copy_of_sglangs_rules():
+    adaptive = pytest.importorskip("specguard.emulator.adaptive")
+    for sg in emitted_configs():
+        flags = sg["launch_flags"]
+        steps = int(flags[flags.index("--speculative-num-steps") + 1])
+        assert steps in adaptive.check_adaptive_config(sg["speculative_adaptive_config"], steps)
+
+
+def test_switch_keys_account_for_cuda_graph_padding():
+    from specguard.report.recommend import graph_switch_start
+
+    graphs = [1, 2, 4, 8, 16, 24, 32, 48, 64]
+    # a batch of 33..48 pads to 48: a key 37 would already apply from 33; 33 is the nearest exact start
+    assert graph_switch_start(37, graphs) == 33
+    assert graph_switch_start(45, graphs) == 49  # nearer 49 (pads to 64 from 49) than 33
+    assert graph_switch_start(33, graphs) == 33 and graph_switch_start(1, graphs) == 1
+    assert graph_switch_start(100, graphs) == 100  # above the largest graph: no padding
+    assert graph_switch_start(37, None) == 37
+    doc = seed_a_doc()
+    doc["servers"]["mtp"]["effective_args"]["decode_cuda_graph_bs"] = graphs
+    rec = recommend(doc)
+    assert rec.sglang["speculative_adaptive_config"] == {"1": {"candidate_steps": [1]}, "33": {"candidate_steps": [0]}}
+    assert any("keyed 33" in n for n in rec.sglang["notes"])
+    assert rec.disable_speculation_at == 37  # the measured policy itself is unchanged
+
+
+def test_vllm_results_get_bands_never_a_table_with_null_steps():
+    doc = make_doc({"baseline": {1: 100, 4: 300, 16: 900}, "ngram": {1: 150, 4: 330, 16: 700}},
+                   {"ngram": {"speculative_algorithm": None, "effective_algorithm": "NGRAM", "num_steps": None,
+                              "eagle_topk": None, "num_draft_tokens": 4}})
+    for cfg in doc["configs"]:
+        cfg["engine"] = "vllm"
+    rec = recommend(doc)
+    out = to_json(rec)
+    assert not out["sglang"]["applies"] and "vLLM has no adaptive speculation mode" in out["sglang"]["reason"]
+    assert "speculative_adaptive_config" not in out["sglang"] and "null" not in json.dumps(out["sglang"])
+    assert [(b["from"], b["speculation"]) for b in out["policy"]][0] == (1, "ngram")
+    assert out["policy"][-1]["speculation"] is None
+
+
+def test_sglang_steps_unknown_is_not_applicable():
+    rec = recommend(make_doc({"baseline": {1: 100, 4: 300}, "mtp": {1: 150, 4: 250}}, {"mtp": {**MTP, "num_steps": None}}))
+    assert not rec.sglang["applies"] and "non-negative ints" in rec.sglang["reason"]
+
+
+def test_speculation_that_never_pays_gets_no_table():
+    rec = recommend(make_doc({"baseline": {1: 100, 16: 300}, "mtp": {1: 60, 16: 200}}, {"mtp": dict(MTP)}))
+    assert [b.config for b in rec.bands] == [None]
+    assert not rec.sglang["applies"] and "launch without speculation" in rec.sglang["reason"]
+
+
+def test_attention_dp_results_get_no_adaptive_table():
+    doc = seed_a_doc()
+    doc["servers"]["mtp"]["effective_args"]["attn_dp_size"] = 2  # adaptive_unsupported_reason: attention DP
+    sg = recommend(doc).sglang
+    assert not sg["applies"] and "attention DP (2 ranks)" in sg["reason"]

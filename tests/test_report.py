@@ -77,7 +77,7 @@ def test_document_has_every_documented_key_and_round_trips(session, tmp_path):
     assert set(CELL_KEYS) <= set(cell) and cell["summary"]["output_throughput"] == pytest.approx(151.5)
     assert cell["summary"]["accept_length"] == 2.0 and cell["summary"]["p99_itl_ms"] is None  # NaN -> null
     assert doc["decisions"][0]["estimate"]["ratio"] == pytest.approx(0.83)
-    assert doc["crossovers"]["mtp"]["text"] == "speculation is ahead at every measured concurrency"
+    assert doc["crossovers"] == {}  # one level measured with its reference: no crossover to speak of
     path = tmp_path / "r.json"
     write_results(doc, path)
     assert load(path)["cells"] == json.loads(json.dumps(doc))["cells"]
@@ -168,4 +168,115 @@ def test_report_command_rebuilds_the_directory_from_a_results_file(tmp_path, mon
     assert cli.main(["report", str(results), "--report-dir", str(tmp_path / "r")]) == 0
     assert (tmp_path / "r" / "report.html").exists() and (tmp_path / "r" / "summary.md").exists()
     (tmp_path / "bench.json").write_text(json.dumps({"schema": "specguard-bench", "schema_version": 1}))
-    assert cli.main(["report", str(tmp_path / "bench.json"), "--report-dir", str(tmp_path / "x")]) == 2
+    assert cli.main(["report", str(tmp_path / "bench.json"), "--report-dir", str(tmp_path / "x")]) == 4  # usage or input error (docs/ci.md)
+
+
+# -- one source of truth: every output says the same about every cell -------------------------------
+def _decision(gate: str, config: str, c: int, verdict: str, ratio: float, low: float, high: float,
+              enforced: bool = True, p: float = 0.2) -> dict:
+    est = {"ratio": ratio, "low": low, "high": high, "threshold": 0.97, "p_value": p, "dof": 4.0, "confidence": 0.998,
+           "between_sd": 0.022, "between_source": "history of 5 sessions", "test_at": 1.0}
+    return {"gate": gate, "config": config, "concurrency": c, "verdict": verdict, "message": f"{gate} {config} c{c}: m",
+            "estimate": est, "current": 1.0, "reference": 1.0, "enforced": enforced, "alpha": 0.001}
+
+
+def _test(nodeid: str, config: str | None, c: int | None, gate: str, outcome: str, kind: str | None = None,
+          verdict: str | None = None) -> dict:
+    return {"nodeid": nodeid, "config": config, "concurrency": c, "gate": gate, "outcome": outcome, "verdict": verdict,
+            "enforced": True, "kind": kind, "message": "m"}
+
+
+def agreement_doc() -> dict:
+    """A session with every kind of outcome: a regression, a Holm-only failure, a test that could
+    not gate (no baseline under --require-baselines), a skip, an inconclusive pass, plain passes."""
+    doc = seed_a_doc()
+    doc["decisions"] = [
+        _decision("throughput", "baseline", 1, "fail", 0.90, 0.86, 0.94, p=1e-5),        # FAIL (regression)
+        _decision("throughput", "baseline", 4, "inconclusive", 0.975, 0.95, 1.00, p=2e-3),  # Holm fails it
+        _decision("throughput", "baseline", 16, "inconclusive", 0.99, 0.95, 1.03),        # inconclusive, passes
+        {**_decision("throughput", "mtp", 1, "skip", 1, 1, 1), "estimate": None},          # no baseline, required
+        {**_decision("throughput", "mtp", 4, "skip", 1, 1, 1), "estimate": None},          # skipped
+        _decision("throughput", "mtp", 16, "pass", 1.01, 0.99, 1.03, p=0.9),
+    ]
+    doc["holm_failures"] = [doc["decisions"][1]]
+    t = "perf_tests/test_speculation.py::test_throughput"
+    doc["tests"] = [
+        _test(f"{t}[baseline-c1]", "baseline", 1, "throughput", "failed", "regression", "fail"),
+        _test(f"{t}[baseline-c4]", "baseline", 4, "throughput", "passed", verdict="inconclusive"),
+        _test(f"{t}[baseline-c16]", "baseline", 16, "throughput", "passed", verdict="inconclusive"),
+        _test(f"{t}[mtp-c1]", "mtp", 1, "throughput", "failed", "not-measured", "skip"),
+        _test(f"{t}[mtp-c4]", "mtp", 4, "throughput", "skipped", verdict="skip"),
+        _test(f"{t}[mtp-c16]", "mtp", 16, "throughput", "passed", verdict="pass"),
+        _test("specguard::family_holm", None, None, "family_holm", "failed", "regression", "fail"),
+    ]
+    failed = [x for x in doc["tests"] if x["outcome"] == "failed"]
+    doc["outcome"] = {"status": "regression", "exit_status": 1,
+                      "failed_tests": [{"nodeid": x["nodeid"], "kind": x["kind"], "message": "m"} for x in failed],
+                      "counts": {"passed": 3, "failed": 3, "skipped": 1}}
+    return doc
+
+
+def _verdicts(rows: list[list[str]]) -> dict[str, str]:
+    return {f"{r[0]}-c{r[1]}": r[-1] for r in rows}
+
+
+def test_every_output_counts_the_same(tmp_path):
+    doc = agreement_doc()
+    term = render_summary(doc)
+    md = render_markdown(doc)
+    page = html.unescape(render_html(doc, {}))
+    write_results(doc, tmp_path / "r.json")
+    back = load(tmp_path / "r.json")
+
+    # The table's verdicts follow the tests: the cell that failed under --require-baselines is ERROR, not skip.
+    term_rows = [ln.split() for ln in term.splitlines()[2:] if ln.split() and ln.split()[0] in ("baseline", "mtp")]
+    term_v = {f"{r[0]}-c{r[1]}": " ".join(r[r.index(next(x for x in r if x in ("pass", "FAIL:", "ERROR:", "skip:",
+                                                                                    "inconclusive:"))):])
+              for r in term_rows if int(r[1]) in (1, 4, 16)}
+    assert term_v["baseline-c1"] == "FAIL: tput" and term_v["mtp-c1"] == "ERROR: tput"
+    assert term_v["mtp-c4"] == "skip: tput" and term_v["baseline-c4"] == "inconclusive: tput"
+    assert term_v["mtp-c16"] == "pass"
+
+    # Failed tests = FAIL/ERROR gate labels in the table + the failed family row, in every output.
+    n_failed = back["outcome"]["counts"]["failed"]
+    for text in (term, md, page):
+        assert text.count("FAIL: tput") + text.count("ERROR: tput") + text.count("FAIL: baseline-c4") == n_failed, text
+        assert "specguard: regression (2 regression(s), 1 test(s) not measured; 3 failed, 3 passed, 1 skipped), exit 1" in text
+        assert "-> INCONCLUSIVE" not in text and "FAIL (Holm" not in text
+    assert len(back["outcome"]["failed_tests"]) == n_failed == sum(t["outcome"] == "failed" for t in back["tests"])
+    # The Holm test and its row say the same cell.
+    assert "family_holm FAILED" in term and "FAIL: baseline-c4 tput" in term
+    # Why cells are inconclusive, and what they can resolve.
+    assert "2 gate(s) inconclusive: baseline history spread up to 2.2% (history of 5 sessions)" in term
+    assert "re-record the baselines on a quiet machine or add sessions" in term
+    # The HTML headline has no emoji (headless Chromium draws a box without an emoji font).
+    assert "❌" not in render_html(doc, {}) and "❌" in md
+
+
+def test_detectable_drop_follows_the_interval():
+    from specguard.report.terminal import detectable_drop
+    # half-width 2% on the log scale: a drop must be ~2% before it can be significant; never below the tolerance
+    est = {"ratio": 1.0, "low": math.exp(-0.05), "high": math.exp(0.05), "threshold": 0.97}
+    assert detectable_drop(est) == pytest.approx(1 - math.exp(-0.05))
+    narrow = {"ratio": 1.0, "low": math.exp(-0.005), "high": math.exp(0.005), "threshold": 0.97}
+    assert detectable_drop(narrow) == pytest.approx(0.03)
+    assert detectable_drop(est, "beyond-tolerance") == pytest.approx(1 - 0.97 * math.exp(-0.05))
+
+
+def test_numbers_never_print_in_exponent_form():
+    from specguard.report.terminal import fmt_num, shorten
+    assert fmt_num(14712.34) == "14712.3" and fmt_num(98.414) == "98.41" and fmt_num(2.8734) == "2.873"
+    cut = shorten("server 'eagle3' exited (code 1) during the sweep; log tail follows", 40)
+    assert cut.endswith(" ...") and all(w in "server 'eagle3' exited (code 1) during the sweep; log tail follows"
+                                        for w in cut[:-4].split())
+
+
+def test_recommend_prints_the_adaptive_config_file_it_wrote(tmp_path, capsys):
+    doc = seed_a_doc()
+    write_results(doc, tmp_path / "r.json")
+    target = tmp_path / "my-adaptive.json"
+    assert cli.main(["recommend", str(tmp_path / "r.json"), "--adaptive-config", str(target)]) == 0
+    out = capsys.readouterr().out
+    # seed A's MTP (NEXTN) applies: the printed flags and sentence name the file written
+    assert target.exists() and f"--speculative-adaptive-config {target} where {target} is" in out, out
+    assert "speculative_adaptive.json" not in out

@@ -130,4 +130,4 @@ def test_cli_writes_the_headline_keys(tiny, tmp_path, capsys):
     assert doc["sessions"] == 2 and doc["gate_tests"] == 2 * (2 + 2) and doc["headline_noise"] == "emulator"
     emulator, gpu = doc["studies"]["emulator"]["noise"], doc["studies"]["gpu"]["noise"]
     assert emulator["between"]["1"] == gpu["between"]["4"] == pytest.approx(0.005) and not math.isnan(doc["false_fail_rate"])
-    assert emulator["stall_rate"] > 0 and gpu["stall_rate"] == 0 and gpu["within"]["1"] == study.GPU_WITHIN
+    assert emulator["stall_rate"] > 0 and gpu["stall_rate"] == study.GPU_STALL_RATE and gpu["within"]["1"] == study.GPU_WITHIN

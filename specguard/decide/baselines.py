@@ -1,9 +1,11 @@
 """The baseline store: one JSON file per configuration, keyed by an environment fingerprint.
 
 Files hold raw per-run samples of the last K sessions (not just a mean), so the between-session
-spread can be estimated. Writes are atomic (temp file + rename) under a lock so pytest-xdist
-workers cannot clobber each other; a damaged, foreign or newer file is reported, never
-overwritten unless the user asked to update baselines. Plain JSON only.
+spread can be estimated. One invocation's writes go together (`record_many`): every file's new
+text is written to a temp file first, then all are renamed with SIGINT/SIGTERM deferred, under
+per-file locks, so an interrupt leaves every file as it was or every file updated. Files get the
+mode the user's umask gives any new file. A damaged, foreign or newer file is reported, never
+overwritten unless the caller passes replace_damaged (the user asked to update). Plain JSON only.
 """
 
 from __future__ import annotations
@@ -13,11 +15,13 @@ import fcntl
 import hashlib
 import json
 import os
+import signal
 import tempfile
+import threading
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Sequence
 
 from specguard.measure.metrics import RunMetrics
 
@@ -40,9 +44,26 @@ class Fingerprint:
         return hashlib.sha256(json.dumps(self.fields, sort_keys=True).encode()).hexdigest()[:16]
 
     def differences(self, other: "Fingerprint") -> list[str]:
+        """One "field: stored X, now Y" per differing field (`other` is the stored one); long
+        values are cut so a message stays readable."""
         keys = sorted(set(self.fields) | set(other.fields))
-        return [f"{k}: stored {other.fields.get(k)!r}, now {self.fields.get(k)!r}"
+        return [f"{k}: stored {_short(other.fields.get(k))}, now {_short(self.fields.get(k))}"
                 for k in keys if self.fields.get(k) != other.fields.get(k)]
+
+
+def _short(value: Any, limit: int = 48) -> str:
+    """repr(value), cut to about `limit` characters (whole list items, then "...")."""
+    text = repr(value)
+    if len(text) <= limit:
+        return text
+    if isinstance(value, (list, tuple)):
+        shown: list[str] = []
+        for item in value:
+            if len(", ".join([*shown, repr(item)])) > limit - 8:
+                break
+            shown.append(repr(item))
+        return "[" + ", ".join(shown) + f", ... ({len(value)} items)]"
+    return text[: limit - 3] + "..."
 
 
 @dataclass
@@ -82,6 +103,15 @@ class Session:
     @property
     def accept_lengths(self) -> list[float]:
         return [r.accept_length for r in self.runs if r.accept_length is not None]
+
+
+@dataclass
+class StagedWrite:
+    """Sessions to append to one configuration's file under one fingerprint (not yet written)."""
+
+    config: str
+    fingerprint: Fingerprint
+    cells: dict[int, Session]
 
 
 @dataclass
@@ -143,25 +173,44 @@ class BaselineStore:
     def record_sessions(self, config: str, fingerprint: Fingerprint, cells: dict[int, Session], keep: int,
                         replace_damaged: bool = False) -> Path:
         """Append one session per cell (keeping the newest `keep`), atomically, under a lock."""
-        path = self.path_for(config)
+        return self.record_many([StagedWrite(config, fingerprint, cells)], keep=keep, replace_damaged=replace_damaged)[0][0]
+
+    def record_many(self, writes: Sequence[StagedWrite], keep: int,
+                    replace_damaged: bool = False) -> list[tuple[Path, str | None]]:
+        """Apply every write, or none: (path, why a damaged file was replaced or None) per write.
+
+        All new documents are built and written to fsynced temp files first (an error or an
+        interrupt there leaves every file untouched); then all are renamed into place with
+        SIGINT/SIGTERM deferred, so an interrupt cannot stop the commit half-way.
+        """
+        by_config: dict[str, list[StagedWrite]] = {}
+        for w in writes:
+            by_config.setdefault(w.config, []).append(w)
         self.directory.mkdir(parents=True, exist_ok=True)
-        with _locked(path):
-            try:
-                doc = self.load_file(config)
-            except BaselineError:
-                if not replace_damaged:
-                    raise
-                doc = None
-            if doc is None:
-                doc = {"schema": SCHEMA, "schema_version": SCHEMA_VERSION, "configuration": config, "entries": {}}
-            entry = doc["entries"].setdefault(fingerprint.key, {"fingerprint": fingerprint.fields, "cells": {}})
-            entry["updated"] = now_iso()
-            for concurrency, session in sorted(cells.items()):
-                cell = entry["cells"].setdefault(f"c{concurrency}", {"sessions": []})
-                cell["sessions"].append(asdict(session))
-                cell["sessions"] = cell["sessions"][-keep:]
-            atomic_write_json(path, doc)
-        return path
+        with contextlib.ExitStack() as locks:
+            for config in sorted(by_config):  # one order for every process: no lock-order deadlock
+                locks.enter_context(_locked(self.path_for(config)))
+            docs: dict[str, tuple[dict[str, Any], str | None]] = {}
+            for config, group in by_config.items():
+                replaced = None
+                try:
+                    doc = self.load_file(config)
+                except BaselineError as exc:
+                    if not replace_damaged:
+                        raise
+                    doc, replaced = None, str(exc)
+                if doc is None:
+                    doc = {"schema": SCHEMA, "schema_version": SCHEMA_VERSION, "configuration": config, "entries": {}}
+                for w in group:
+                    entry = doc["entries"].setdefault(w.fingerprint.key, {"fingerprint": w.fingerprint.fields, "cells": {}})
+                    entry["updated"] = now_iso()
+                    for concurrency, session in sorted(w.cells.items()):
+                        cell = entry["cells"].setdefault(f"c{concurrency}", {"sessions": []})
+                        cell["sessions"].append(asdict(session))
+                        cell["sessions"] = cell["sessions"][-keep:]
+                docs[config] = (doc, replaced)
+            commit_json({self.path_for(c): d for c, (d, _) in docs.items()})
+        return [(self.path_for(w.config), docs[w.config][1]) for w in writes]
 
 
 @contextlib.contextmanager
@@ -175,21 +224,74 @@ def _locked(path: Path) -> Iterator[None]:
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
-def atomic_write_json(path: Path, doc: Any) -> None:
-    """Write to a temp file in the same directory, fsync, then rename over the target."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+def _umask_mode() -> int:
+    """The mode a new file gets here: 0o666 less the process umask (read without changing it for long)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
+def _write_temp(path: Path, doc: Any, mode: int) -> str:
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             json.dump(doc, f, indent=1, sort_keys=True, allow_nan=False)
             f.write("\n")
             f.flush()
+            os.fchmod(f.fileno(), mode)
             os.fsync(f.fileno())
-        os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
+    return tmp
+
+
+@contextlib.contextmanager
+def _signals_deferred() -> Iterator[None]:
+    """Hold SIGINT/SIGTERM until the block ends, then deliver them (main thread only)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    pending: list[tuple[int, Any]] = []
+    old = {}
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        old[sig] = signal.getsignal(sig)
+        signal.signal(sig, lambda s, frame: pending.append((s, frame)))
+    try:
+        yield
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+        for sig, frame in pending[:1]:
+            handler = old[sig]
+            if callable(handler):
+                handler(sig, frame)
+            elif handler == signal.SIG_DFL:
+                signal.raise_signal(sig)
+
+
+def commit_json(docs: dict[Path, Any]) -> None:
+    """Write several JSON files together: temp files first, then every rename, uninterrupted."""
+    mode = _umask_mode()
+    temps: list[tuple[str, Path]] = []
+    try:
+        for path, doc in docs.items():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            temps.append((_write_temp(path, doc, mode), path))
+        with _signals_deferred():
+            for tmp, path in temps:
+                os.replace(tmp, path)
+            temps = []
+    finally:
+        for tmp, _ in temps:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+
+
+def atomic_write_json(path: Path, doc: Any) -> None:
+    """Write one file: temp file in the same directory, fsync, rename over the target."""
+    commit_json({path: doc})
 
 
 def validate_document(doc: Any, path: Path, config: str) -> None:

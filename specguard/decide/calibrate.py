@@ -39,6 +39,21 @@ class SpecSeries:
     cap: int | None  # its running-request cap (None: SGLang's 48 under speculation)
     tok_s: dict[int, float]
     accept_length: dict[int, float]
+    accept_length_by_category: dict[str, float] = field(default_factory=dict)  # over all its runs
+
+
+def category_accept_lengths(cells: list[dict[str, Any]]) -> dict[str, float]:
+    """Per prompt category, the accept length over every run of `cells` (ratio of sums: each run's
+    category accept length weighted by its verify steps), from the runs' "categories" summaries."""
+    tokens: dict[str, float] = {}
+    steps: dict[str, float] = {}
+    for cell in cells:
+        for run in cell["runs"]:
+            for name, cat in (run.get("categories") or {}).items():
+                if cat.get("accept_length") and cat.get("total_verify_ct"):
+                    tokens[name] = tokens.get(name, 0.0) + cat["accept_length"] * cat["total_verify_ct"]
+                    steps[name] = steps.get(name, 0.0) + cat["total_verify_ct"]
+    return {name: tokens[name] / steps[name] for name in sorted(steps)}
 
 
 @dataclass(frozen=True)
@@ -84,7 +99,8 @@ def from_results(doc: dict[str, Any]) -> MeasuredSweep:
         seen[algo] = name
         specs.append(SpecSeries(SpecRequest(algo, args.get("num_steps"), args.get("eagle_topk"), args.get("num_draft_tokens")),
                                 args.get("max_running_requests"), curve(name, "output_throughput"),
-                                curve(name, "accept_length")))
+                                curve(name, "accept_length"),
+                                category_accept_lengths([c for c in cells if c["config"] == name])))
     workload = doc["workload"]
     requests = {c["concurrency"]: c["runs"][0]["num_requests"] for c in cells}
     base_args = servers[base_name].get("effective_args") or {}
@@ -203,6 +219,7 @@ def _fit_draft(profile: EmulatorProfile, sweep: MeasuredSweep, series: SpecSerie
     spec, cap = settings.spec, settings.max_running_requests
     accept = float(np.mean(list(series.accept_length.values())))
     prob = (uniform_accept_prob(accept, spec.num_steps),)
+    by_category = {c: (uniform_accept_prob(a, spec.num_steps),) for c, a in series.accept_length_by_category.items()}
     params = (spec.num_steps, spec.topk, spec.num_draft_tokens)
     verify_ms = lambda b: profile.forward_ms(b * spec.num_draft_tokens)  # noqa: E731
     draft: dict[int, float] = {}
@@ -210,7 +227,7 @@ def _fit_draft(profile: EmulatorProfile, sweep: MeasuredSweep, series: SpecSerie
         b = min(c, cap)
         draft[b] = max((1000.0 * b * accept / tok - verify_ms(b)) / spec.num_steps, 0.0)
     for _ in range(ITERATIONS):
-        fitted = replace(profile, drafts={**profile.drafts, algo: DraftProfile(_table(draft), prob, params)})
+        fitted = replace(profile, drafts={**profile.drafts, algo: DraftProfile(_table(draft), prob, params, by_category)})
         ratios: dict[int, list[float]] = {}
         for c, want in series.tok_s.items():
             ratios.setdefault(min(c, cap), []).append(_simulate(fitted, sweep, series, c).output_throughput / want)
@@ -275,14 +292,20 @@ def profile_toml(profile: EmulatorProfile, header: str) -> str:
     lines = [f"# {line}" for line in header.splitlines()]
     lines += [f"name = {json.dumps(profile.name)}", f"description = {json.dumps(profile.description)}",
               f"model_path = {json.dumps(profile.model_path)}", f"context_length = {profile.context_length}",
+              f"architectures = {json.dumps(list(profile.architectures))}",
               f"max_running_requests = {profile.max_running_requests}", "",
               f"forward_ms = {_pairs(profile.forward_ms)}",
               f"attention_ms_per_ktok = {profile.attention_ms_per_ktok:g}",
               f"prefill_ms_per_ktok = {profile.prefill_ms_per_ktok:g}", "jitter_pct = 0.0", "drift_pct = 0.0"]
     for algo, d in profile.drafts.items():
         lines += ["", f"[draft.{algo}]", f"draft_ms = {_pairs(d.draft_ms)}",
-                  "accept_prob = [" + ", ".join(f"{p:.6f}" for p in d.accept_prob) + "]",
-                  f"default_params = {list(d.default_params)}"]
+                  "accept_prob = [" + ", ".join(f"{p:.6f}" for p in d.accept_prob) + "]"]
+        if d.default_params is not None:  # unset: SGLang's own choice by architecture
+            lines.append(f"default_params = {list(d.default_params)}")
+        if d.accept_prob_by_category:  # fitted from the runs' per-category accept lengths
+            lines += ["", f"[draft.{algo}.accept_prob_by_category]"]
+            lines += [f"{json.dumps(c)} = [" + ", ".join(f"{p:.6f}" for p in probs) + "]"
+                      for c, probs in d.accept_prob_by_category.items()]
     return "\n".join(lines) + "\n"
 
 

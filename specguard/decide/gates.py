@@ -16,7 +16,9 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from specguard.config import Tolerances
-from specguard.decide.stats import FAIL, INCONCLUSIVE, PASS, RatioEstimate, compare_sessions, compare_to_history, holm_adjust
+from specguard.decide.stats import (FAIL, INCONCLUSIVE, PASS, RatioEstimate, SpreadEstimate, compare_launch_sets,
+                                    compare_launches, compare_sessions, compare_to_history, history_spread, holm_adjust,
+                                    pool_spreads)
 
 SKIP, ERROR = "skip", "error"
 
@@ -33,6 +35,8 @@ class GateResult:
     reference: float | None = None  # mean of what it was compared with
     enforced: bool = True  # speculation gate outside the must-win range only reports
     alpha: float | None = None
+    launches: int = 1  # server launches of this configuration pooled into the verdict
+    stage: int = 1  # 2: decided again after a relaunch (sequential design, ``relaunch_plan``)
 
     @property
     def failed(self) -> bool:
@@ -123,3 +127,174 @@ def crossover(ratios: dict[int, RatioEstimate]) -> tuple[int | None, int | None,
 
 __all__ = ["ERROR", "FAIL", "INCONCLUSIVE", "PASS", "SKIP", "GateResult", "counts_as_failure", "crossover",
            "history_gate", "holm_failures", "speculation_gate"]
+
+
+# -- launches, relaunch on suspicion and the speculation gate (issue 14, docs/statistics.md) ----
+@dataclass(frozen=True)
+class GateDesign:
+    """How a session replicates and decides: ``launches`` per configuration (fixed), and with
+    ``relaunch = "on-suspicion"`` a second launch of each configuration whose stage-1 cell looked
+    suspicious (one-sided p < ``suspicion_p``). Stage 1 and stage 2 each get half of every cell's
+    alpha (and half the family alpha for Holm), so the pair keeps the family bound."""
+
+    launches: int = 1
+    relaunch: str = "on-suspicion"  # or "off"
+    suspicion_p: float = 0.05
+    prior_day_sd: float = 0.005  # share of prior_between_sd common to every launch of one session
+    prior_dof: float = 8.0  # weight of prior_between_sd, in pseudo degrees of freedom
+    spread_rule: str = "pooled-t"  # or "max-known" (the earlier rule)
+    spread_pool: str = "cell"  # the cell's own history (K - 1 dof); "config": pooled over its levels; "suite"
+
+    @property
+    def sequential(self) -> bool:
+        return self.relaunch == "on-suspicion"
+
+    def stage_alpha(self, alpha_cell: float) -> float:
+        """Per-cell alpha of one stage."""
+        return alpha_cell / 2 if self.sequential else alpha_cell
+
+
+def design_of(suite: "Suite") -> GateDesign:  # noqa: F821 - config.Suite, imported lazily by callers
+    """The design a suite file declares ([sweep] launches / relaunch / relaunch_p, [tolerances]
+    prior_day_sd / prior_between_dof / spread_rule), defaults where a key is absent."""
+    sw, tol, d = suite.sweep, suite.tolerances, GateDesign()
+    return GateDesign(launches=getattr(sw, "launches", d.launches), relaunch=getattr(sw, "relaunch", d.relaunch),
+                      suspicion_p=getattr(sw, "relaunch_p", d.suspicion_p),
+                      prior_day_sd=getattr(tol, "prior_day_sd", d.prior_day_sd),
+                      prior_dof=getattr(tol, "prior_between_dof", d.prior_dof),
+                      spread_rule=getattr(tol, "spread_rule", d.spread_rule))
+
+
+def session_spread(cell_histories: dict[tuple[str, int], Sequence[Sequence[float]]]) -> SpreadEstimate | None:
+    """One metric's between-session spread pooled over the session's cells, (config, C) ->
+    stored sessions. Cells of one configuration share their launch, so the degrees of freedom
+    claimed are the sum over configurations of K - 1, not over cells."""
+    per_config: dict[str, int] = {}
+    ests = []
+    for (config, _c), hist in cell_histories.items():
+        est = history_spread(hist)
+        if est is not None:
+            ests.append(est)
+            per_config[config] = max(per_config.get(config, 0), int(est.dof))
+    return pool_spreads(ests, dof_cap=float(sum(per_config.values())))
+
+
+def launch_history_gate(gate: str, config: str, concurrency: int, launches: Sequence[Sequence[float]],
+                        history: Sequence[Sequence[float]], *, tolerance: float, prior_between_sd: float,
+                        alpha_cell: float, rule: str, design: GateDesign = GateDesign(),
+                        spread: SpreadEstimate | None = None, prior_day_sd: float | None = None,
+                        stage: int = 1) -> GateResult:
+    """``history_gate`` with the launch as the unit: ``launches`` holds one list of runs per server
+    launch of this session. ``alpha_cell`` is the stage's alpha (``design.stage_alpha``)."""
+    runs = [v for l in launches for v in l]
+    if len(runs) < 2:
+        return GateResult(gate, config, concurrency, ERROR, f"{gate} {config} c{concurrency}: only {len(runs)} samples; need >= 2")
+    day = design.prior_day_sd if prior_day_sd is None else prior_day_sd
+    est = compare_launches(launches, history, threshold=1 - tolerance, prior_between_sd=prior_between_sd,
+                           prior_day_sd=min(day, prior_between_sd), confidence=gate_confidence(alpha_cell), rule=rule,
+                           spread=spread, prior_dof=design.prior_dof, spread_rule=design.spread_rule)
+    verdict = est.outcome()
+    unit = " tok/s" if gate == "throughput" else ""
+    base_mean = _mean([v for s in history for v in s])
+    n_l = len([l for l in launches if len(l)])
+    msg = _line(gate, config, concurrency, unit, _mean(runs), base_mean,
+                f"baseline ({len(history)} session{'s' if len(history) != 1 else ''})", est,
+                f"tolerance {tolerance:.0%}, rule {rule}" + (f", {n_l} launches" if n_l > 1 else ""), verdict)
+    return GateResult(gate, config, concurrency, verdict, msg, est, _mean(runs), base_mean, alpha=alpha_cell,
+                      launches=n_l, stage=stage)
+
+
+def must_win_gate(config: str, concurrency: int, spec: Sequence[Sequence[float]],
+                  reference: Sequence[Sequence[float]] | None, reference_name: str, *, must_win: bool,
+                  tol: Tolerances, alpha_cell: float, design: GateDesign = GateDesign(),
+                  spread: SpreadEstimate | None = None, reference_history: Sequence[Sequence[float]] | None = None,
+                  stage: int = 1) -> GateResult:
+    """Speculation vs its reference at one concurrency, launches as units.
+
+    Hypothesis tested where speculation must win: H0 "spec/reference >= 1 + speculation_min_gain"
+    (speculation wins as declared). The cell fails when the data reject H0 at the cell's alpha:
+    the upper confidence bound is below 1 + min_gain. It passes when the lower bound is at or
+    above 1 + min_gain (a confident win) and is inconclusive between. "Confidently above" cannot
+    be required: where the true gain is a few percent (eagle3 at c16 on the fast profile: 2.3 %)
+    no affordable number of launches resolves it, and every healthy run would fail.
+
+    ``reference``: the reference's launches in this session (the day cancels); else
+    ``reference_history``: all K stored sessions of the reference with this fingerprint.
+    """
+    threshold = 1 + tol.speculation_min_gain
+    day = min(design.prior_day_sd, tol.prior_between_sd)
+    common = dict(threshold=threshold, prior_between_sd=tol.prior_between_sd, prior_day_sd=day,
+                  confidence=gate_confidence(alpha_cell), rule="significant", spread=spread,
+                  prior_dof=design.prior_dof, spread_rule=design.spread_rule)
+    if reference:
+        est = compare_launch_sets(spec, reference, **common)
+        ref_runs = [v for l in reference for v in l]
+    elif reference_history:
+        est = compare_launches(spec, reference_history, **common)
+        ref_runs = [v for s in reference_history for v in s]
+    else:
+        raise ValueError("must_win_gate needs the reference's launches or its stored sessions")
+    verdict = est.outcome()
+    where = "must win here" if must_win else "report only"
+    runs = [v for l in spec for v in l]
+    n_l = len([l for l in spec if len(l)])
+    msg = _line("speculation", config, concurrency, " tok/s", _mean(runs), _mean(ref_runs), reference_name, est,
+                f"fails if confidently below {threshold:.2f}x ({where})", verdict)
+    return GateResult("speculation", config, concurrency, verdict, msg, est, _mean(runs), _mean(ref_runs),
+                      enforced=must_win, alpha=alpha_cell, launches=n_l, stage=stage)
+
+
+def relaunch_plan(stage1: Sequence[GateResult], references: dict[str, str | None],
+                  suspicion_p: float = 0.05) -> dict[str, list[str]]:
+    """Which configurations to relaunch after stage 1, and why (configuration -> reasons).
+
+    A configuration is relaunched when one of its enforced cells has a one-sided p-value below
+    ``suspicion_p`` (failed cells included: the relaunch sharpens the rest of its cells). A
+    suspicious speculation cell relaunches the speculative configuration and its reference.
+    ``references``: configuration -> its reference (None for none).
+    """
+    plan: dict[str, list[str]] = {}
+    for r in stage1:
+        if r.estimate is None or not r.enforced or r.estimate.p_value >= suspicion_p:
+            continue
+        why = f"{r.gate} {r.config} c{r.concurrency}: p = {r.estimate.p_value:.3g} < {suspicion_p:g} (ratio {r.estimate.ratio:.3f})"
+        plan.setdefault(r.config, []).append(why)
+        ref = references.get(r.config)
+        if r.gate == "speculation" and ref:
+            plan.setdefault(ref, []).append(f"reference of {why}")
+    return plan
+
+
+def final_failures(stage1: Sequence[GateResult], stage2: Sequence[GateResult], tol: Tolerances,
+                   design: GateDesign = GateDesign()) -> list[GateResult]:
+    """Every enforced failure of a session: per-cell verdicts and Holm, per stage.
+
+    Non-sequential designs: ``stage2`` is empty and Holm runs at the family alpha. Sequential:
+    stage-1 cells fail at half the cell alpha, Holm over stage 1 at half the family alpha; the
+    relaunched configurations' pooled cells (``stage2``) likewise with the other half. A stage-1
+    "inconclusive" of a relaunched configuration is superseded by its stage-2 verdict.
+    """
+    relaunched = {(r.gate, r.config, r.concurrency) for r in stage2}
+    fam = tol.family_alpha / 2 if design.sequential else tol.family_alpha
+    out = [r for r in stage1 if counts_as_failure(r, tol)
+           and not ((r.gate, r.config, r.concurrency) in relaunched and r.verdict == INCONCLUSIVE)]
+    out += holm_failures(stage1, fam)
+    if stage2:
+        out += [r for r in stage2 if counts_as_failure(r, tol)]
+        merged = [r for r in stage1 if (r.gate, r.config, r.concurrency) not in relaunched] + list(stage2)
+        out += [r for r in holm_failures(merged, fam) if r.stage == 2]
+    return out
+
+
+__all__ += ["GateDesign", "design_of", "final_failures", "launch_history_gate", "must_win_gate", "relaunch_plan",
+            "session_spread"]
+
+
+def pair_spread(spec_history: Sequence[Sequence[float]], reference_history: Sequence[Sequence[float]]) -> SpreadEstimate | None:
+    """The spread behind a speculation ratio: both configurations' stored histories at this
+    level, pooled (each K - 1 dof). Pass it as ``must_win_gate(..., spread=...)``."""
+    return pool_spreads([history_spread(spec_history) if spec_history else None,
+                         history_spread(reference_history) if reference_history else None])
+
+
+__all__ += ["pair_spread"]

@@ -151,3 +151,191 @@ def holm_adjust(p_values: Sequence[float]) -> list[float]:
         running = max(running, min(1.0, (m - rank) * p_values[i]))
         adjusted[i] = running
     return adjusted
+
+
+# -- launches as the unit of replication (issue 14) -------------------------------------------
+SPREAD_RULES = ("pooled-t", "max-known")
+
+
+@dataclass(frozen=True)
+class SpreadEstimate:
+    """A measured between-session variance of log values (one-launch sessions) with its degrees
+    of freedom: the history's K session means give K - 1. Estimates of several cells (the same
+    metric on the same machine) pool into one (``pool_spreads``)."""
+
+    var: float
+    dof: float
+    source: str = "history"
+
+
+def history_spread(history: Sequence[Sequence[float]]) -> SpreadEstimate | None:
+    """Between-session variance of one cell's stored sessions (K - 1 dof), less the share the
+    runs' own spread explains; None with fewer than 2 sessions."""
+    sessions = [_logs(s, "baseline") for s in history if len(s)]
+    if len(sessions) < 2:
+        return None
+    sw2, _ = _robust_within_var(sessions)
+    n_h = float(np.mean([s.size for s in sessions]))
+    means = np.array([_loc(s) for s in sessions])
+    return SpreadEstimate(max(float(means.var(ddof=1)) - _loc_var_factor(n_h) * sw2 / n_h, 0.0), float(len(sessions) - 1),
+                          f"history of {len(sessions)} sessions")
+
+
+def pool_spreads(estimates: Sequence[SpreadEstimate | None], dof_cap: float | None = None) -> SpreadEstimate | None:
+    """Pool cells' spread estimates (dof-weighted). ``dof_cap`` bounds the degrees of freedom
+    claimed: cells of one configuration share their launch, so they are not independent (the
+    caller passes the sum of K - 1 over configurations, not over cells)."""
+    est = [e for e in estimates if e is not None and e.dof > 0]
+    if not est:
+        return None
+    dof = sum(e.dof for e in est)
+    var = sum(e.var * e.dof for e in est) / dof
+    return SpreadEstimate(var, min(dof, dof_cap) if dof_cap is not None else dof,
+                          f"{len(est)} cells' histories")
+
+
+def between_variance(prior_sd: float, measured: SpreadEstimate | None, prior_dof: float,
+                     rule: str = "pooled-t") -> tuple[float, float, str]:
+    """Between-session variance (one-launch sessions) and its degrees of freedom.
+
+    "pooled-t": the prior counts as ``prior_dof`` pseudo-observations of the variance, the history
+    as its own dof (a scaled-inverse-chi^2 update); the test uses t with the summed dof, so a
+    history of K sessions enters with K - 1 dof, not as known. "max-known" (the earlier rule):
+    the larger of prior and history, as if known exactly.
+    """
+    if rule not in SPREAD_RULES:
+        raise ValueError(f"spread rule {rule!r}; use one of {', '.join(SPREAD_RULES)}")
+    p2 = prior_sd**2
+    if measured is None or measured.dof <= 0:
+        return p2, (math.inf if rule == "max-known" or math.isinf(prior_dof) else prior_dof), "prior"
+    if rule == "max-known":
+        if measured.var > p2:
+            return measured.var, math.inf, measured.source
+        return p2, math.inf, "prior"
+    if math.isinf(prior_dof):
+        return p2, math.inf, "prior"
+    dof = prior_dof + measured.dof
+    return (prior_dof * p2 + measured.dof * measured.var) / dof, dof, f"prior + {measured.source}"
+
+
+STALL_MADS = 5.0  # a run this many robust sds below its launch's median is a stall (kept, reported, not Gaussian)
+# Variance of the median of n normal values, over sigma^2 / n (n = 3: 0.449 sigma^2; large n: pi / 2).
+_MEDIAN_VAR = {1: 1.0, 2: 1.0, 3: 1.35, 4: 1.19, 5: 1.43}
+
+
+def _loc(g: np.ndarray) -> float:
+    """A launch's (or stored session's) location: the median of its runs' logs, so that one
+    stalled run of three does not move it; equal to the mean for two runs."""
+    return float(np.median(g))
+
+
+def _loc_var_factor(n: float) -> float:
+    return _MEDIAN_VAR.get(int(round(n)), math.pi / 2)
+
+
+def _robust_within_var(groups: Sequence[np.ndarray]) -> tuple[float, float]:
+    """Pooled within-launch variance of logs with stalls set aside: runs more than STALL_MADS
+    robust sds (pooled over all groups) below their group's median do not enter it."""
+    resid = np.concatenate([g - np.median(g) for g in groups if g.size > 1]) if any(g.size > 1 for g in groups) else np.array([])
+    nonzero = np.abs(resid[resid != 0])
+    rsd = 1.4826 * float(np.median(nonzero)) if nonzero.size else 0.0
+    kept = [g[g >= np.median(g) - STALL_MADS * rsd] if rsd > 0 else g for g in groups]
+    return _pooled_within_var(kept)
+
+
+def stalled_runs(values: Sequence[float], pooled_with: Sequence[Sequence[float]] = ()) -> list[int]:
+    """Indices of runs that look stalled (see STALL_MADS), for reporting; never dropped."""
+    groups = [_logs(values, "runs"), *[_logs(v, "runs") for v in pooled_with if len(v)]]
+    resid = np.concatenate([g - np.median(g) for g in groups if g.size > 1]) if groups else np.array([])
+    nonzero = np.abs(resid[resid != 0])
+    rsd = 1.4826 * float(np.median(nonzero)) if nonzero.size else 0.0
+    g = groups[0]
+    return [i for i, x in enumerate(g) if rsd > 0 and x < np.median(g) - STALL_MADS * rsd]
+
+
+def _launch_logs(launches: Sequence[Sequence[float]], what: str) -> list[np.ndarray]:
+    out = [_logs(l, what) for l in launches if len(l)]
+    if not out:
+        raise ValueError(f"no {what} samples")
+    return out
+
+
+def _launch_spread(groups: Sequence[np.ndarray], sw2: float) -> SpreadEstimate | None:
+    """Launch-to-launch variance within one session from its L launches (L - 1 dof)."""
+    if len(groups) < 2:
+        return None
+    means = np.array([_loc(g) for g in groups])
+    n = float(np.mean([g.size for g in groups]))
+    return SpreadEstimate(max(float(means.var(ddof=1)) - _loc_var_factor(n) * sw2 / n, 0.0), float(len(groups) - 1),
+                          "this session's launches")
+
+
+def _combine(a: tuple[float, float], b: SpreadEstimate | None) -> tuple[float, float]:
+    """(var, dof) updated with another estimate of the same variance."""
+    var, dof = a
+    if b is None or b.dof <= 0 or math.isinf(dof):
+        return a
+    return (var * dof + b.var * b.dof) / (dof + b.dof), dof + b.dof
+
+
+def compare_launches(current: Sequence[Sequence[float]], history: Sequence[Sequence[float]], *, threshold: float,
+                     prior_between_sd: float, prior_day_sd: float = 0.0, confidence: float,
+                     rule: str = "significant", spread: SpreadEstimate | None = None, prior_dof: float = 8.0,
+                     spread_rule: str = "pooled-t") -> RatioEstimate:
+    """This session's L launches (runs of each) against K stored sessions; the launch is the unit.
+
+    The between-session variance sb2 (of a one-launch session) splits into a day part shared by
+    every launch of a session (fraction prior_day_sd^2 / prior_between_sd^2) and a launch part
+    that relaunching averages away:
+
+        Var(log ratio) = sd2 + sl2 / L + sw2 / n_c  +  (sb2 + sw2 / n_h) / K
+
+    sb2 from ``between_variance`` (prior and the history's spread, ``spread`` if the session pooled
+    it over cells, else this cell's); sl2 also learns from the L launches' own spread.
+    """
+    cur = _launch_logs(current, "current")
+    sessions = [_logs(s, "baseline") for s in history if len(s)]
+    if not sessions:
+        raise ValueError("no baseline sessions to compare with")
+    sw2, dof_w = _robust_within_var([*cur, *sessions])
+    measured = spread if spread is not None else history_spread(history)
+    sb2, dof_b, source = between_variance(prior_between_sd, measured, prior_dof, spread_rule)
+    day_frac = min(prior_day_sd**2 / prior_between_sd**2, 1.0) if prior_between_sd > 0 else 0.0
+    sd2 = day_frac * sb2
+    sl2, dof_l = _combine(((1 - day_frac) * sb2, dof_b), _launch_spread(cur, sw2))
+    k, n_l = len(sessions), len(cur)
+    n_h = float(np.mean([s.size for s in sessions]))
+    n_r = float(np.mean([g.size for g in cur]))
+    diff = float(np.mean([_loc(g) for g in cur]) - np.mean([_loc(s) for s in sessions]))
+    within = _loc_var_factor(n_r) * sw2 / (n_r * n_l) + _loc_var_factor(n_h) * sw2 / (n_h * k)
+    parts = [(within, dof_w), (sd2 * (1 + 1 / k) + sb2 * (1 - day_frac) / k, dof_b),
+             (sl2 / n_l, dof_l)]
+    src = source if n_l == 1 else f"{source}, {n_l} launches"
+    return _finish(diff, parts, threshold, confidence, math.sqrt(sb2), src, null_ratio(threshold, rule))
+
+
+def compare_launch_sets(a: Sequence[Sequence[float]], b: Sequence[Sequence[float]], *, threshold: float,
+                        prior_between_sd: float, prior_day_sd: float = 0.0, confidence: float,
+                        rule: str = "significant", spread: SpreadEstimate | None = None, prior_dof: float = 8.0,
+                        spread_rule: str = "pooled-t") -> RatioEstimate:
+    """a / b for two configurations launched in the same session (La and Lb launches).
+
+    The day part is shared by both and cancels; each launch carries its own offset (launch part
+    sl2 of the between-session variance, learnt from prior, history and both sides' launches):
+
+        Var(log ratio) = sl2 (1/La + 1/Lb) + sw2_a / n_a + sw2_b / n_b
+    """
+    la, lb = _launch_logs(a, "a"), _launch_logs(b, "b")
+    sw2a, dofa = _robust_within_var(la)
+    sw2b, dofb = _robust_within_var(lb)
+    sb2, dof_b, source = between_variance(prior_between_sd, spread, prior_dof, spread_rule)
+    day_frac = min(prior_day_sd**2 / prior_between_sd**2, 1.0) if prior_between_sd > 0 else 0.0
+    sl = ((1 - day_frac) * sb2, dof_b)
+    sl = _combine(sl, _launch_spread(la, sw2a))
+    sl2, dof_l = _combine(sl, _launch_spread(lb, sw2b))
+    ra, rb = float(np.mean([g.size for g in la])), float(np.mean([g.size for g in lb]))
+    diff = float(np.mean([_loc(g) for g in la]) - np.mean([_loc(g) for g in lb]))
+    parts = [(_loc_var_factor(ra) * sw2a / (ra * len(la)), max(dofa, 1.0)),
+             (_loc_var_factor(rb) * sw2b / (rb * len(lb)), max(dofb, 1.0)), (sl2 * (1 / len(la) + 1 / len(lb)), dof_l)]
+    src = f"{source}; {len(la)}+{len(lb)} launches"
+    return _finish(diff, parts, threshold, confidence, math.sqrt(sl2), src, null_ratio(threshold, rule))

@@ -29,12 +29,22 @@ from specguard.config import FAIL_RULES, ServerConfig, Suite, Tolerances, load_s
 from specguard.emulator.model import BatchScheduler, SchedulerConfig, run_closed_loop
 from specguard.emulator.profile import EmulatorProfile, load_profile
 from specguard.emulator.spec import SpecRequest, resolve_settings
-from specguard.decide.gates import GateResult, counts_as_failure, crossover, history_gate, holm_failures, speculation_gate
+from specguard.decide.crossover import CrossoverEstimate, estimate_crossover, first_crossing, within_factor
+from specguard.decide.gates import (GateDesign, GateResult, counts_as_failure, crossover, final_failures, history_gate,
+                                    holm_failures, launch_history_gate, must_win_gate, relaunch_plan, session_spread,
+                                    speculation_gate)
 from specguard.decide.stats import INCONCLUSIVE, MIN_SESSIONS_FOR_SPREAD
 
 DEFAULT_SUITE = Path("perf_tests/suite.toml")
 # GPU servers (docs/gate-study.md): runs within a launch agree to ~0.2-0.8 %, launches to ~1-2 %.
 GPU_WITHIN = 0.005
+# Issue 14: the spread between sessions (what a stored history measures) is split into a day part
+# shared by every launch of one session (the machine's mood: clocks, thermals, neighbours) and a
+# per-launch part that relaunching averages. "1 % launch spread" (preset gpu) = 1 % between
+# one-launch sessions: day 0.5 %, launch 0.87 %. One run in 50 stalls at 0.7x.
+GPU_DAY_SHARE = 0.5
+GPU_STALL_RATE = 0.02
+GPU_STALL_FACTORS = (0.7,)
 
 Runs = tuple[list[float], list[float]]  # (tok/s per run, accept length per run; empty without speculation)
 Launch = dict[int, Runs]  # concurrency -> runs of one server launch
@@ -51,6 +61,7 @@ class Noise:
     stall_rate: float = 0.0  # probability that a run stalls (another job takes the cores)
     stall_factors: tuple[float, ...] = ()  # a stalled run's tok/s is one of these x its own
     bias: dict[str, float] = field(default_factory=dict)  # "config cN" -> real / model mean tok/s
+    day_pct: float = 0.0  # per session, shared by every launch of every configuration (the machine's mood), sd in %
 
 
 # The default suite's real-time client on top of the model, measured by ``measure_noise`` from 8
@@ -80,10 +91,13 @@ class Change:
     config: str = ""
     step_scale: float = 1.0  # every step takes this much longer (tok/s / step_scale)
     accept_factor: float = 1.0  # accept length times this
+    level_factor: float = 1.0  # tok/s times this at ``levels`` only
+    levels: tuple[int, ...] = ()
+    gate: str = ""  # the gate this scenario isolates ("" = the suite as a whole)
 
     @property
     def is_null(self) -> bool:
-        return self.step_scale == 1.0 and self.accept_factor == 1.0
+        return self.step_scale == 1.0 and self.accept_factor == 1.0 and self.level_factor == 1.0
 
 
 @dataclass(frozen=True)
@@ -92,11 +106,27 @@ class GateSettings:
 
     repeats: int
     tolerances: Tolerances  # history_sessions = K, the stored baseline sessions compared with
+    design: str = "legacy"  # one of DESIGNS
+    spread_pool: str = "cell"  # GateDesign.spread_pool
 
     def label(self) -> str:
         t = self.tolerances
-        return (f"repeats={self.repeats} K={t.history_sessions} tol={t.throughput:g}/{t.accept_length:g} "
+        return (f"design={self.design} repeats={self.repeats} K={t.history_sessions} tol={t.throughput:g}/{t.accept_length:g} "
                 f"prior={t.prior_between_sd:g}/{t.prior_between_sd_accept:g} alpha={t.family_alpha:g} rule={t.fail_rule}")
+
+    def gate_design(self) -> GateDesign:
+        """The decide/ design this grid point runs (``legacy`` has none: the earlier gates)."""
+        t = self.tolerances
+        fixed = {"launches=1": 1, "launches=2": 2, "launches=3": 3}.get(self.design, 1)
+        return GateDesign(launches=fixed, relaunch="on-suspicion" if self.design == "on-suspicion" else "off",
+                          prior_day_sd=t.prior_day_sd, prior_dof=t.prior_between_dof, spread_rule=t.spread_rule,
+                          spread_pool=self.spread_pool)
+
+
+# legacy: the gates before issue 14 (one launch, spread as known, speculation against the prior
+# only); launches=L: L launches per configuration, pooled; on-suspicion: one launch, a second for
+# every configuration with a suspicious stage-1 cell (GateDesign).
+DESIGNS = ("legacy", "launches=1", "launches=2", "on-suspicion")
 
 
 # -- simulation --------------------------------------------------------------------------------
@@ -132,7 +162,7 @@ def _scheduler(cfg: ServerConfig, seed: int, noise: Noise | None, change: Change
 
 
 def simulate_launch(suite: Suite, name: str, seed: int, repeats: int, noise: Noise | None,
-                    change: Change | None = None) -> Launch:
+                    change: Change | None = None, day_offset: float = 0.0) -> Launch:
     """One server launch measured at every concurrency, runs in sequence as ``measure_cell`` does.
 
     Warmup runs are not simulated: in virtual time they start from the same empty scheduler as
@@ -151,9 +181,11 @@ def simulate_launch(suite: Suite, name: str, seed: int, repeats: int, noise: Noi
             sched.prefix_cache.clear()
             r = run_closed_loop(sched, c, suite.sweep.num_requests(c), suite.workload.input_len,
                                 suite.workload.output_len, same_prompt)
-            factor = 1.0
+            factor = math.exp(day_offset)
+            if change is not None and c in change.levels:
+                factor *= change.level_factor
             if noise:
-                factor = noise.bias.get(f"{name} c{c}", 1.0) * math.exp(offset + rng.normal(0.0, noise.within.get(c, 0.0)))
+                factor *= noise.bias.get(f"{name} c{c}", 1.0) * math.exp(offset + rng.normal(0.0, noise.within.get(c, 0.0)))
                 if noise.stall_factors and rng.random() < noise.stall_rate:
                     factor *= float(rng.choice(noise.stall_factors))
             tok.append(r.output_throughput * factor)
@@ -175,18 +207,31 @@ class Trial:
     history: list[dict[str, Launch]]
     current: dict[str, Launch]
     changed: dict[str, Launch]  # change name -> launch of change.config
+    # further launches of this session (relaunches, or launches = L): [launch 2, launch 3, ...]
+    more: dict[str, list[Launch]] = field(default_factory=dict)
+    changed_more: dict[str, list[Launch]] = field(default_factory=dict)
 
 
 def simulate_trial(suite: Suite, index: int, base_seed: int, max_history: int, repeats: int, noise: Noise,
-                   changes: Sequence[Change]) -> Trial:
+                   changes: Sequence[Change], max_launches: int = 1) -> Trial:
+    """K stored sessions (one launch per configuration each, a day offset per session) and the
+    current session: ``max_launches`` launches per configuration sharing the session's day. A
+    changed configuration's launches reuse the unchanged ones' seeds (common random numbers)."""
     names = list(suite.servers)
-    hist = [{n: simulate_launch(suite, n, _seed(base_seed, index, 1, k, j), repeats, noise) for j, n in enumerate(names)}
-            for k in range(max_history)]
-    cur = {n: simulate_launch(suite, n, _seed(base_seed, index, 2, 0, j), repeats, noise) for j, n in enumerate(names)}
-    changed = {ch.name: simulate_launch(suite, ch.config, _seed(base_seed, index, 3, i, names.index(ch.config)),
-                                        repeats, noise, ch)
-               for i, ch in enumerate(changes) if not ch.is_null}
-    return Trial(hist, cur, changed)
+    day_sd = noise.day_pct / 100 if noise else 0.0
+    day_rng = np.random.default_rng([base_seed, index, 11])
+    days = day_rng.normal(0.0, day_sd, max_history + 1) if day_sd > 0 else np.zeros(max_history + 1)
+    hist = [{n: simulate_launch(suite, n, _seed(base_seed, index, 1, k, j), repeats, noise, day_offset=float(days[k + 1]))
+             for j, n in enumerate(names)} for k in range(max_history)]
+
+    def launches(n: str, j: int, ch: Change | None) -> list[Launch]:
+        return [simulate_launch(suite, n, _seed(base_seed, index, 2, l, j), repeats, noise, ch, float(days[0]))
+                for l in range(max_launches)]
+
+    cur = {n: launches(n, j, None) for j, n in enumerate(names)}
+    changed = {ch.name: launches(ch.config, names.index(ch.config), ch) for ch in changes if not ch.is_null}
+    return Trial(hist, {n: l[0] for n, l in cur.items()}, {k: l[0] for k, l in changed.items()},
+                 {n: l[1:] for n, l in cur.items()}, {k: l[1:] for k, l in changed.items()})
 
 
 # -- deciding one session, as the pytest session does ---------------------------------------------
@@ -205,6 +250,10 @@ class SessionVerdict:
     inconclusive: int  # enforced gate results that were inconclusive
     enforced: int
     crossovers: dict[str, int | None]  # speculative configuration -> first level where it loses
+    launches: dict[str, int] = field(default_factory=dict)  # configuration -> launches used
+    relaunched: dict[str, list[str]] = field(default_factory=dict)  # configuration -> why (sequential design)
+    crossover_estimates: dict[str, CrossoverEstimate] = field(default_factory=dict)
+    gates_failed: dict[str, bool] = field(default_factory=dict)  # gate -> some cell of it failed
 
 
 def _cut(launch: Launch, repeats: int) -> Launch:
@@ -212,8 +261,13 @@ def _cut(launch: Launch, repeats: int) -> Launch:
 
 
 def decide_session(suite: Suite, settings: GateSettings, current: dict[str, Launch],
-                   history: Sequence[dict[str, Launch]]) -> SessionVerdict:
-    """Every gate of one session on simulated runs, with the session's alpha per cell and Holm."""
+                   history: Sequence[dict[str, Launch]], more: dict[str, list[Launch]] | None = None) -> SessionVerdict:
+    """Every gate of one session on simulated runs, with the session's alpha per cell and Holm.
+
+    ``more``: further launches per configuration (used by the designs that relaunch)."""
+    if settings.design != "legacy":
+        launches = {n: [l, *((more or {}).get(n, []))] for n, l in current.items()}
+        return decide_design(suite, settings, launches, history)
     tol = settings.tolerances
     alpha_cell = tol.family_alpha / gate_tests(suite)
     r = settings.repeats
@@ -244,7 +298,125 @@ def decide_session(suite: Suite, settings: GateSettings, current: dict[str, Laun
     failing += holm_failures(results, tol.family_alpha)
     enforced = [g for g in results if g.enforced]
     return SessionVerdict(bool(failing), failing, sum(g.verdict == INCONCLUSIVE for g in enforced), len(enforced),
-                          crossovers)
+                          crossovers, {n: 1 for n in suite.servers}, {},
+                          {n: estimate_crossover(r) for n, r in _spec_ratios(results).items()},
+                          {g.gate: True for g in failing})
+
+
+def _spec_ratios(results: Sequence[GateResult]) -> dict[str, dict[int, Any]]:
+    out: dict[str, dict[int, Any]] = {}
+    for r in results:
+        if r.gate == "speculation" and r.estimate is not None:
+            out.setdefault(r.config, {})[r.concurrency] = r.estimate
+    return out
+
+
+def _pair_spread(spreads: dict[Any, Any], a: str, b: str, c: int, hist_a: Any, hist_b: Any) -> Any:
+    """The launch spread behind a speculation ratio: both configurations' estimates pooled."""
+    from specguard.decide.stats import history_spread, pool_spreads
+
+    ea = spreads.get(("tok", a, c)) if ("tok", a, c) in spreads else history_spread(hist_a)
+    eb = spreads.get(("tok", b, c)) if ("tok", b, c) in spreads else history_spread(hist_b)
+    return pool_spreads([ea, eb])
+
+
+def _decide_cells(suite: Suite, settings: GateSettings, design: GateDesign, launches: dict[str, list[Launch]],
+                  hist: Sequence[dict[str, Launch]], alpha: float, stage: int, spreads: dict[Any, Any],
+                  only: set[str] | None = None, spec_only: set[str] | None = None) -> list[GateResult]:
+    """Every gate of the session's cells (``only``: these configurations' cells; ``spec_only``:
+    only the speculation cells of these)."""
+    tol = settings.tolerances
+    out: list[GateResult] = []
+    for name, cfg in suite.servers.items():
+        full = only is None or name in only
+        if not full and name not in (spec_only or set()):
+            continue
+        for c in suite.sweep.concurrency:
+            tok = [l[c][0] for l in launches[name]]
+            if not full:
+                limit = cfg.speculation_must_win_up_to
+                out.append(must_win_gate(name, c, tok, [l[c][0] for l in launches[cfg.reference]], cfg.reference,
+                                         must_win=limit is not None and c <= limit, tol=tol, alpha_cell=alpha,
+                                         design=design, spread=_pair_spread(spreads, name, cfg.reference, c,
+                                                                            [h[name][c][0] for h in hist],
+                                                                            [h[cfg.reference][c][0] for h in hist]),
+                                         stage=stage))
+                continue
+            tok = [l[c][0] for l in launches[name]]
+            out.append(launch_history_gate("throughput", name, c, tok, [h[name][c][0] for h in hist],
+                                           tolerance=tol.throughput, prior_between_sd=tol.prior_between_sd,
+                                           alpha_cell=alpha, rule=tol.fail_rule, design=design, spread=spreads.get(("tok", name, c)),
+                                           stage=stage))
+            if not cfg.speculative:
+                continue
+            out.append(launch_history_gate("accept_length", name, c, [l[c][1] for l in launches[name]],
+                                           [h[name][c][1] for h in hist], tolerance=tol.accept_length,
+                                           prior_between_sd=tol.prior_between_sd_accept, alpha_cell=alpha,
+                                           rule=tol.fail_rule, design=design, spread=spreads.get(("acc", name, c)), prior_day_sd=0.0,
+                                           stage=stage))
+            limit = cfg.speculation_must_win_up_to
+            out.append(must_win_gate(name, c, tok, [l[c][0] for l in launches[cfg.reference]], cfg.reference,
+                                     must_win=limit is not None and c <= limit, tol=tol, alpha_cell=alpha,
+                                     design=design, spread=_pair_spread(spreads, name, cfg.reference, c,
+                                                                        [h[name][c][0] for h in hist],
+                                                                        [h[cfg.reference][c][0] for h in hist]),
+                                     stage=stage))
+    return out
+
+
+def _spreads(suite: Suite, hist: Sequence[dict[str, Launch]], pool: str) -> dict[tuple[str, str, int], Any]:
+    """(metric, config, C) -> the spread estimate the gate uses: pooled over the suite's cells, over
+    the configuration's levels, or the cell's own (None: the gate takes the cell's history)."""
+    cells = [(n, c) for n in suite.servers for c in suite.sweep.concurrency]
+    out: dict[tuple[str, str, int], Any] = {}
+    for m, metric in ((0, "tok"), (1, "acc")):
+        use = [(n, c) for n, c in cells if m == 0 or suite.servers[n].speculative]
+        if pool == "cell":
+            continue
+        groups = {"": use} if pool == "suite" else {n: [(x, c) for x, c in use if x == n] for n in suite.servers}
+        for key, members in groups.items():
+            est = session_spread({(n, c): [h[n][c][m] for h in hist] for n, c in members}) if members else None
+            for n, c in members:
+                out[(metric, n, c)] = est
+    return out
+
+
+def decide_design(suite: Suite, settings: GateSettings, launches: dict[str, list[Launch]],
+                  history: Sequence[dict[str, Launch]]) -> SessionVerdict:
+    """One session under a decide/ design: L fixed launches, or one plus a relaunch on suspicion.
+
+    ``launches`` holds at least as many launches per configuration as the design may use."""
+    tol = settings.tolerances
+    design = settings.gate_design()
+    alpha = design.stage_alpha(tol.family_alpha / gate_tests(suite))
+    r = settings.repeats
+    hist = [{n: _cut(l, r) for n, l in h.items()} for h in history[: tol.history_sessions]]
+    first = {n: [_cut(l, r) for l in ls[: design.launches]] for n, ls in launches.items()}
+    spreads = _spreads(suite, hist, design.spread_pool)
+    stage1 = _decide_cells(suite, settings, design, first, hist, alpha, 1, spreads)
+    used = {n: len(ls) for n, ls in first.items()}
+    plan: dict[str, list[str]] = {}
+    stage2: list[GateResult] = []
+    if design.sequential:
+        plan = relaunch_plan(stage1, {n: c.reference for n, c in suite.servers.items()}, design.suspicion_p)
+        plan = {n: why for n, why in plan.items() if len(launches[n]) > 1}
+        if plan:
+            pooled = {n: (first[n] + [_cut(launches[n][1], r)]) if n in plan else first[n] for n in first}
+            for n in plan:
+                used[n] += 1
+            refs = {n: c.reference for n, c in suite.servers.items()}
+            dependents = {n for n, r in refs.items() if r in plan and n not in plan}
+            again = _decide_cells(suite, settings, design, pooled, hist, alpha, 2, spreads, set(plan), dependents)
+            stage2 = [g for g in again if g.config in plan or (g.gate == "speculation" and refs.get(g.config) in plan)]
+    failing = final_failures(stage1, stage2, tol, design)
+    done = {(g.gate, g.config, g.concurrency) for g in stage2}
+    final = [g for g in stage1 if (g.gate, g.config, g.concurrency) not in done] + stage2
+    enforced = [g for g in final if g.enforced]
+    ratios = _spec_ratios(final)
+    estimates = {n: estimate_crossover(rt) for n, rt in ratios.items()}
+    return SessionVerdict(bool(failing), failing, sum(g.verdict == INCONCLUSIVE for g in enforced), len(enforced),
+                          {n: e.first_behind for n, e in estimates.items()}, used, plan, estimates,
+                          {g.gate: True for g in failing})
 
 
 def true_crossovers(suite: Suite, bias: dict[str, float] | None = None) -> dict[str, int | None]:
@@ -269,16 +441,19 @@ def level_distance(levels: Sequence[int], a: int | None, b: int | None) -> int:
 
 # -- scenarios ---------------------------------------------------------------------------------
 def scenarios(suite: Suite, config: str, noise: Noise | None = None) -> list[Change]:
-    """A/A, then the injected regressions of one speculative configuration.
+    """A/A, then injected changes, each isolating one gate where it can.
 
-    "speculation 0.95x" slows the configuration so that, at the highest level where it must
-    win, it runs at 0.95x its reference (whatever its true gain was): the speculation gate only
-    ever sees the current ratio.
+    tok/s -5 % / -10 % (every step of ``config`` longer: the throughput gate), accept length -10 %
+    (the accept-length gate; tok/s drops with it), "speculation 0.95x at cN": ``config`` slowed at
+    its highest must-win level N only, to 0.95x its reference there (the speculation gate; the
+    throughput gate sees that cell drop too), and "reference 7% faster": the reference sped up,
+    the speculative configurations unchanged (the speculation gate, where the true gain is < 7 %;
+    no throughput gate can fail on a faster reference).
     """
     cfg = suite.servers[config]
     out = [Change("A/A")]
-    out += [Change(f"tok/s -{p}%", config, step_scale=1 / (1 - p / 100)) for p in (3, 5, 10)]
-    out += [Change(f"accept -{p}%", config, accept_factor=1 - p / 100) for p in (5, 10)]
+    out += [Change(f"tok/s -{p}%", config, step_scale=1 / (1 - p / 100), gate="throughput") for p in (5, 10)]
+    out += [Change("accept -10%", config, accept_factor=0.9, gate="accept_length")]
     must_win = [c for c in suite.sweep.concurrency
                 if cfg.speculation_must_win_up_to is not None and c <= cfg.speculation_must_win_up_to]
     if must_win and cfg.reference:
@@ -286,18 +461,53 @@ def scenarios(suite: Suite, config: str, noise: Noise | None = None) -> list[Cha
         bias = noise.bias if noise else {}
         spec = simulate_launch(suite, config, 0, 1, None)[c][0][0] * bias.get(f"{config} c{c}", 1.0)
         ref = simulate_launch(suite, cfg.reference, 0, 1, None)[c][0][0] * bias.get(f"{cfg.reference} c{c}", 1.0)
-        out.append(Change(f"speculation 0.95x at c{c}", config, step_scale=spec / ref / 0.95))
+        out.append(Change(f"speculation 0.95x at c{c}", config, level_factor=0.95 * ref / spec, levels=(c,),
+                          gate="speculation"))
+        out.append(Change("reference 7% faster", cfg.reference, step_scale=1 / 1.07, gate="speculation"))
     return out
 
 
 def settings_grid(suite: Suite, repeats: Sequence[int], history: Sequence[int], tolerance: Sequence[float],
                   tolerance_accept: Sequence[float], prior: Sequence[float], prior_accept: Sequence[float],
-                  family_alpha: Sequence[float], rules: Sequence[str] | None = None) -> list[GateSettings]:
-    base = suite.tolerances
-    return [GateSettings(r, replace(base, throughput=t, accept_length=ta, prior_between_sd=p,
-                                    prior_between_sd_accept=pa, family_alpha=a, history_sessions=k, fail_rule=rule))
-            for rule, r, k, t, ta, p, pa, a in itertools.product(rules or [base.fail_rule], repeats, history, tolerance,
-                                                                 tolerance_accept, prior, prior_accept, family_alpha)]
+                  family_alpha: Sequence[float], rules: Sequence[str] | None = None,
+                  designs: Sequence[str] = ("legacy",), prior_dof: Sequence[float] | None = None,
+                  spread_rules: Sequence[str] | None = None) -> list[GateSettings]:
+    """The grid. A prior spread p comes with a day share scaled like the suite's
+    (the library default's, prior_day_sd / prior_between_sd = 0.5), so "prior at half" halves both."""
+    base, lib = suite.tolerances, Tolerances()
+    day_frac = lib.prior_day_sd / lib.prior_between_sd  # the library's day share, so the defaults are a grid point
+    return [GateSettings(r, replace(base, throughput=t, accept_length=ta, prior_between_sd=p, prior_day_sd=p * day_frac,
+                                    prior_between_sd_accept=pa, family_alpha=a, history_sessions=k, fail_rule=rule,
+                                    prior_between_dof=dof, spread_rule=sr), design)
+            for design, rule, r, k, t, ta, p, pa, a, dof, sr in itertools.product(
+                designs, rules or [base.fail_rule], repeats, history, tolerance, tolerance_accept, prior, prior_accept,
+                family_alpha, prior_dof or [base.prior_between_dof], spread_rules or [base.spread_rule])
+            if not (design == "legacy" and (dof != (prior_dof or [base.prior_between_dof])[0]
+                                            or sr != (spread_rules or [base.spread_rule])[0]))]
+
+
+def true_crossover_c(suite: Suite, config: str, bias: dict[str, float] | None = None, points: int = 24) -> float | None:
+    """The noise-free model's crossover concurrency of ``config``, located between the sweep's
+    levels on a fine geometric grid (first point where speculation is behind), log-interpolated."""
+    bias = bias or {}
+    cfg = suite.servers[config]
+    coarse = true_crossovers(suite, bias)[config]
+    levels = suite.sweep.concurrency
+    if coarse is None or coarse == levels[0]:
+        return None if coarse is None else float(levels[0])
+    lo = levels[levels.index(coarse) - 1]
+    grid = sorted({int(round(lo * (coarse / lo) ** (i / points))) for i in range(points + 1)})
+    fine = replace(suite, sweep=replace(suite.sweep, concurrency=grid))
+    spec = simulate_launch(fine, config, 0, 1, None)
+    ref = simulate_launch(fine, cfg.reference, 0, 1, None)
+
+    def ratio(c: int) -> float:  # the client's bias is known only at the sweep's levels: interpolate it
+        b = bias.get(f"{config} c{lo}", 1.0) / bias.get(f"{cfg.reference} c{lo}", 1.0)
+        b2 = bias.get(f"{config} c{coarse}", 1.0) / bias.get(f"{cfg.reference} c{coarse}", 1.0)
+        t = math.log(c / lo) / math.log(coarse / lo)
+        return spec[c][0][0] / ref[c][0][0] * math.exp((1 - t) * math.log(b) + t * math.log(b2))
+
+    return first_crossing(grid, [ratio(c) for c in grid])
 
 
 # -- running the study -------------------------------------------------------------------------
@@ -308,27 +518,61 @@ class StudyPlan:
     changes: list[Change]
     noise: Noise
     seed: int
+    cache_dir: Path | None = None  # simulated trials are kept here and reused (they do not depend on the grid)
+
+
+def _max_launches(grid: Sequence[GateSettings]) -> int:
+    return max(GateSettings.gate_design(g).launches + (1 if g.design == "on-suspicion" else 0)
+               if g.design != "legacy" else 1 for g in grid)
 
 
 def _trial_outcomes(plan: StudyPlan, index: int) -> list[list[dict[str, Any]]]:
     """Simulate one trial and decide it at every grid point and scenario: [grid][scenario]."""
     max_r = max(s.repeats for s in plan.grid)
     max_k = max(s.tolerances.history_sessions for s in plan.grid)
-    return decide_trial(plan, simulate_trial(plan.suite, index, plan.seed, max_k, max_r, plan.noise, plan.changes))
+    return decide_trial(plan, cached_trial(plan, index, max_k, max_r, _max_launches(plan.grid)))
+
+
+def cached_trial(plan: StudyPlan, index: int, max_k: int, max_r: int, max_l: int) -> Trial:
+    """``simulate_trial``, kept in ``plan.cache_dir`` under a hash of everything it depends on
+    (suite file text, noise, changes, seed, index, depth, repeats, launches)."""
+    if plan.cache_dir is None:
+        return simulate_trial(plan.suite, index, plan.seed, max_k, max_r, plan.noise, plan.changes, max_l)
+    import hashlib
+    import pickle
+
+    text = Path(plan.suite.path).read_text(encoding="utf-8") if Path(plan.suite.path).exists() else str(plan.suite)
+    key = hashlib.sha256(repr((text, asdict(plan.noise), plan.changes, plan.seed, index, max_k, max_r, max_l)).encode()).hexdigest()[:24]
+    path = Path(plan.cache_dir) / f"trial-{key}.pkl"
+    if path.exists():
+        return pickle.loads(path.read_bytes())
+    trial = simulate_trial(plan.suite, index, plan.seed, max_k, max_r, plan.noise, plan.changes, max_l)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_bytes(pickle.dumps(trial))
+    tmp.replace(path)
+    return trial
 
 
 def decide_trial(plan: StudyPlan, trial: Trial) -> list[list[dict[str, Any]]]:
     """One simulated trial decided at every grid point (outer) and scenario (inner)."""
     out = []
+    levels = len(plan.suite.sweep.concurrency)
     for settings in plan.grid:
         row = []
+        per_run = settings.repeats + plan.suite.sweep.warmup
         for ch in plan.changes:
-            current = dict(trial.current)
+            current, more = dict(trial.current), dict(trial.more)
             if not ch.is_null:
                 current[ch.config] = trial.changed[ch.name]
-            v = decide_session(plan.suite, settings, current, trial.history)
+                more[ch.config] = trial.changed_more.get(ch.name, [])
+            v = decide_session(plan.suite, settings, current, trial.history, more)
+            launches = sum(v.launches.values())
             row.append({"failed": v.failed, "gates": sorted({g.gate for g in v.failing}),
-                        "inconclusive": v.inconclusive, "enforced": v.enforced, "crossovers": v.crossovers})
+                        "inconclusive": v.inconclusive, "enforced": v.enforced, "crossovers": v.crossovers,
+                        "crossover_c": {n: e.estimate for n, e in v.crossover_estimates.items()},
+                        "launches": launches, "configs": len(v.launches), "runs": launches * levels * per_run,
+                        "relaunched": sorted(v.relaunched)})
         out.append(row)
     return out
 
@@ -343,29 +587,43 @@ def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
     return (max(0.0, centre - half), min(1.0, centre + half))
 
 
-def _summarise(suite: Suite, change: Change, rows: list[dict[str, Any]], truth: dict[str, int | None]) -> dict[str, Any]:
+CROSSOVER_FACTOR = 1.25  # a crossover estimate counts as right within this factor of the truth
+
+
+def _summarise(suite: Suite, change: Change, rows: list[dict[str, Any]], truth: dict[str, int | None],
+               truth_c: dict[str, float | None]) -> dict[str, Any]:
     n = len(rows)
     fails = sum(r["failed"] for r in rows)
-    out: dict[str, Any] = {"scenario": change.name, "sessions": n, "fail_rate": fails / n, "fail_ci95": wilson(fails, n)}
+    out: dict[str, Any] = {"scenario": change.name, "isolates": change.gate, "sessions": n, "fail_rate": fails / n,
+                           "fail_ci95": wilson(fails, n)}
     for gate in ("throughput", "accept_length", "speculation"):
         out[f"{gate}_fail_rate"] = sum(gate in r["gates"] for r in rows) / n
     enforced = sum(r["enforced"] for r in rows)
     out["inconclusive_rate"] = sum(r["inconclusive"] for r in rows) / enforced if enforced else 0.0
     out["sessions_with_inconclusive"] = sum(r["inconclusive"] > 0 for r in rows) / n
+    out["launches_per_config"] = sum(r.get("launches", r.get("configs", 1)) for r in rows) / sum(r.get("configs", 1) for r in rows)
+    out["runs_per_session"] = sum(r.get("runs", 0) for r in rows) / n
+    out["sessions_relaunching"] = sum(bool(r.get("relaunched")) for r in rows) / n
     if change.is_null:
         levels = suite.sweep.concurrency
         within = [level_distance(levels, r["crossovers"][name], truth[name]) <= 1 for r in rows for name in truth]
         exact = [r["crossovers"][name] == truth[name] for r in rows for name in truth]
+        close = [within_factor(r["crossover_c"].get(name), truth_c[name], CROSSOVER_FACTOR, levels)
+                 for r in rows for name in truth_c if "crossover_c" in r]
         out["crossover_within_one_level"] = sum(within) / len(within) if within else None
         out["crossover_exact"] = sum(exact) / len(exact) if exact else None
+        out["crossover_within_1_25x"] = sum(close) / len(close) if close else None
     return out
 
 
 def summarise(plan: StudyPlan, per_trial: list[list[list[dict[str, Any]]]]) -> list[dict[str, Any]]:
     """Rates per grid point and scenario over the decided trials."""
     truth = true_crossovers(plan.suite, plan.noise.bias)
-    return [{"settings": {"repeats": settings.repeats, **asdict(settings.tolerances)}, "label": settings.label(),
-             "scenarios": [_summarise(plan.suite, ch, [t[g][s] for t in per_trial], truth)
+    truth_c = {n: true_crossover_c(plan.suite, n, plan.noise.bias) for n in truth}
+    return [{"settings": {"repeats": settings.repeats, "design": settings.design, "spread_pool": settings.spread_pool,
+                          **asdict(settings.tolerances)},
+             "label": settings.label(),
+             "scenarios": [_summarise(plan.suite, ch, [t[g][s] for t in per_trial], truth, truth_c)
                            for s, ch in enumerate(plan.changes)]}
             for g, settings in enumerate(plan.grid)]
 
@@ -386,7 +644,9 @@ def run_study(plan: StudyPlan, sessions: int, jobs: int = 1, progress: bool = Tr
         for i in range(sessions):
             per_trial.append(_trial_outcomes(plan, i))
             _progress(progress, i + 1, sessions, started)
-    return {"grid": summarise(plan, per_trial), "true_crossover": true_crossovers(plan.suite, plan.noise.bias),
+    truth = true_crossovers(plan.suite, plan.noise.bias)
+    return {"grid": summarise(plan, per_trial), "true_crossover": truth,
+            "true_crossover_c": {n: true_crossover_c(plan.suite, n, plan.noise.bias) for n in truth},
             "elapsed_s": round(time.monotonic() - started, 1)}
 
 
@@ -488,53 +748,144 @@ def measure_noise(docs: Sequence[dict[str, Any]], suite: Suite, sim_sessions: in
 
 
 # -- report ------------------------------------------------------------------------------------
-def _matches(settings: dict[str, Any], target: Tolerances, repeats: int) -> bool:
+def _matches(settings: dict[str, Any], target: Tolerances, repeats: int, design: str | None = None) -> bool:
     t = asdict(target)
-    return settings["repeats"] == repeats and all(settings.get(k) == v for k, v in t.items() if k != "history_sessions")
+    return (settings["repeats"] == repeats and (design is None or settings.get("design", "legacy") == design)
+            and all(settings.get(k) == v for k, v in t.items() if k != "history_sessions" and k in settings))
 
 
-def headline(result: dict[str, Any], target: Tolerances, repeats: int) -> dict[str, Any]:
-    """The target settings (by default the library's): worst case over the history depths K >= 3
-    that were studied (a suite stores 3-5 sessions), and every K on its own."""
+HEADLINE_KEYS = ("sessions", "false_fail_rate", "power_tok_s_5pct", "power_accept_10pct", "power_speculation_5pct",
+                 "launches_per_config")
 
-    def rates(rows: list[dict[str, Any]], name: str, key: str = "fail_rate") -> list[float]:
-        return [s[key] for g in rows for s in g["scenarios"] if s["scenario"] == name]
+
+def _rate(rows: list[dict[str, Any]], name: str, key: str = "fail_rate", worst: Any = max) -> float | None:
+    vals = [s[key] for g in rows for s in g["scenarios"] if s["scenario"] == name and s.get(key) is not None]
+    return worst(vals) if vals else None
+
+
+def _spec_scenario(rows: list[dict[str, Any]]) -> str:
+    return next((s["scenario"] for g in rows for s in g["scenarios"] if s["scenario"].startswith("speculation 0.95x")), "")
+
+
+def headline(result: dict[str, Any], target: Tolerances, repeats: int, design: str | None = None) -> dict[str, Any]:
+    """The target settings and design: worst case over the history depths K >= 3 that were
+    studied (a suite stores 3-5 sessions), and every K on its own. Powers are the isolated
+    gate's own rate (throughput for tok/s drops, accept_length for accept -10 %, speculation for
+    0.95x); the whole suite's rates sit beside them in the rows."""
 
     def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
-        return {"false_fail_rate": max(rates(rows, "A/A")), "power_tok_s_5pct": min(rates(rows, "tok/s -5%")),
-                "power_tok_s_10pct": min(rates(rows, "tok/s -10%")),
-                "power_accept_10pct": min(rates(rows, "accept -10%")),
-                "crossover_within_one_level": min(rates(rows, "A/A", "crossover_within_one_level"))}
+        spec = _spec_scenario(rows)
+        return {"false_fail_rate": _rate(rows, "A/A"),
+                "power_tok_s_5pct": _rate(rows, "tok/s -5%", "throughput_fail_rate", min),
+                "power_tok_s_10pct": _rate(rows, "tok/s -10%", "throughput_fail_rate", min),
+                "power_accept_10pct": _rate(rows, "accept -10%", "accept_length_fail_rate", min),
+                "power_speculation_5pct": _rate(rows, spec, "speculation_fail_rate", min) if spec else None,
+                "suite_power_tok_s_5pct": _rate(rows, "tok/s -5%", "fail_rate", min),
+                "suite_power_speculation_5pct": _rate(rows, spec, "fail_rate", min) if spec else None,
+                "speculation_fail_rate_reference_7pct_faster": _rate(rows, "reference 7% faster", "speculation_fail_rate"),
+                "launches_per_config": _rate(rows, "A/A", "launches_per_config"),
+                "launches_per_config_tok_s_5pct": _rate(rows, "tok/s -5%", "launches_per_config"),
+                "runs_per_session": _rate(rows, "A/A", "runs_per_session"),
+                "crossover_within_one_level": _rate(rows, "A/A", "crossover_within_one_level", min),
+                "crossover_within_1_25x": _rate(rows, "A/A", "crossover_within_1_25x", min)}
 
-    rows = [g for g in result["grid"] if _matches(g["settings"], target, repeats)]
+    rows = [g for g in result["grid"] if _matches(g["settings"], target, repeats, design)]
     if not rows:
         return {}
     deep = [g for g in rows if g["settings"]["history_sessions"] >= MIN_SESSIONS_FOR_SPREAD] or rows
     depths = sorted({g["settings"]["history_sessions"] for g in deep})
+    half = replace(target, prior_between_sd=target.prior_between_sd / 2, prior_day_sd=target.prior_day_sd / 2)
+    half_rows = [g for g in result["grid"] if _matches(g["settings"], half, repeats, design)
+                 and g["settings"]["history_sessions"] >= MIN_SESSIONS_FOR_SPREAD]
     return {**summary(deep),
-            "headline_settings": f"repeats={repeats} " + " ".join(f"{k}={v}" for k, v in asdict(target).items()
-                                                                 if k != "history_sessions")
+            "false_fail_rate_half_prior": _rate(half_rows, "A/A") if half_rows else None,
+            "headline_settings": f"design={design} repeats={repeats} "
+                                 + " ".join(f"{k}={v}" for k, v in asdict(target).items() if k != "history_sessions")
                                  + ", worst over K in " + ",".join(map(str, depths)),
             "by_history": {str(k): summary([g for g in rows if g["settings"]["history_sessions"] == k])
                            for k in sorted({g["settings"]["history_sessions"] for g in rows})}}
 
 
 def render_table(result: dict[str, Any]) -> str:
-    """One markdown row per grid point: false fails, inconclusive, crossover, power per change."""
-    changes = [s["scenario"] for s in result["grid"][0]["scenarios"] if s["scenario"] != "A/A"]
-    head = ["rule", "repeats", "K", "tol tok/acc", "prior tok/acc", "alpha", "false-fail (95% CI)", "inconcl.", "xover ±1",
-            *[f"P({c})" for c in changes]]
+    """One markdown row per grid point: false fails, cost, crossover, the suite's power per change
+    and, in brackets, the isolated gate's own."""
+    changes = [s for s in result["grid"][0]["scenarios"] if s["scenario"] != "A/A"]
+    head = ["design", "rule", "repeats", "K", "prior tok (dof)", "false-fail (95% CI)", "launches/config A/A", "runs/session",
+            "xover ±1 level", "xover 1.25x", *[f"P({c['scenario']})" for c in changes]]
     lines = ["| " + " | ".join(head) + " |", "|" + "---:|" * len(head)]
     for g in result["grid"]:
         st, rows = g["settings"], {s["scenario"]: s for s in g["scenarios"]}
         aa = rows["A/A"]
         lo, hi = aa["fail_ci95"]
-        cells = [st.get("fail_rule", "beyond-tolerance"), str(st["repeats"]), str(st["history_sessions"]), f"{st['throughput']:g}/{st['accept_length']:g}",
-                 f"{st['prior_between_sd']:g}/{st['prior_between_sd_accept']:g}", f"{st['family_alpha']:g}",
-                 f"{aa['fail_rate']:.1%} ({lo:.1%}-{hi:.1%})", f"{aa['inconclusive_rate']:.1%}",
-                 f"{aa['crossover_within_one_level']:.1%}", *[f"{rows[c]['fail_rate']:.2f}" for c in changes]]
+        x125 = aa.get("crossover_within_1_25x")
+
+        def power(c: dict[str, Any]) -> str:
+            row = rows[c["scenario"]]
+            own = row.get(f"{c['isolates']}_fail_rate") if c.get("isolates") else None
+            return f"{row['fail_rate']:.2f}" + (f" ({own:.2f})" if own is not None else "")
+
+        dof = "" if st.get("design", "legacy") == "legacy" else f" ({st.get('prior_between_dof', ''):g}, {st.get('spread_rule', '')}, {st.get('spread_pool', '')})"
+        cells = [st.get("design", "legacy"), st.get("fail_rule", "beyond-tolerance"), str(st["repeats"]), str(st["history_sessions"]),
+                 f"{st['prior_between_sd']:g}{dof}", f"{aa['fail_rate']:.1%} ({lo:.1%}-{hi:.1%})",
+                 f"{aa.get('launches_per_config', 1):.2f}", f"{aa.get('runs_per_session', 0):.0f}",
+                 f"{aa['crossover_within_one_level']:.0%}", "-" if x125 is None else f"{x125:.0%}",
+                 *[power(c) for c in changes]]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+# -- the crossover on a sweep whose truth lies between levels ----------------------------------
+def _crossover_session(suite: Suite, noise: Noise, designs: Sequence[GateSettings], seed: int, index: int) -> list[float | None]:
+    names = list(suite.servers)
+    spec_name = next(n for n, c in suite.servers.items() if c.speculative)
+    ref = suite.servers[spec_name].reference
+    day = float(np.random.default_rng([seed, index, 12]).normal(0.0, noise.day_pct / 100)) if noise.day_pct else 0.0
+    max_l = max(1 if g.design in ("legacy", "on-suspicion") else g.gate_design().launches for g in designs)
+    runs = {n: [simulate_launch(suite, n, _seed(seed, index, 5, l, j), designs[0].repeats, noise, None, day)
+                for l in range(max_l)] for j, n in enumerate(names) if n in (spec_name, ref)}
+    alpha = suite.tolerances.family_alpha / gate_tests(suite)
+    out = []
+    for g in designs:
+        ests = {}
+        for c in suite.sweep.concurrency:
+            if g.design == "legacy":
+                ests[c] = speculation_gate(spec_name, c, runs[spec_name][0][c][0], runs[ref][0][c][0], ref, must_win=False,
+                                           tol=g.tolerances, alpha_cell=alpha).estimate
+            else:
+                d = g.gate_design()
+                n_l = 1 if d.sequential else d.launches
+                ests[c] = must_win_gate(spec_name, c, [l[c][0] for l in runs[spec_name][:n_l]],
+                                        [l[c][0] for l in runs[ref][:n_l]], ref, must_win=False, tol=g.tolerances,
+                                        alpha_cell=d.stage_alpha(alpha), design=d).estimate
+        out.append(estimate_crossover(ests).estimate)
+    return out
+
+
+def crossover_study(suite: Suite, noise: Noise, designs: Sequence[GateSettings], sessions: int, seed: int,
+                    jobs: int = 1) -> dict[str, Any]:
+    """How often each design's crossover estimate lands within CROSSOVER_FACTOR of the truth on
+    ``suite`` (the seed-A profile's sweep: the truth, c35.9, lies between the levels 32 and 64)."""
+    from functools import partial
+
+    spec_name = next(n for n, c in suite.servers.items() if c.speculative)
+    truth = true_crossover_c(suite, spec_name, noise.bias)
+    started = time.monotonic()
+    work = partial(_crossover_session, suite, noise, list(designs), seed)
+    if jobs > 1:
+        import multiprocessing
+
+        with multiprocessing.get_context("fork").Pool(jobs) as pool:
+            per = list(pool.imap(work, range(sessions)))
+    else:
+        per = [work(i) for i in range(sessions)]
+    rows = []
+    for k, g in enumerate(designs):
+        est = [p[k] for p in per]
+        hits = sum(within_factor(e, truth, CROSSOVER_FACTOR, suite.sweep.concurrency) for e in est)
+        rows.append({"design": g.design, "within_1_25x": hits / sessions, "ci95": wilson(hits, sessions),
+                     "median_estimate": float(np.median([e for e in est if e is not None])) if any(e is not None for e in est) else None})
+    return {"suite": str(suite.path), "config": spec_name, "true_crossover_c": truth, "sessions": sessions,
+            "rows": rows, "elapsed_s": round(time.monotonic() - started, 1)}
 
 
 # -- command line ------------------------------------------------------------------------------
@@ -567,6 +918,13 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     grid.add_argument("--family-alpha", type=_floats)
     grid.add_argument("--fail-rule", type=lambda t: [x for x in t.split(",") if x],
                       help=f"comma-separated: {', '.join(FAIL_RULES)}")
+    grid.add_argument("--design", type=lambda t: [x for x in t.split(",") if x],
+                      help=f"comma-separated: {', '.join(DESIGNS)} (default: the library's default design)")
+    grid.add_argument("--prior-dof", type=_floats, help="weight of the prior spread in pseudo dof (inf: known)")
+    grid.add_argument("--spread-rule", type=lambda t: [x for x in t.split(",") if x], help="pooled-t, max-known")
+    p.add_argument("--cache", type=Path, help="keep simulated trials here and reuse them (they do not depend on the grid)")
+    p.add_argument("--crossover-suite", default="perf_tests/suites/seed-a.toml",
+                   help="suite whose sweep scores the crossover estimate against the truth ('none': skip)")
     noise = p.add_argument_group("noise")
     noise.add_argument("--noise", type=lambda t: [x for x in t.split(",") if x], default=["emulator"],
                        help="comma-separated presets, the first gives the headline: emulator, emulator-busy (the "
@@ -588,12 +946,16 @@ def preset(name: str, levels: Sequence[int], drift_pct: float | None = None,
     or busy), and GPU servers with 0.5, 1 or 2 % launch-to-launch drift (docs/gate-study.md says why)."""
     if name in ("emulator", "emulator-busy"):
         return replace(EMULATOR_QUIET if name == "emulator" else EMULATOR_BUSY, drift_pct=drift_pct, jitter_pct=jitter_pct)
-    drift = {"gpu-quiet": 0.5, "gpu": 1.0, "gpu-drift2": 2.0}[name]
+    total = {"gpu-quiet": 0.5, "gpu": 1.0, "gpu-drift2": 2.0}[name]
+    day = total * GPU_DAY_SHARE
+    drift = math.sqrt(total**2 - day**2)
     return Noise(drift_pct=drift if drift_pct is None else drift_pct, jitter_pct=jitter_pct,
-                 within={c: GPU_WITHIN for c in levels}, between={}, stall_rate=0.0, stall_factors=(), bias={})
+                 within={c: GPU_WITHIN for c in levels}, between={}, stall_rate=GPU_STALL_RATE,
+                 stall_factors=GPU_STALL_FACTORS, bias={}, day_pct=day)
 
 
 NOISE_PRESETS = ("emulator", "emulator-busy", "gpu-quiet", "gpu", "gpu-drift2")
+DEFAULT_DESIGN = "on-suspicion" if GateDesign().sequential else f"launches={GateDesign().launches}"
 
 
 def _noise(name: str, args: argparse.Namespace, suite: Suite, measured: Noise | None) -> Noise:
@@ -617,6 +979,10 @@ def run(args: argparse.Namespace) -> int:
     if config not in suite.servers or not suite.servers[config].speculative:
         print(f"specguard study: --config must name a speculative configuration of {args.suite}", file=sys.stderr)
         return 2
+    bad_designs = [d for d in args.design or [] if d not in DESIGNS]
+    if bad_designs:
+        print(f"specguard study: unknown --design {', '.join(bad_designs)}; use {', '.join(DESIGNS)}", file=sys.stderr)
+        return 2
     bad_rules = [r for r in args.fail_rule or [] if r not in FAIL_RULES]
     if bad_rules:
         print(f"specguard study: unknown --fail-rule {', '.join(bad_rules)}; use {', '.join(FAIL_RULES)}", file=sys.stderr)
@@ -629,7 +995,8 @@ def run(args: argparse.Namespace) -> int:
     grid = settings_grid(suite, args.repeats or [suite.sweep.repeats], args.history, args.tolerance or [tol.throughput],
                          args.tolerance_accept or [tol.accept_length], args.prior_sd or [tol.prior_between_sd],
                          args.prior_sd_accept or [tol.prior_between_sd_accept], args.family_alpha or [tol.family_alpha],
-                         args.fail_rule or [tol.fail_rule])
+                         args.fail_rule or [tol.fail_rule], args.design or [DEFAULT_DESIGN], args.prior_dof,
+                         args.spread_rule)
     measured, noise_report = None, None
     if args.noise_from:
         docs = [json.loads(f.read_text(encoding="utf-8")) for f in args.noise_from]
@@ -638,20 +1005,46 @@ def run(args: argparse.Namespace) -> int:
     studies = {}
     for name in args.noise:
         noise = _noise(name, args, suite, measured)
-        plan = StudyPlan(suite, grid, scenarios(suite, config, noise), noise, args.seed)
+        plan = StudyPlan(suite, grid, scenarios(suite, config, noise), noise, args.seed, args.cache)
         studies[name] = {"noise": asdict(noise), **run_study(plan, args.sessions, args.jobs)}
         print(f"\nnoise {name}:\n{render_table(studies[name])}")
     target = suite.tolerances if args.headline == "suite" else Tolerances()
-    if not headline(studies[args.noise[0]], target, suite.sweep.repeats):
+    design = DEFAULT_DESIGN if DEFAULT_DESIGN in (args.design or [DEFAULT_DESIGN]) else (args.design or [DEFAULT_DESIGN])[0]
+    head = headline(studies[args.noise[0]], target, suite.sweep.repeats, design)
+    if not head:
         print(f"specguard study: the grid has no point with the {args.headline} tolerances at repeats="
               f"{suite.sweep.repeats}; the document gets no headline rates", file=sys.stderr)
-    doc = {"sessions": args.sessions, **headline(studies[args.noise[0]], target, suite.sweep.repeats),
-           "headline_noise": args.noise[0], "headline_of": args.headline,
+    cross = None
+    if args.crossover_suite and args.crossover_suite != "none":
+        cs = load_suite(args.crossover_suite)
+        head_noise = _noise(args.noise[0], args, cs, None) if args.noise[0].startswith("gpu") else preset("gpu", cs.sweep.concurrency)
+        designs = [g for g in grid if _matches({"repeats": g.repeats, "design": g.design, **asdict(g.tolerances)},
+                                               replace(target, history_sessions=g.tolerances.history_sessions), g.repeats)]
+        seen, uniq = set(), []
+        for g in designs:
+            if g.design not in seen:
+                seen.add(g.design)
+                uniq.append(replace(g, repeats=cs.sweep.repeats, tolerances=replace(g.tolerances, prior_between_sd=target.prior_between_sd)))
+        if uniq:
+            cross = crossover_study(cs, head_noise, uniq, args.sessions, args.seed, args.jobs)
+            print(f"\ncrossover on {cs.path} (truth c{cross['true_crossover_c']:.1f}): "
+                  + ", ".join(f"{r['design']}: {r['within_1_25x']:.0%} within 1.25x" for r in cross["rows"]))
+    seed_a = next((r["within_1_25x"] for r in (cross or {}).get("rows", []) if r["design"] == design), None)
+    doc = {"sessions": args.sessions, **head, "crossover_within_1_25x_seed_a": seed_a,
+           "headline_noise": args.noise[0], "headline_of": args.headline, "headline_design": design,
            "suite": str(args.suite), "changed_config": config, "seed": args.seed, "gate_tests": gate_tests(suite),
-           "argv": sys.argv[1:], "noise_measurement": noise_report, "studies": studies}
+           "argv": sys.argv[1:], "noise_measurement": noise_report, "crossover_study": cross, "studies": studies}
     if args.json_path:
         atomic_write_json(args.json_path, doc)
+    print(summary_line(doc))
     return 0
+
+
+def summary_line(doc: dict[str, Any]) -> str:
+    """The last line of `specguard study`: the headline keys of gate-study.json, by the same names."""
+    def fmt(v: Any) -> str:
+        return "nan" if v is None else (f"{v:.4g}" if isinstance(v, float) else str(v))
+    return " ".join(f"{k}={fmt(doc.get(k))}" for k in HEADLINE_KEYS)
 
 
 def main(argv: list[str] | None = None) -> int:

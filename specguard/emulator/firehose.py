@@ -40,7 +40,7 @@ class Firehose:
         req = GenRequest(prompt_tokens, max_new_tokens)
         req.admit_ms = req.first_token_ms = req.finish_ms = 0.0
         ctx = RequestContext(rid=FIREHOSE_ID, req=req, out=self.out, wall_s=lambda ms: ms / 1000.0,
-                             spec_num_steps=None, model=model)
+                             spec_draft_tokens=None, model=model)
         fmt = make_format(ctx)
         key = (type(fmt), getattr(fmt, "incremental", None), ctx.include_usage, model, prompt_tokens, max_new_tokens)
         cached = self._cache.get(key)

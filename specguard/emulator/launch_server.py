@@ -4,8 +4,9 @@
         --speculative-algorithm EAGLE3 --emulator-profile fast
 
 SGLang flags the emulator does not model are accepted with a warning. Emulator-only flags start
-with ``--emulator-``. The launch applies SGLang's silent adjustments (``spec.resolve_settings``)
-and logs them as warnings, as SGLang does; /server_info then reports the effective values.
+with ``--emulator-``; an unknown ``--emulator-*`` flag is an error. The launch applies SGLang's
+silent adjustments (``spec.resolve_settings``) and logs them as warnings, as SGLang does;
+/server_info then reports the effective values.
 """
 
 from __future__ import annotations
@@ -19,7 +20,11 @@ import queue
 import secrets
 import shlex
 import sys
+import time
 
+from specguard.emulator import categories
+from specguard.emulator.categories import parse_category_factors
+from specguard.emulator.adaptive import AdaptiveConfigError
 from specguard.emulator.faults import add_fault_arguments, fault_settings_from_args
 from specguard.emulator.model import SchedulerConfig
 from specguard.emulator.profile import load_profile
@@ -30,6 +35,7 @@ DEFAULT_PROFILE = "fast"
 ACCEPT_LENGTH_ENV = "SGLANG_SIMULATE_ACC_LEN"
 
 log = logging.getLogger("specguard.emulator")
+LAUNCHED_MONOTONIC_S = time.monotonic()
 
 
 def build_arg_parser() -> argparse.ArgumentParser:
@@ -45,7 +51,11 @@ def build_arg_parser() -> argparse.ArgumentParser:
     g.add_argument("--host", default="127.0.0.1")
     g.add_argument("--port", type=int, default=30000, help="0 picks a free port (printed when listening)")
     g.add_argument("--tp-size", "--tp", dest="tp_size", type=int, default=1)
-    g.add_argument("--dp-size", "--dp", dest="dp_size", type=int, default=1)
+    g.add_argument("--dp-size", "--dp", "--data-parallel-size", dest="dp_size", type=int, default=1,
+                   help="replicas (0.5.23); with --enable-dp-attention: attention-DP ranks (deprecated spelling)")
+    g.add_argument("--attn-dp-size", "--attention-data-parallel-size", dest="attn_dp_size", type=int, default=1)
+    g.add_argument("--enable-dp-attention", action="store_true",
+                   help="Deprecated. Use --attn-dp-size <dp-size> instead of --dp-size <dp-size> --enable-dp-attention.")
     g.add_argument("--dtype", default="auto")
     g.add_argument("--context-length", type=int, default=None)
     g.add_argument("--mem-fraction-static", type=float, default=None)
@@ -61,18 +71,32 @@ def build_arg_parser() -> argparse.ArgumentParser:
     g.add_argument("--skip-server-warmup", action="store_true")
     g.add_argument("--trust-remote-code", action="store_true")
     g.add_argument("--disable-radix-cache", action="store_true", help="no prefix-cache hits for repeated prompts")
-    g.add_argument("--disable-cuda-graph", action="store_true")
-    g.add_argument("--speculative-algorithm", type=str.upper, choices=SPEC_ALGORITHMS, default=None)
-    g.add_argument("--speculative-draft-model-path", default=None)
+    g.add_argument("--disable-cuda-graph", action="store_true", help="deprecated alias of --disable-decode-cuda-graph")
+    g.add_argument("--disable-decode-cuda-graph", action="store_true")
+    g.add_argument("--cuda-graph-max-bs-decode", type=int, default=None)
+    g.add_argument("--cuda-graph-bs-decode", type=int, nargs="+", default=None)
+    g.add_argument("--disable-cuda-graph-padding", action="store_true")
+    g.add_argument("--stream-response-default-include-usage", action="store_true")
+    g.add_argument("--speculative-algorithm", default=None, help=f"one of {', '.join(SPEC_ALGORITHMS)}")
+    g.add_argument("--speculative-draft-model-path", "--speculative-draft-model", default=None)
     g.add_argument("--speculative-num-steps", type=int, default=None)
     g.add_argument("--speculative-eagle-topk", type=int, default=None)
     g.add_argument("--speculative-num-draft-tokens", type=int, default=None)
+    g.add_argument("--speculative-adaptive", action="store_true")
+    g.add_argument("--speculative-adaptive-config", default=None, help="path to a JSON file")
+    g.add_argument("--speculative-ngram-min-bfs-breadth", type=int, default=1)
+    g.add_argument("--speculative-ngram-max-bfs-breadth", type=int, default=10)
+    g.add_argument("--speculative-ngram-match-type", choices=["BFS", "PROB"], default="BFS")
+    g.add_argument("--speculative-ngram-max-trie-depth", type=int, default=18)
+    g.add_argument("--speculative-ngram-capacity", type=int, default=10 * 1000 * 1000)
 
     e = p.add_argument_group("emulator flags")
     e.add_argument("--emulator-profile", default=DEFAULT_PROFILE, help="profile name or TOML path")
     e.add_argument("--emulator-speed-factor", type=float, default=1.0, help="divide all modelled times by X")
     e.add_argument("--emulator-step-scale", type=float, default=1.0, help="multiply step times (1.111 = ~10%% slower)")
     e.add_argument("--emulator-accept-length", type=float, default=None, help=f"force a mean accept length (overrides {ACCEPT_LENGTH_ENV})")
+    e.add_argument("--emulator-category-accept", action="append", default=[], metavar="CATEGORY=FACTOR",
+                   help="multiply one prompt category's acceptance per draft position, e.g. code=0.85 (repeatable)")
     e.add_argument("--emulator-jitter-pct", type=float, default=None, help="per-step noise sd in %% (default: profile)")
     e.add_argument("--emulator-drift-pct", type=float, default=None, help="per-launch speed sd in %% (default: profile)")
     e.add_argument("--emulator-startup-s", type=float, default=0.0, help="answer 503 on /health* this long")
@@ -93,22 +117,45 @@ def build_settings(args: argparse.Namespace, argv: list[str]) -> ServerSettings:
         log.info("%s=%s: forcing the mean accept length", ACCEPT_LENGTH_ENV, accept_length)
     requested = SpecRequest(
         args.speculative_algorithm, args.speculative_num_steps, args.speculative_eagle_topk,
-        args.speculative_num_draft_tokens,
+        args.speculative_num_draft_tokens, adaptive=args.speculative_adaptive,
+        adaptive_config=args.speculative_adaptive_config,
+        ngram_max_bfs_breadth=args.speculative_ngram_max_bfs_breadth,
+        draft_model_path=args.speculative_draft_model_path,
     )
-    serving = resolve_settings(profile, requested, args.max_running_requests, accept_length)
+    dp_size, attn_dp_size = args.dp_size, args.attn_dp_size
+    if args.enable_dp_attention and attn_dp_size == 1:  # parallel_hook.handle_deprecated_dp_attention
+        dp_size, attn_dp_size = 1, args.dp_size
+    chunked_prefill_size = args.chunked_prefill_size or 8192
+    if attn_dp_size > 1:
+        if args.tp_size % attn_dp_size:
+            raise ValueError(
+                f"--tp-size {args.tp_size} is not a multiple of the attention-DP size {attn_dp_size} "
+                "(SGLang 0.5.23 asserts tp_size % attn_dp_size == 0 in _handle_data_parallelism)"
+            )
+        log.warning("DP attention is enabled. chunked prefill size is adjusted from %d to %d.",
+                    chunked_prefill_size, chunked_prefill_size // attn_dp_size)
+        chunked_prefill_size //= attn_dp_size
+    try:
+        serving = resolve_settings(profile, requested, args.max_running_requests, accept_length,
+                                   dp_size=dp_size, attn_dp_size=attn_dp_size)
+    except AdaptiveConfigError as exc:
+        raise ValueError(str(exc)) from None
     for message in serving.warnings:
         log.warning(message)
+    spec = serving.spec
+    cuda_graph_bs = decode_cuda_graph_bs(args, serving.rank_cap, spec is not None)
 
     seed = args.random_seed if args.random_seed is not None else secrets.randbelow(1 << 30)
     jitter = profile.jitter_pct if args.emulator_jitter_pct is None else args.emulator_jitter_pct
     drift = profile.drift_pct if args.emulator_drift_pct is None else args.emulator_drift_pct
     config = SchedulerConfig(
         profile, serving, seed, args.emulator_step_scale, args.emulator_speed_factor, jitter, drift,
-        args.decode_log_interval,
+        args.decode_log_interval, cuda_graph_bs,
+        category_accept_factor=parse_category_factors(args.emulator_category_accept),
     )
+    categories.warm()
     model_path = args.model_path or profile.model_path
     context_length = args.context_length or profile.context_length
-    spec = serving.spec
     server_args = {
         "model_path": model_path,
         "tokenizer_path": args.tokenizer_path or model_path,
@@ -125,13 +172,17 @@ def build_settings(args: argparse.Namespace, argv: list[str]) -> ServerSettings:
         "max_running_requests": serving.reported_max_running_requests,
         "max_queued_requests": None,
         "max_total_tokens": args.max_total_tokens or 4 * context_length,
-        "chunked_prefill_size": args.chunked_prefill_size or 8192,
+        "chunked_prefill_size": chunked_prefill_size,
         "schedule_policy": "fcfs",
         "page_size": 1,
         "disable_radix_cache": args.disable_radix_cache,
+        "disaggregation_mode": "null",  # a server argument: top level and in every internal state
         "tp_size": args.tp_size,
         "pp_size": 1,
-        "dp_size": args.dp_size,
+        "dp_size": dp_size,
+        "attn_dp_size": attn_dp_size,
+        "enable_dp_attention": attn_dp_size > 1,  # synthesised by ServerArgs.resolved_dict
+        "load_balance_method": "round_robin",
         "ep_size": 1,
         "device": "cuda",
         "random_seed": seed,
@@ -147,6 +198,15 @@ def build_settings(args: argparse.Namespace, argv: list[str]) -> ServerSettings:
         "enable_metrics": args.enable_metrics,
         "decode_log_interval": args.decode_log_interval,
         "disable_cuda_graph": args.disable_cuda_graph,
+        "disable_decode_cuda_graph": args.disable_decode_cuda_graph or args.disable_cuda_graph,
+        "cuda_graph_bs_decode": args.cuda_graph_bs_decode,
+        "cuda_graph_max_bs_decode": args.cuda_graph_max_bs_decode,
+        "disable_cuda_graph_padding": args.disable_cuda_graph_padding,
+        "stream_response_default_include_usage": args.stream_response_default_include_usage,
+        "enable_mixed_chunk": False,
+        "disable_overlap_schedule": False,
+        "attention_backend": None,
+        "enable_deterministic_inference": False,
         "speculative_algorithm": spec.reported_algorithm if spec else None,
         "speculative_draft_model_path": args.speculative_draft_model_path if spec else None,
         "speculative_num_steps": spec.num_steps if spec else None,
@@ -155,7 +215,15 @@ def build_settings(args: argparse.Namespace, argv: list[str]) -> ServerSettings:
         "speculative_accept_threshold_single": 1.0,
         "speculative_accept_threshold_acc": 1.0,
         "speculative_token_map": None,
-        "speculative_adaptive": False,
+        "speculative_adaptive": serving.adaptive is not None,
+        "speculative_adaptive_config": args.speculative_adaptive_config,
+        "speculative_ngram_min_bfs_breadth": args.speculative_ngram_min_bfs_breadth,
+        "speculative_ngram_max_bfs_breadth": args.speculative_ngram_max_bfs_breadth,
+        "speculative_ngram_match_type": args.speculative_ngram_match_type,
+        "speculative_ngram_max_trie_depth": args.speculative_ngram_max_trie_depth,
+        "speculative_ngram_capacity": args.speculative_ngram_capacity,
+        "enable_multi_layer_eagle": False,
+        "enable_two_batch_overlap": False,
         "launch_command": shlex.join(argv),
     }
     emulator_info = {
@@ -169,6 +237,8 @@ def build_settings(args: argparse.Namespace, argv: list[str]) -> ServerSettings:
         "effective_max_running_requests": serving.max_running_requests,
         "accept_prob": list(spec.accept_prob) if spec else None,
         "expected_accept_length": spec.expected_accept_length if spec else None,
+        "architecture": profile.architecture,
+        "adaptive_candidate_steps": serving.adaptive.candidates if serving.adaptive else None,
     }
     return ServerSettings(
         scheduler_config=config,
@@ -178,11 +248,38 @@ def build_settings(args: argparse.Namespace, argv: list[str]) -> ServerSettings:
         api_key=args.api_key,
         enable_metrics=args.enable_metrics,
         incremental_streaming_output=args.incremental_streaming_output,
+        stream_default_include_usage=args.stream_response_default_include_usage,
         startup_s=args.emulator_startup_s,
         emulator_info=emulator_info,
         faults=fault_settings_from_args(args),
         firehose_events_per_write=args.emulator_firehose,
+        launched_monotonic_s=LAUNCHED_MONOTONIC_S,
     )
+
+
+def decode_cuda_graph_bs(args: argparse.Namespace, rank_cap: int, speculative: bool) -> list[int] | None:
+    """The decode CUDA-graph batch sizes a rank captures (None: graphs disabled, no padding).
+
+    Sizes as ``generate_decode_cuda_graph_batch_sizes`` (srt/arg_groups/cuda_graph_hook.py) up to
+    ``--cuda-graph-max-bs-decode``; the emulator's default max is the rank's request cap (at most
+    512), where a real server derives it from GPU memory. ``--cuda-graph-bs-decode`` wins.
+    """
+    if args.disable_cuda_graph or args.disable_decode_cuda_graph:
+        return None
+    if args.cuda_graph_bs_decode:
+        return sorted(set(args.cuda_graph_bs_decode))
+    max_bs = args.cuda_graph_max_bs_decode or min(rank_cap, 512)
+    if args.disable_cuda_graph_padding:
+        sizes = list(range(1, max_bs + 1))
+    elif not speculative:
+        sizes = [1, 2, 4, 8, 12] + list(range(16, 257, 8)) + list(range(272, 512, 16)) + list(range(512, max_bs + 1, 32))
+    else:
+        sizes = (list(range(1, 9)) + list(range(10, 33, 2)) + list(range(40, 65, 4)) + list(range(72, 257, 8))
+                 + list(range(272, max_bs + 1, 16)))
+    sizes = [b for b in sizes if b <= max_bs]
+    if max_bs not in sizes:
+        sizes.append(max_bs)
+    return sizes
 
 
 def _start_logging(level: str) -> logging.handlers.QueueListener:
@@ -202,6 +299,13 @@ def main(argv: list[str] | None = None) -> int:
     """Parse SGLang-style flags, resolve them and serve until SIGTERM/SIGINT. Returns an exit code."""
     argv = sys.argv[1:] if argv is None else list(argv)
     args, unknown = build_arg_parser().parse_known_args(argv)
+    bad = [item.split("=")[0] for item in unknown if item.startswith("--emulator-")]
+    if bad:
+        sys.stderr.write(
+            f"error: unknown emulator flag {bad[0]} (the --emulator-* flags are listed by "
+            "`python -m specguard.emulator.launch_server --help`)\n"
+        )
+        return 2
     listener = _start_logging(args.log_level)
     try:
         for item in unknown:

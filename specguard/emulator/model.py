@@ -8,7 +8,9 @@ sleeps and never does I/O: the HTTP server drives it in real time on absolute de
 simulator is the ground truth for what the server should measure.
 
 Step cost (design.md):
-    decode_ms  = forward_ms(B * D) + num_steps * draft_ms(B) + attention_ms_per_ktok * sum(ctx) / 1000
+    decode_ms  = forward_ms(B * D) + passes * draft_ms(B) + attention_ms_per_ktok * sum(ctx) / 1000
+    (D draft tokens, passes = num_steps for the EAGLE chain, 1 for NGRAM/DFLASH; under adaptive
+    speculation D = steps + 1 of the batch's slot, and steps 0 is a plain decode: D = 1, no draft)
     prefill_ms = forward_ms(new requests) + prefill_ms_per_ktok * uncached prompt tokens / 1000
 both times step_scale * drift (per launch) * jitter (per step) / speed_factor.
 """
@@ -24,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from specguard.emulator.adaptive import AdaptivePolicy
 from specguard.emulator.profile import EmulatorProfile
 from specguard.emulator.spec import ServingSettings, SpecRequest, resolve_settings
 
@@ -40,6 +43,9 @@ class SchedulerConfig:
     jitter_pct: float | None = None  # None = the profile's value
     drift_pct: float | None = None  # None = the profile's value
     decode_log_interval: int = 40  # decode steps between updates of the logged gauges
+    cuda_graph_bs: list[int] | None = None  # decode CUDA-graph batch sizes (adaptive routing pads to them)
+    # --emulator-category-accept: category -> factor on its conditional acceptance per position
+    category_accept_factor: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(eq=False)  # identity semantics: two requests are never "equal"
@@ -59,8 +65,12 @@ class GenRequest:
     completion_tokens: int = 0
     verify_ct: int = 0  # decode (verify) steps this request took part in
     accepted_drafts: int = 0
+    # correct_hist[k] = verify steps that accepted exactly k drafts (spec_correct_drafts_histogram)
+    correct_hist: list[int] = field(default_factory=list)
+    rank: int = 0  # DP rank the request was dispatched to (round robin)
     aborted: bool = False
     tag: Any = None  # the driver's per-request data (the HTTP server keeps its stream here)
+    category: str = ""  # prompt category (emulator/categories.py): picks its acceptance, if the profile has one
 
     @property
     def remaining(self) -> int:
@@ -79,6 +89,8 @@ class Step:
     requests: list[GenRequest]
     grants: list[int]  # new tokens per request, in the same order
     duration_ms: float
+    steps: int = 0  # speculative steps this decode ran with
+    draft_tokens: int = 1  # tokens per request in its verify
 
 
 # SGLang's bucket bounds in seconds (see metrics.txt in the captures).
@@ -114,6 +126,7 @@ class TokenCounters:
     cached_tokens: int = 0
     generation_tokens: int = 0
     verify_calls: int = 0
+    spec_requests: int = 0  # finished requests with verify steps (spec_verify_calls_total is inc()ed by them)
     ttft: LatencyHistogram = field(default_factory=lambda: LatencyHistogram(TTFT_BUCKETS_S))
     e2e: LatencyHistogram = field(default_factory=lambda: LatencyHistogram(E2E_BUCKETS_S))
 
@@ -127,13 +140,16 @@ class SchedulerStats:
     gen_throughput: float = 0.0  # tok/s over the last log interval
     spec_accept_length: float = 0.0  # over the last log interval
     spec_accept_rate: float = 0.0  # over the last log interval
-    avg_spec_accept_length: float = 0.0  # since the last reset (/flush_cache), as last logged
+    spec_num_steps: int = 0  # sglang:spec_num_steps, sampled at the fold (0 before the first)
+    spec_num_draft_tokens: int = 0
+    avg_spec_accept_length: float | None = None  # since start or /flush_cache; None before the first fold
     counters: dict[bool, TokenCounters] = field(
         default_factory=lambda: {True: TokenCounters(), False: TokenCounters()}
     )  # keyed by "is streaming"
     _interval_start_ms: float | None = None
     _interval_tokens: int = 0
     _interval_verifies: int = 0
+    _interval_correct: int = 0
     _reset_tokens: int = 0
     _reset_verifies: int = 0
 
@@ -166,13 +182,26 @@ class PrefixCache:
 
 
 class BatchScheduler:
-    """FCFS continuous batching under a running-request cap, with a step cost and acceptance model."""
+    """FCFS continuous batching under a running-request cap, with a step cost and acceptance model.
+
+    With several DP ranks (replicas or attention DP) requests are dispatched round robin, as
+    SGLang's default ``load_balance_method`` does, and each rank admits up to its own cap. The
+    ranks step together: attention-DP ranks cost as one batch of all their requests; replicas
+    run in parallel, so a step costs what the largest replica batch costs.
+    """
 
     def __init__(self, config: SchedulerConfig) -> None:
         self.config = config
         self.profile = config.profile
-        self.spec = config.settings.spec
-        self.max_running_requests = config.settings.max_running_requests
+        settings = config.settings
+        self.settings = settings
+        self.spec = settings.spec
+        self.max_running_requests = settings.max_running_requests
+        self.rank_cap = settings.rank_cap
+        self.num_ranks = settings.ranks
+        self.replicas = settings.dp_size
+        self.running_per_rank = [0] * self.num_ranks
+        self._next_rank = 0
         self.waiting: deque[GenRequest] = deque()
         self.running: list[GenRequest] = []
         self.prefix_cache = PrefixCache()
@@ -185,13 +214,33 @@ class BatchScheduler:
         self.drift = _mean_one_lognormal(self._noise_rng, drift_pct / 100.0)  # this launch's speed offset
         self._jitter_sd = jitter_pct / 100.0
         self._time_factor = config.step_scale * self.drift / config.speed_factor
+        self.adaptive: AdaptivePolicy | None = None
         if self.spec is not None:
-            # P(at least j drafts accepted), j = 1..num_steps: decreasing, one uniform draw per request.
+            # P(at least j drafts accepted), j = 1..positions: decreasing, one uniform draw per request.
             self._survival = np.cumprod(np.array(self.spec.accept_prob, dtype=float))
+            self._survival_by_category = category_survival(self.spec, config.category_accept_factor)
+            if settings.adaptive is not None:
+                self.adaptive = AdaptivePolicy(settings.adaptive, config.cuda_graph_bs)
+
+    @property
+    def current_steps(self) -> int | None:
+        """Steps the drafter runs now (adaptive: the last activated slot's); None without speculation."""
+        if self.spec is None:
+            return None
+        return self.adaptive.active_steps if self.adaptive is not None else self.spec.num_steps
+
+    @property
+    def current_draft_tokens(self) -> int | None:
+        if self.spec is None:
+            return None
+        return self.adaptive.active_steps + 1 if self.adaptive is not None else self.spec.num_draft_tokens
 
     # -- queue -------------------------------------------------------------------------------
     def submit(self, req: GenRequest, now_ms: float) -> None:
         req.arrival_ms = now_ms
+        if self.num_ranks > 1:
+            req.rank = self._next_rank
+            self._next_rank = (self._next_rank + 1) % self.num_ranks
         self.waiting.append(req)
 
     def abort(self, req: GenRequest) -> None:
@@ -203,14 +252,23 @@ class BatchScheduler:
             self.waiting.remove(req)
         elif req in self.running:
             self.running.remove(req)
+            self.running_per_rank[req.rank] -= 1
 
     def has_work(self) -> bool:
         return bool(self.waiting or self.running)
 
+    def _can_admit(self) -> bool:
+        if not self.waiting:
+            return False
+        if self.num_ranks == 1:
+            return len(self.running) < self.rank_cap
+        per_rank, cap = self.running_per_rank, self.rank_cap
+        return any(per_rank[r.rank] < cap for r in self.waiting)
+
     # -- steps -------------------------------------------------------------------------------
     def next_step(self, now_ms: float) -> Step | None:
         """Plan the step starting at ``now_ms``: admit and prefill if possible, else decode."""
-        if self.waiting and len(self.running) < self.max_running_requests:
+        if self._can_admit():
             return self._prefill_step(now_ms)
         if self.running:
             return self._decode_step(now_ms)
@@ -218,12 +276,22 @@ class BatchScheduler:
 
     def _prefill_step(self, now_ms: float) -> Step:
         admitted = []
-        while self.waiting and len(self.running) < self.max_running_requests:
+        kept: deque[GenRequest] = deque()
+        per_rank, cap = self.running_per_rank, self.rank_cap
+        while self.waiting:
             req = self.waiting.popleft()
+            if per_rank[req.rank] >= cap:
+                kept.append(req)  # its rank is full; another rank may still admit
+                if self.num_ranks == 1:
+                    break
+                continue
             req.admit_ms = max(now_ms, req.arrival_ms)  # a catching-up driver may plan in the past
             req.cached_tokens = self.prefix_cache.cached_tokens(req.prompt_key, req.prompt_tokens)
             self.running.append(req)
+            per_rank[req.rank] += 1
             admitted.append(req)
+        kept.extend(self.waiting)
+        self.waiting = kept
         uncached = sum(r.prompt_tokens - r.cached_tokens for r in admitted)
         cost_ms = self.profile.forward_ms(len(admitted)) + self.profile.prefill_ms_per_ktok * uncached / 1000.0
         grants = [min(1, r.remaining) for r in admitted]
@@ -233,18 +301,37 @@ class BatchScheduler:
         batch = list(self.running)
         b = len(batch)
         context_tokens = sum(r.prompt_tokens + r.completion_tokens for r in batch)
-        cost_ms = self.profile.attention_ms_per_ktok * context_tokens / 1000.0
+        # Replicas step in parallel: the largest replica batch sets the pace.
+        cost_b = max(self.running_per_rank) if self.replicas > 1 else b
+        cost_ms = self.profile.attention_ms_per_ktok * context_tokens / 1000.0 / self.replicas
+        steps, draft_tokens = 0, 1
         if self.spec is None:
-            cost_ms += self.profile.forward_ms(b)
+            cost_ms += self.profile.forward_ms(cost_b)
             grants = [1] * b
         else:
             spec = self.spec
-            cost_ms += self.profile.forward_ms(b * spec.num_draft_tokens) + spec.num_steps * spec.draft_ms(b)
-            accepted = (self._accept_rng.random(b)[:, None] < self._survival).sum(axis=1).tolist()
-            grants = [min(1 + a, r.remaining) for a, r in zip(accepted, batch)]
+            if self.adaptive is not None:
+                steps = self.adaptive.activate(cost_b)
+                draft_tokens = steps + 1
+            else:
+                steps, draft_tokens = spec.num_steps, spec.num_draft_tokens
+            passes = spec.draft_passes(steps)
+            cost_ms += self.profile.forward_ms(cost_b * draft_tokens)
+            if passes:
+                cost_ms += passes * spec.draft_ms(cost_b)
+            positions = spec.positions(steps)
+            if positions > 0:
+                survival = self._survival[:positions]
+                if self._survival_by_category:  # one row per request: its category's acceptance
+                    by_cat, default = self._survival_by_category, self._survival
+                    survival = np.stack([by_cat.get(r.category, default)[:positions] for r in batch])
+                accepted = (self._accept_rng.random(b)[:, None] < survival).sum(axis=1).tolist()
+                grants = [min(1 + a, r.remaining) for a, r in zip(accepted, batch)]
+            else:
+                grants = [1] * b
         if self.stats._interval_start_ms is None:
             self.stats._interval_start_ms = now_ms
-        return Step("decode", batch, grants, self._scaled(cost_ms))
+        return Step("decode", batch, grants, self._scaled(cost_ms), steps, draft_tokens)
 
     def _scaled(self, cost_ms: float) -> float:
         cost_ms *= self._time_factor
@@ -256,13 +343,22 @@ class BatchScheduler:
         """Apply a step that ended at ``now_ms``; returns the requests it finished."""
         finished = []
         decode = step.kind == "decode"
+        spec = decode and self.spec is not None
+        correct_all: list[int] = []
         for req, grant in zip(step.requests, step.grants):
             if req.aborted:
                 continue
             req.completion_tokens += grant
             if decode:
                 req.verify_ct += 1
-                req.accepted_drafts += grant - 1
+                if spec:
+                    correct = grant - 1
+                    req.accepted_drafts += correct
+                    hist = req.correct_hist
+                    while len(hist) <= correct:
+                        hist.append(0)
+                    hist[correct] += 1
+                    correct_all.append(correct)
             elif req.first_token_ms is None:
                 req.first_token_ms = now_ms
             if req.remaining <= 0:
@@ -271,8 +367,14 @@ class BatchScheduler:
                 self._count_finished(req)
         if finished:
             self.running = [r for r in self.running if not r.finished]
+            for req in finished:
+                if not req.aborted:
+                    self.running_per_rank[req.rank] -= 1
         if decode:
-            self._log_decode_step(step, now_ms)
+            if self.adaptive is not None:
+                cost_b = max(self.running_per_rank) if self.replicas > 1 else len(step.requests)
+                self.adaptive.on_verify(correct_all, cost_b)
+            self._log_decode_step(step, now_ms, sum(correct_all))
         else:
             self.stats.prefill_steps += 1
         return finished
@@ -286,43 +388,66 @@ class BatchScheduler:
         c.prompt_tokens += req.prompt_tokens
         c.cached_tokens += req.cached_tokens
         c.generation_tokens += req.completion_tokens
-        c.verify_calls += req.verify_ct
+        if self.spec is not None and req.verify_ct > 0:
+            c.verify_calls += req.verify_ct
+            c.spec_requests += 1
         c.ttft.observe((req.first_token_ms - req.arrival_ms) / 1000.0)
         c.e2e.observe((req.finish_ms - req.arrival_ms) / 1000.0)
 
-    def _log_decode_step(self, step: Step, now_ms: float) -> None:
+    def _log_decode_step(self, step: Step, now_ms: float, correct: int) -> None:
+        """MetricsReporter.log_decode_stats: window counters, folded every decode_log_interval steps."""
         s = self.stats
         s.decode_steps += 1
         tokens = sum(step.grants)
         s._interval_tokens += tokens
         s._interval_verifies += len(step.grants)
-        s._reset_tokens += tokens
-        s._reset_verifies += len(step.grants)
+        s._interval_correct += correct
         if s.decode_steps % self.config.decode_log_interval:
             return
         elapsed_ms = now_ms - (s._interval_start_ms if s._interval_start_ms is not None else now_ms)
         s.gen_throughput = s._interval_tokens / (elapsed_ms / 1000.0) if elapsed_ms > 0 else 0.0
         if self.spec is not None and s._interval_verifies:
             s.spec_accept_length = s._interval_tokens / s._interval_verifies
-            s.spec_accept_rate = (s.spec_accept_length - 1.0) / self.spec.num_steps
+            # correct drafts / (verify steps x (current num_draft_tokens - 1))
+            proposed = s._interval_verifies * (self.current_draft_tokens - 1)
+            s.spec_accept_rate = s._interval_correct / proposed if proposed > 0 else 0.0
+            s._reset_tokens += s._interval_tokens
+            s._reset_verifies += s._interval_verifies
             s.avg_spec_accept_length = s._reset_tokens / s._reset_verifies
+            s.spec_num_steps = self.current_steps
+            s.spec_num_draft_tokens = self.current_draft_tokens
         s._interval_start_ms = now_ms
-        s._interval_tokens = s._interval_verifies = 0
+        s._interval_tokens = s._interval_verifies = s._interval_correct = 0
 
     def decode_log_line(self) -> str:
         """The line SGLang logs every ``decode_log_interval`` decode steps."""
         s = self.stats
-        line = f"Decode batch. #running-req: {len(self.running)}, "
+        line = f"Decode batch, #running-req: {len(self.running)}, "
         if self.spec is not None:
             line += f"accept len: {s.spec_accept_length:.2f}, accept rate: {s.spec_accept_rate:.2f}, "
         return line + f"gen throughput (token/s): {s.gen_throughput:.2f}, #queue-req: {len(self.waiting)}"
 
     def reset_accept_stats(self) -> None:
-        """What /flush_cache does to the accept-length statistics (and the prefix cache)."""
+        """What a successful /flush_cache does (``MetricsReporter.reset_metrics`` and the radix cache)."""
         s = self.stats
         s._reset_tokens = s._reset_verifies = 0
-        s.avg_spec_accept_length = 0.0
+        s._interval_tokens = s._interval_verifies = s._interval_correct = 0
+        s.avg_spec_accept_length = None
+        s.decode_steps = 0
         self.prefix_cache.clear()
+
+
+def category_survival(spec: Any, factors: dict[str, float]) -> dict[str, np.ndarray]:
+    """Category -> P(at least j drafts accepted), j = 1..positions: the profile's per-category
+    acceptance (else its default), each position's conditional probability times the category's
+    factor (capped at 1). {} when neither the profile nor the flags name a category (the common
+    case keeps the one-row fast path)."""
+    own = dict(spec.accept_prob_by_category)
+    out = {}
+    for category in sorted(set(own) | set(factors)):
+        probs = np.array(own.get(category, spec.accept_prob), dtype=float) * factors.get(category, 1.0)
+        out[category] = np.cumprod(np.minimum(probs, 1.0))
+    return out
 
 
 def _mean_one_lognormal(rng: np.random.Generator, sd: float) -> float:
@@ -367,16 +492,22 @@ def simulate_closed_loop(
     jitter_pct: float | None = 0.0,
     drift_pct: float | None = 0.0,
     same_prompt: bool = True,
+    dp_size: int = 1,
+    attn_dp_size: int = 1,
+    cuda_graph_bs: list[int] | None = None,
 ) -> SimulationResult:
     """Run ``num_requests`` requests through the scheduler with ``concurrency`` clients, in virtual time.
 
     Each client sends its next request the moment the previous one finishes. Settings are resolved
-    exactly as the server resolves its flags (48-request cap under speculation, topk rewrite).
+    exactly as the server resolves its flags (48-request cap under speculation, topk rewrite,
+    defaults by architecture, adaptive steps).
     ``same_prompt`` makes every prompt identical (prefix-cache hits, like the seed-A workload).
     Noise defaults to off here; pass None to use the profile's jitter and drift.
     """
-    settings = resolve_settings(profile, spec, max_running_requests, accept_length)
-    config = SchedulerConfig(profile, settings, seed, step_scale, speed_factor, jitter_pct, drift_pct)
+    settings = resolve_settings(profile, spec, max_running_requests, accept_length, dp_size=dp_size,
+                                attn_dp_size=attn_dp_size)
+    config = SchedulerConfig(profile, settings, seed, step_scale, speed_factor, jitter_pct, drift_pct,
+                             cuda_graph_bs=cuda_graph_bs)
     return run_closed_loop(BatchScheduler(config), concurrency, num_requests, input_len, output_len, same_prompt)
 
 

@@ -19,7 +19,8 @@ else:  # pragma: no cover - exercised on Python 3.10 only
 
 PROFILES_DIR = Path(__file__).parent / "profiles"
 
-# SGLang 0.5.23 picks (num_steps, eagle_topk, num_draft_tokens) = (3, 1, 4) when none are given.
+# SGLang 0.5.23's most common (num_steps, eagle_topk, num_draft_tokens) when none are given; the
+# real choice depends on the architecture (spec.auto_spec_params).
 SGLANG_DEFAULT_SPEC_PARAMS = (3, 1, 4)
 
 
@@ -67,7 +68,14 @@ class DraftProfile:
 
     draft_ms: PiecewiseLinear  # one draft step, by number of running requests
     accept_prob: tuple[float, ...]  # conditional acceptance probability per draft position
-    default_params: tuple[int, int, int] = SGLANG_DEFAULT_SPEC_PARAMS  # (steps, topk, draft tokens)
+    # (steps, topk, draft tokens) when --speculative-num-steps is not given. None (the default, and
+    # every shipped profile): SGLang's own choice by architecture. Set: an emulator-only override,
+    # e.g. a calibrated profile reproducing a measured server's resolved values.
+    default_params: tuple[int, int, int] | None = None
+    # Per prompt category (code, math, chat, summarisation, ...): its own conditional acceptance
+    # per position; a category not listed uses accept_prob. How the emulator tells a request's
+    # category: specguard/emulator/categories.py.
+    accept_prob_by_category: dict[str, tuple[float, ...]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -87,15 +95,23 @@ class EmulatorProfile:
     drift_pct: float = 0.0  # per-launch lognormal speed offset, sd in percent
     model_type: str = "llama"
     architectures: tuple[str, ...] = ("LlamaForCausalLM",)
+    # the model's config.json vocab_size; /generate refuses ids outside it (emulator/vocab.py), and
+    # --model-path's own config.json wins when it exists. 32000: a Llama-2-family vocabulary.
+    vocab_size: int = 32000
     source: str = ""  # file the profile was loaded from
+
+    @property
+    def architecture(self) -> str:
+        """``hf_config.architectures[0]``: what SGLang's default speculative parameters depend on."""
+        return self.architectures[0]
 
 
 _TOP_KEYS = {
     "name", "description", "model_path", "context_length", "max_running_requests", "forward_ms",
     "attention_ms_per_ktok", "prefill_ms_per_ktok", "draft", "jitter_pct", "drift_pct",
-    "model_type", "architectures",
+    "model_type", "architectures", "vocab_size",
 }
-_DRAFT_KEYS = {"draft_ms", "accept_prob", "default_params"}
+_DRAFT_KEYS = {"draft_ms", "accept_prob", "default_params", "accept_prob_by_category"}
 
 
 def available_profiles() -> list[str]:
@@ -146,11 +162,16 @@ def _profile_from_dict(data: dict, default_name: str, source: str) -> EmulatorPr
         drift_pct=float(data.get("drift_pct", 0.0)),
         model_type=str(data.get("model_type", "llama")),
         architectures=tuple(data.get("architectures", ["LlamaForCausalLM"])),
+        vocab_size=int(data.get("vocab_size", 32000)),
         source=source,
     )
     for name in ("attention_ms_per_ktok", "prefill_ms_per_ktok", "jitter_pct", "drift_pct"):
         if getattr(profile, name) < 0:
             raise ValueError(f"{name} must be >= 0")
+    if not profile.architectures or not all(isinstance(a, str) and a for a in profile.architectures):
+        raise ValueError("architectures must be a non-empty list of names, e.g. [\"LlamaForCausalLM\"]")
+    if profile.vocab_size < 2:
+        raise ValueError("vocab_size must be >= 2 (the model's config.json vocab_size)")
     if profile.context_length < 2 or profile.max_running_requests < 1:
         raise ValueError("context_length must be >= 2 and max_running_requests >= 1")
     return profile
@@ -165,11 +186,23 @@ def _draft_from_dict(section: dict, what: str) -> DraftProfile:
     accept_prob = tuple(float(p) for p in section["accept_prob"])
     if not accept_prob or any(not 0.0 <= p <= 1.0 for p in accept_prob):
         raise ValueError(f"{what}.accept_prob: need one or more probabilities in [0, 1]")
-    params = tuple(int(v) for v in section.get("default_params", SGLANG_DEFAULT_SPEC_PARAMS))
-    if len(params) != 3 or min(params) < 1:
-        raise ValueError(f"{what}.default_params: need [num_steps, topk, num_draft_tokens] >= 1")
+    by_category = {}
+    table = section.get("accept_prob_by_category", {})
+    if not isinstance(table, dict):
+        raise ValueError(f"{what}.accept_prob_by_category: a table of category = [probabilities]")
+    for category, probs in table.items():
+        values = tuple(float(p) for p in probs) if isinstance(probs, list) else ()
+        if not values or any(not 0.0 <= p <= 1.0 for p in values):
+            raise ValueError(f"{what}.accept_prob_by_category.{category}: need one or more probabilities in [0, 1]")
+        by_category[str(category)] = values
+    params = None
+    if "default_params" in section:
+        params = tuple(int(v) for v in section["default_params"])
+        if len(params) != 3 or min(params) < 1:
+            raise ValueError(f"{what}.default_params: need [num_steps, topk, num_draft_tokens] >= 1")
     return DraftProfile(
         draft_ms=PiecewiseLinear.from_pairs(section["draft_ms"], f"{what}.draft_ms"),
         accept_prob=accept_prob,
         default_params=params,  # type: ignore[arg-type]
+        accept_prob_by_category=by_category,
     )

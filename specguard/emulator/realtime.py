@@ -99,6 +99,9 @@ class RealtimeEngine:
         self.scheduler = scheduler
         self._loop = asyncio.get_running_loop()
         self._wake = asyncio.Event()
+        self._idle = asyncio.Event()  # set whenever the scheduler has no running or waiting request
+        self._idle.set()
+        self.last_output_ms = float("-inf")  # loop time of the last step's outputs (/health checks it)
         self._task: asyncio.Task | None = None
         self._timer: PreciseTimer | None = None
         # Converts loop-clock milliseconds to wall-clock seconds for SGLang's *_ts fields.
@@ -128,8 +131,16 @@ class RealtimeEngine:
         progress = RequestProgress(req)
         req.tag = progress
         self.scheduler.submit(req, self.now_ms())
+        self._idle.clear()
         self._wake.set()
         return progress
+
+    async def wait_idle(self, timeout_s: float) -> None:
+        """Return when the scheduler is idle or after ``timeout_s``, whichever comes first."""
+        try:
+            await asyncio.wait_for(self._idle.wait(), timeout_s)
+        except asyncio.TimeoutError:
+            pass
 
     def abort(self, req: GenRequest) -> None:
         self.scheduler.abort(req)
@@ -144,6 +155,7 @@ class RealtimeEngine:
         end_ms: float | None = None  # absolute end of the previous step; None after idling
         while True:
             if not scheduler.has_work():
+                self._idle.set()
                 self._wake.clear()
                 await self._wake.wait()
                 end_ms = None
@@ -153,6 +165,8 @@ class RealtimeEngine:
             elif now - end_ms > MAX_LAG_MS:
                 log.warning("emulator is %.0f ms behind real time (CPU overloaded); resynchronising", now - end_ms)
                 end_ms = now
+            adaptive = scheduler.adaptive
+            before = adaptive.active_steps if adaptive is not None else None
             step = scheduler.next_step(end_ms)
             assert step is not None  # there is work, so there is a prefill or a decode to run
             end_ms += step.duration_ms
@@ -164,6 +178,11 @@ class RealtimeEngine:
                 # client would see a 0 ms and a two-step gap instead of two step-long gaps.
                 await asyncio.sleep(0)
             scheduler.complete(step, end_ms)
+            self.last_output_ms = self.now_ms()
+            if adaptive is not None and adaptive.active_steps != before:
+                # EAGLEWorkerV2.apply_runtime_state logs this on every switch
+                log.info("Switch adaptive runtime state: steps %d -> %d, draft_tokens %d -> %d",
+                         before, adaptive.active_steps, before + 1, adaptive.active_steps + 1)
             for req in step.requests:
                 progress = req.tag
                 if progress is not None and not req.aborted:

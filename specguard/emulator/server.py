@@ -1,6 +1,6 @@
 """The HTTP face of the emulator: SGLang 0.5.x's routes, field for field, on aiohttp.
 
-Routes: /health, /health_generate, /model_info (/get_model_info), /server_info
+Routes: /health, /health_generate, /ready, /model_info (/get_model_info), /server_info
 (/get_server_info), /flush_cache, /v1/models, /metrics (with --enable-metrics), POST /generate,
 /v1/completions, /v1/chat/completions. Generation goes through the ``RealtimeEngine``; bodies
 come from ``responses``. Nothing here blocks the event loop.
@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 from aiohttp import web
 
+from specguard.emulator.categories import category_of_messages, category_of_text
 from specguard.emulator.faults import BAD_COUNT, CUT, ERROR, MALFORMED, NO_COUNT, STALL, FaultPlan, FaultSettings
 from specguard.emulator.firehose import Firehose
 from specguard.emulator.model import BatchScheduler, GenRequest, LatencyHistogram, SchedulerConfig
@@ -34,17 +35,42 @@ from specguard.emulator.responses import (
     RequestContext,
     context_error_message,
     native_error,
+    native_error_body,
     openai_error,
     sse,
 )
 from specguard.emulator.tokens import OutputText, apply_chat_template, count_prompt_tokens
+from specguard.emulator import metrics_catalog, vocab
 
 SGLANG_VERSION = "0.5.23"
 SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
-FLUSH_NOTE = (
-    "Please check backend logs for more details. (When there are running or waiting requests, "
+# http_server.py flush_cache() and scheduler_components/flush_wrapper.py
+FLUSH_OK = (
+    "Cache flushed.\nPlease check backend logs for more details. (When there are running or waiting requests, "
     "the operation will not be performed.)\n"
 )
+FLUSH_FAILED = "Flush cache failed.\n"
+FLUSH_TIMED_OUT = "Timed out waiting for idle state."
+# /model_info "embedding" of a generative Llama, as captured from SGLang 0.5.23
+# (tests/fixtures/captures/sglang-0.5.23/model_info.json); resolved_embedding_plan on a real server.
+EMBEDDING_PLAN = {
+    "family": "none", "task": "none", "execution": "none", "attention": "none", "pooling": "model_defined",
+    "normalize": False, "postprocessor": "none", "tokenizer_special_tokens": "model_default",
+    "supports_dimensions": False, "supports_token_embeddings": False, "supports_multimodal": False,
+    "requires_embedding_flag": False, "auto_enable_embedding": False, "bcg_eligibility": "disabled",
+    "safe_disable_kv_cache": False, "safe_disable_radix_cache": False, "safe_disable_chunked_prefill": False,
+    "enabled": False, "matryoshka_dimensions": [],
+    "bcg": {"prefill_backend": "disabled", "enabled": False, "capture_token_budget": 4096,
+            "capture_batch_sizes": [4, 8, 12, 16, 20, 24, 28, 32, 48, 64, 80, 96, 112, 128, 144, 160, 176, 192, 208,
+                                    224, 240, 256, 288, 320, 352, 384, 416, 448, 480, 512, 576, 640, 704, 768, 832,
+                                    896, 960, 1024, 1280, 1536, 1792, 2048, 2304, 2560, 2816, 3072, 3328, 3584, 3840,
+                                    4096]},
+    "cache": {"kv_cache_disabled": False, "radix_cache_disabled": False, "chunked_prefill_disabled": False},
+}
+GRAPH_PHASES = ("prefill", "decode", "target_verify", "draft_prefill", "draft_decode", "draft_extend")
+HEALTH_POLL_S = 1.0  # health_generate sleeps 1 s between checks
+HEALTH_GENERATION_ENV = "SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION"
+HEALTH_TIMEOUT_ENV = "SGLANG_HEALTH_CHECK_TIMEOUT"
 DEFAULT_MAX_NEW_TOKENS = 128  # SGLang's sampling_params default
 DEFAULT_COMPLETION_MAX_TOKENS = 16  # OpenAI /v1/completions default
 
@@ -62,10 +88,12 @@ class ServerSettings:
     api_key: str | None = None
     enable_metrics: bool = False
     incremental_streaming_output: bool = False
+    stream_default_include_usage: bool = False  # --stream-response-default-include-usage
     startup_s: float = 0.0  # /health answers 503 this long after the socket is bound
     emulator_info: dict = field(default_factory=dict)  # reported as /server_info "specguard_emulator"
     faults: FaultSettings = field(default_factory=FaultSettings)
     firehose_events_per_write: int = 0  # > 0: streams skip the model (firehose.py)
+    launched_monotonic_s: float = 0.0  # time.monotonic() when the launch began
 
     @property
     def context_length(self) -> int:
@@ -77,7 +105,11 @@ class ServerSettings:
 
 
 class BadRequest(Exception):
-    """A request SGLang would reject with HTTP 400."""
+    """A request SGLang would reject with HTTP 400 (``validation``: a body-validation error)."""
+
+    def __init__(self, message: str, validation: bool = False) -> None:
+        super().__init__(message)
+        self.validation = validation
 
 
 def _json_response(obj: object, status: int = 200) -> web.Response:
@@ -94,15 +126,22 @@ class EmulatorServer:
         self.out = OutputText()
         self.engine: RealtimeEngine | None = None
         self.ready_at = 0.0  # loop time when /health starts answering 200
+        self.startup_time_s = 0.0  # seconds from launch to listening (internal_states[i].startup_time)
         self.faults = FaultPlan(settings.faults, settings.scheduler_config.seed)
         n = settings.firehose_events_per_write
         self.firehose = Firehose(self.out, n) if n else None
+        self._flush_lock: asyncio.Lock | None = None  # FIFO, like the tokenizer's queueing communicator
+        self.spec_draft_tokens = self.spec.num_draft_tokens if self.spec else None  # the tokenizer's static value
+        # model_config.vocab_size: --model-path's config.json when it exists here, else the profile's (vocab.py)
+        self.vocab_size = vocab.resolve_vocab_size(settings.server_args.get("model_path"), self.scheduler.profile.vocab_size)
+        self.aborted_requests = 0  # sglang:num_aborted_requests_total
 
     def build_app(self) -> web.Application:
         app = web.Application(middlewares=[self._auth], client_max_size=64 * 1024 * 1024)
         r = app.router
-        r.add_get("/health", self.health)
+        r.add_get("/health", self.health_generate)
         r.add_get("/health_generate", self.health_generate)
+        r.add_get("/ready", self.ready)
         for path in ("/model_info", "/get_model_info"):
             r.add_get(path, self.model_info)
         for path in ("/get_server_info",) if self.settings.faults.old_server_info else ("/server_info", "/get_server_info"):
@@ -122,7 +161,9 @@ class EmulatorServer:
     async def _on_startup(self, app: web.Application) -> None:
         self.engine = RealtimeEngine(self.scheduler)
         self.engine.start()
+        self._flush_lock = asyncio.Lock()
         self.ready_at = asyncio.get_running_loop().time() + self.settings.startup_s
+        self.startup_time_s = time.monotonic() - self.settings.launched_monotonic_s if self.settings.launched_monotonic_s else 0.0
 
     async def _on_cleanup(self, app: web.Application) -> None:
         if self.engine is not None:
@@ -135,26 +176,51 @@ class EmulatorServer:
     async def _auth(self, request: web.Request, handler):
         key = self.settings.api_key
         path = request.path
-        if key and not (path.startswith("/health") or path == "/metrics"):
+        if key and not (path.startswith("/health") or path.startswith("/ready") or path.startswith("/metrics")):
             if request.headers.get("Authorization") != f"Bearer {key}":
                 return _json_response({"error": "Unauthorized"}, status=401)
         try:
             return await handler(request)
         except BadRequest as exc:
-            if path.startswith("/v1/"):
-                return _json_response(openai_error(str(exc)), status=400)
-            return _json_response(native_error(str(exc)), status=400)
+            if path.startswith("/v1/") or exc.validation:
+                return _json_response(openai_error(str(exc), "Bad Request" if exc.validation else "BadRequestError"),
+                                      status=400)
+            return _json_response(native_error_body(str(exc)), status=400)
 
     # -- health and info ---------------------------------------------------------------------
-    async def health(self, request: web.Request) -> web.Response:
+    async def ready(self, request: web.Request) -> web.Response:
         return web.Response(status=503 if self._starting() else 200)
 
     async def health_generate(self, request: web.Request) -> web.Response:
+        """/health and /health_generate are one handler (http_server.py health_generate).
+
+        503 while starting. Unless SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION is false (then /health
+        answers 200 at once), a one-token probe is queued when the server is idle (a busy server's
+        own outputs count), and every second the handler checks for any scheduler output since it
+        started: 200 when there was one, 503 after SGLANG_HEALTH_CHECK_TIMEOUT (20) seconds.
+        """
         if self._starting():
             return web.Response(status=503)
-        req = GenRequest(prompt_tokens=1, max_new_tokens=1, counted=False, streaming=False)
-        await self.engine.wait_finished(self.engine.submit(req))
-        return web.Response(status=200)
+        if request.path == "/health" and os.environ.get(HEALTH_GENERATION_ENV, "true").lower() in ("0", "false", "no", "off"):
+            return web.Response(status=200)
+        engine = self.engine
+        tic = engine.now_ms()
+        probe = None
+        if not self.scheduler.has_work():
+            probe = GenRequest(prompt_tokens=1, max_new_tokens=1, counted=False, streaming=False)
+            engine.submit(probe)
+        timeout_s = float(os.environ.get(HEALTH_TIMEOUT_ENV, "20"))
+        deadline = tic + timeout_s * 1000.0
+        try:
+            while engine.now_ms() < deadline:
+                await asyncio.sleep(HEALTH_POLL_S)
+                if engine.last_output_ms > tic:
+                    return web.Response(status=200)
+        finally:
+            if probe is not None and not probe.finished:
+                engine.abort(probe)
+        log.error("Health check failed. Server couldn't get a response from detokenizer for last %s seconds.", timeout_s)
+        return web.Response(status=503)
 
     async def model_info(self, request: web.Request) -> web.Response:
         args, profile = self.settings.server_args, self.scheduler.profile
@@ -173,7 +239,7 @@ class EmulatorServer:
             "has_audio_understanding": False,
             "model_type": profile.model_type,
             "architectures": list(profile.architectures),
-            "embedding": {"family": "none", "task": "none", "enabled": False},
+            "embedding": dict(EMBEDDING_PLAN, bcg=dict(EMBEDDING_PLAN["bcg"]), cache=dict(EMBEDDING_PLAN["cache"])),
         })
 
     async def server_info(self, request: web.Request) -> web.Response:
@@ -181,28 +247,41 @@ class EmulatorServer:
             log.warning("Endpoint '/get_server_info' is deprecated; use '/server_info' instead.")
         args = self.settings.server_args
         s = self.scheduler.stats
-        state = dict(args)
-        state.update({
-            "world_size": args["tp_size"],
-            "effective_max_running_requests_per_dp": self.scheduler.max_running_requests,
-            "last_gen_throughput": s.gen_throughput,
-            "memory_usage": {
-                "weight": 0.0, "kvcache": 0.0, "startup_available": 0.0,
-                "token_capacity": args["max_total_tokens"], "token_capacity_swa": None,
-            },
-            "decode_cuda_graph_bs": [],
-            "decode_cuda_graph_memory_gb": 0.0,
-        })
-        if self.spec is not None:
-            state["avg_spec_accept_length"] = s.avg_spec_accept_length
+        sched = self.scheduler
+        graphs = sched.config.cuda_graph_bs
+        states = []
+        for _ in range(sched.num_ranks):
+            state = {k: v for k, v in args.items() if k != "launch_command"}  # not in a scheduler's state
+            state.update({
+                "world_size": args["tp_size"],
+                "startup_time": self._startup_phases(tokenizer=False),  # a dict of phases, as on a real scheduler
+                "effective_max_running_requests_per_dp": sched.rank_cap,
+                "last_gen_throughput": s.gen_throughput,
+                "memory_usage": {
+                    "weight": 0.0, "kvcache": 0.0, "startup_available": 0.0,
+                    "token_capacity": args["max_total_tokens"], "token_capacity_swa": None,
+                    "graph": dict.fromkeys(GRAPH_PHASES, 0.0),
+                },
+                "disaggregation_mode": "null",
+                "decode_cuda_graph_bs": list(graphs) if graphs else [],
+                "decode_cuda_graph_memory_gb": 0.0,
+            })
+            if self.spec is not None:
+                # runtime overrides: the steps in use (adaptive moves them)
+                state["speculative_num_steps"] = sched.current_steps
+                state["speculative_num_draft_tokens"] = sched.current_draft_tokens
+                if s.avg_spec_accept_length is not None:  # absent until the rank's first fold
+                    state["avg_spec_accept_length"] = s.avg_spec_accept_length
+            states.append(state)
         info = dict(args)
         info.update({
             "status": "starting" if self._starting() else "ready",
             "max_total_num_tokens": args["max_total_tokens"],
             "max_req_input_len": args["context_length"] - 1,
-            "internal_states": [state],
+            "internal_states": states,
             "version": SGLANG_VERSION,
             "frontend": "python",
+            "startup_time": self._startup_phases(tokenizer=True),  # http_server.py server_info: top level too
             "specguard_emulator": dict(self.settings.emulator_info, drift_factor=self.scheduler.drift),
         })
         if self.settings.faults.old_server_info:  # an older SGLang: fewer fields, no internal states
@@ -219,11 +298,36 @@ class EmulatorServer:
         }]})
 
     async def flush_cache(self, request: web.Request) -> web.Response:
-        if self.scheduler.has_work():
-            return web.Response(text="Cache not flushed. " + FLUSH_NOTE, status=400)
-        self.scheduler.reset_accept_stats()
-        log.info("Cache flushed successfully!")
-        return web.Response(text="Cache flushed.\n" + FLUSH_NOTE)
+        """GET/POST /flush_cache[?timeout=S]: 400 while requests run or wait; with a timeout, wait for idle.
+
+        http_server.py flush_cache (``timeout: float = Query(0.0, ge=0.0)``) and
+        SchedulerFlushWrapper.handle/check_pending; concurrent calls queue FIFO.
+        """
+        raw = request.query.get("timeout", "0")
+        try:
+            timeout_s = float(raw)
+        except ValueError:
+            timeout_s = -1.0
+        if not timeout_s >= 0.0:  # also NaN
+            raise BadRequest(f"timeout: Input should be greater than or equal to 0 (got {raw!r})", validation=True)
+        assert self._flush_lock is not None
+        async with self._flush_lock:
+            sched = self.scheduler
+            if timeout_s > 0.0 and sched.has_work():
+                deadline = self.engine.now_ms() + timeout_s * 1000.0
+                while sched.has_work():
+                    remaining_s = (deadline - self.engine.now_ms()) / 1000.0
+                    if remaining_s <= 0:
+                        log.warning("Deferred flush_cache timed out while waiting for idle state.")
+                        return web.Response(text=FLUSH_TIMED_OUT, status=400)
+                    await self.engine.wait_idle(remaining_s)
+            if sched.has_work():
+                log.warning("Cache not flushed because there are pending requests. #queue-req: %d, #running-req: %d",
+                            len(sched.waiting), len(sched.running))
+                return web.Response(text=FLUSH_FAILED, status=400)
+            sched.reset_accept_stats()
+            log.info("Cache flushed successfully!")
+            return web.Response(text=FLUSH_OK)
 
     async def metrics(self, request: web.Request) -> web.Response:
         return web.Response(text=self._render_metrics(), content_type="text/plain", charset="utf-8")
@@ -274,6 +378,11 @@ class EmulatorServer:
         histogram("e2e_request_latency_seconds", "Histogram of End-to-end request latency in seconds", "e2e")
         gauge("num_running_reqs", "The number of running requests.", len(sched.running))
         gauge("num_queue_reqs", "The number of requests in the waiting queue.", len(sched.waiting))
+        gauge("num_grammar_queue_reqs", "The number of requests in the grammar waiting queue.", 0)
+        gauge("cache_hit_rate", "The prefix cache hit rate.", 0.0)
+        gauge("token_usage", "The token usage.", 0.0)
+        gauge("num_used_tokens", "The number of used tokens.", 0)
+        gauge("context_len", "The context length.", self.settings.context_length)
         gauge("gen_throughput", "The generation throughput (token/s).", s.gen_throughput)
         gauge("max_total_num_tokens", "Maximum total number of tokens in the KV cache pool.",
               self.settings.server_args["max_total_tokens"])
@@ -282,34 +391,66 @@ class EmulatorServer:
               s.spec_accept_length)
         gauge("spec_accept_rate", "Speculative acceptance rate (`accepted drafts / proposed drafts` in batch).",
               s.spec_accept_rate)
-        gauge("spec_num_steps", "Currently active speculative_num_steps.", spec.num_steps if spec else 0)
+        # sampled at the decode-log fold (MetricsReporter.log_decode_stats): 0 before the first
+        gauge("spec_cap_length", "DSPARK/ragged-verify cap length (0 here).", 0.0)
+        gauge("spec_block_accept_length", "DSPARK/ragged-verify block accept length (0 here).", 0.0)
+        gauge("spec_num_steps", "Currently active speculative_num_steps.", s.spec_num_steps)
         gauge("spec_num_draft_tokens",
               "Currently active speculative_num_draft_tokens (decouples from steps under topk>1).",
-              spec.num_draft_tokens if spec else 0)
-        metric("spec_verify_calls_total", "counter", "Number of speculative verify calls, summed over requests.", [
-            (f"spec_verify_calls_total{{{gauge_labels}}}",
-             s.counters[True].verify_calls + s.counters[False].verify_calls),
-        ])
+              s.spec_num_draft_tokens)
+        if s.counters[True].spec_requests + s.counters[False].spec_requests:  # inc()ed by finished spec requests
+            metric("spec_verify_calls_total", "counter", "Number of speculative verify calls, summed over requests.", [
+                (f'spec_verify_calls_total{{engine_type="unified",model_name="{model}"}}',
+                 s.counters[True].verify_calls + s.counters[False].verify_calls),
+            ])
+        lines.extend(metrics_catalog.render(  # every other family of a real 0.5.23 server (metrics_catalog.py)
+            {"engine_type": "unified", "model_name": model, "moe_ep_rank": "0", "pp_rank": "0", "tp_rank": "0",
+             "pid": str(os.getpid())}, self._catalog_values()))
         return "\n".join(lines) + "\n"
+
+    def _startup_phases(self, tokenizer: bool) -> dict:
+        """internal_states[i].startup_time / top-level startup_time: seconds per start-up phase."""
+        out = {"load_weight": 0.0, "kv_cache_allocation": 0.0, "scheduler_e2e": self.startup_time_s,
+               "cuda_graph": dict.fromkeys(GRAPH_PHASES, 0.0)}
+        if tokenizer:
+            out["tokenizer_e2e"] = self.startup_time_s
+        return out
+
+    def _catalog_values(self) -> dict[str, float]:
+        """Plausible constants for the catalog's non-live families (the rest stay 0)."""
+        total = int(self.settings.server_args["max_total_tokens"])
+        page = int(self.settings.server_args.get("page_size") or 1)
+        return {"page_size": page, "num_pages": total // page, "kv_available_tokens": total,
+                "num_aborted_requests_total": self.aborted_requests,
+                "startup_time_seconds{phase=scheduler_e2e}": self.startup_time_s,
+                "startup_time_seconds{phase=tokenizer_e2e}": self.startup_time_s}
 
     # -- generation --------------------------------------------------------------------------
     async def generate(self, request: web.Request) -> web.StreamResponse:
         body = await _read_json(request)
         params = body.get("sampling_params") or {}
         max_new = _int_param(params.get("max_new_tokens"), DEFAULT_MAX_NEW_TOKENS, "max_new_tokens")
+        category = ""  # token ids: no category (emulator/categories.py)
+        ids_error: str | None = None
         if body.get("input_ids") is not None:
             ids = body["input_ids"]
             if not (isinstance(ids, list) and all(isinstance(i, int) for i in ids)):
-                raise BadRequest("input_ids must be a flat list of token ids (batches are not emulated)")
+                raise BadRequest("input_ids must be a flat list of token ids (batches are not emulated)", validation=True)
             prompt_tokens, key = len(ids), hash(tuple(ids))
+            ids_error = vocab.input_ids_error(ids, self.vocab_size)  # emulator-only: real 0.5.23 crashes here
         elif isinstance(body.get("text"), str):
             prompt_tokens, key = count_prompt_tokens(body["text"]), hash(body["text"])
+            category = category_of_text(body["text"])
         else:
+            # GenerateReqInput.normalize raises a ValueError: {"error": {"message"}} with HTTP 400
             raise BadRequest("Either text or input_ids should be provided (a single prompt, not a batch).")
         incremental = self.settings.incremental_streaming_output
         return await self._serve_generation(
             request, prompt_tokens, key, max_new, bool(body.get("stream", False)),
-            lambda ctx: NativeFormat(ctx, incremental), model="",
+            lambda ctx: NativeFormat(ctx, incremental), model="", category=category,
+            invalid=(vocab.token_ids_logprob_error(body.get("token_ids_logprob"), self.vocab_size)
+                     or vocab.logit_bias_error(params.get("logit_bias"), self.vocab_size)
+                     or ids_error),
         )
 
     async def completions(self, request: web.Request) -> web.StreamResponse:
@@ -317,43 +458,52 @@ class EmulatorServer:
         prompt = body.get("prompt")
         if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
             prompt = prompt[0]
+        category = ""
         if isinstance(prompt, str):
-            prompt_tokens, key = count_prompt_tokens(prompt), hash(prompt)
+            prompt_tokens, key, category = count_prompt_tokens(prompt), hash(prompt), category_of_text(prompt)
         elif isinstance(prompt, list) and prompt and all(isinstance(i, int) for i in prompt):
             prompt_tokens, key = len(prompt), hash(tuple(prompt))
         else:
-            raise BadRequest("prompt must be a string or a list of token ids (one prompt per request)")
+            raise BadRequest("prompt must be a string or a list of token ids (one prompt per request)", validation=True)
         max_tokens = _int_param(body.get("max_tokens"), DEFAULT_COMPLETION_MAX_TOKENS, "max_tokens")
-        return await self._serve_openai(request, body, prompt_tokens, key, max_tokens, CompletionFormat)
+        return await self._serve_openai(request, body, prompt_tokens, key, max_tokens, CompletionFormat, category)
 
     async def chat_completions(self, request: web.Request) -> web.StreamResponse:
         body = await _read_json(request)
         messages = body.get("messages")
         if not (isinstance(messages, list) and messages and all(isinstance(m, dict) for m in messages)):
-            raise BadRequest("messages must be a non-empty list of message objects")
+            raise BadRequest("messages must be a non-empty list of message objects", validation=True)
         text = apply_chat_template(messages)
         prompt_tokens = count_prompt_tokens(text)
         limit = body.get("max_completion_tokens", body.get("max_tokens"))
         max_tokens = _int_param(limit, max(self.settings.context_length - prompt_tokens, 0), "max_tokens")
-        return await self._serve_openai(request, body, prompt_tokens, hash(text), max_tokens, ChatFormat)
+        return await self._serve_openai(request, body, prompt_tokens, hash(text), max_tokens, ChatFormat,
+                                        category_of_messages(messages))
 
     async def _serve_openai(
         self, request: web.Request, body: dict, prompt_tokens: int, key: Hashable, max_tokens: int,
-        format_cls: type[CompletionFormat],
+        format_cls: type[CompletionFormat], category: str = "",
     ) -> web.StreamResponse:
-        """The OpenAI routes' common part: n, stream_options.include_usage, the echoed model name."""
+        """The OpenAI routes' common part: n, include_usage, return_spec_tokens_details, the model name.
+
+        include_usage: ``stream_options.include_usage`` or --stream-response-default-include-usage
+        (openai/utils.py should_include_usage).
+        """
         if body.get("n", 1) != 1:
-            raise BadRequest("only n = 1 is emulated")
+            raise BadRequest("only n = 1 is emulated", validation=True)
         options = body.get("stream_options") or {}
-        include_usage = bool(options.get("include_usage", False))
+        include_usage = bool(options.get("include_usage", False)) or self.settings.stream_default_include_usage
+        spec_details = bool(body.get("return_spec_tokens_details", False))
         model = body.get("model") or self.settings.served_model_name
 
         def make_format(ctx: RequestContext):
             ctx.include_usage = include_usage
+            ctx.return_spec_tokens_details = spec_details
             return format_cls(ctx)
 
         return await self._serve_generation(
             request, prompt_tokens, key, max_tokens, bool(body.get("stream", False)), make_format, model=model,
+            native=False, category=category,
         )
 
     async def _inject(self, fault: str, text: str, finished: bool, request: web.Request) -> str | None:
@@ -361,9 +511,19 @@ class EmulatorServer:
 
     async def _serve_generation(
         self, request: web.Request, prompt_tokens: int, key: Hashable | None, max_new_tokens: int, stream: bool,
-        make_format: Callable[[RequestContext], NativeFormat | CompletionFormat], model: str,
+        make_format: Callable[[RequestContext], NativeFormat | CompletionFormat], model: str, native: bool = True,
+        category: str = "", invalid: str | None = None,
     ) -> web.StreamResponse:
-        """Queue one request in the scheduler and answer with SSE events or one JSON body."""
+        """Queue one request in the scheduler and answer with SSE events or one JSON body.
+
+        ``invalid``: a validation error found by the caller (vocab.py), reported like SGLang's
+        tokenizer-manager errors, after the context-length check as in _validate_one_request.
+
+        Each wake-up sends one event covering every step since the last one, as the tokenizer
+        drains its queue (TokenizerManager._wait_one_response): cumulative text, or one coalesced
+        delta with --incremental-streaming-output. A request error is a 400 JSON body, except on a
+        native /generate stream (HTTP 200, an in-band error event, then [DONE]).
+        """
         if self.firehose is not None and stream and max_new_tokens > 0:
             return await self.firehose.serve(request, self.firehose.writes(make_format, prompt_tokens, max_new_tokens, model))
         fault = self.faults.next_request() if self.settings.faults.any else None
@@ -372,9 +532,11 @@ class EmulatorServer:
         if fault == ERROR:
             status = self.settings.faults.error_status
             return _json_response({"object": "error", "message": "injected server error", "code": status}, status=status)
+        message = invalid
         if prompt_tokens + max_new_tokens > self.settings.context_length:
             message = context_error_message(self.settings.context_length, prompt_tokens, max_new_tokens)
-            if not stream:
+        if message is not None:
+            if not (stream and native):
                 raise BadRequest(message)
             resp = web.StreamResponse(headers=SSE_HEADERS)
             await resp.prepare(request)
@@ -383,11 +545,13 @@ class EmulatorServer:
 
         if self.settings.server_args["disable_radix_cache"]:
             key = None
-        req = GenRequest(prompt_tokens, max_new_tokens, prompt_key=key, streaming=stream)
+        req = GenRequest(prompt_tokens, max_new_tokens, prompt_key=key, streaming=stream, category=category)
         progress = self.engine.submit(req)
         ctx = RequestContext(
             rid=uuid.uuid4().hex, req=req, out=self.out, wall_s=self.engine.wall_s,
-            spec_num_steps=self.spec.num_steps if self.spec else None, model=model, created_s=int(time.time()),
+            spec_draft_tokens=self.spec_draft_tokens, model=model, created_s=int(time.time()),
+            enable_metrics=self.settings.enable_metrics,
+            dp_rank=req.rank if self.scheduler.num_ranks > 1 else None,
         )
         fmt = make_format(ctx)
         try:
@@ -400,13 +564,11 @@ class EmulatorServer:
             sent = 0
             while not req.finished:
                 await progress.event.wait()
-                marks = progress.take()
-                chunks = []
-                for i, mark in enumerate(marks):
-                    chunks.append(fmt.event(sent, mark, req.finished and i == len(marks) - 1))
-                    sent = mark[0]
+                mark = progress.take()[-1]
+                chunks = [fmt.event(sent, mark, req.finished)]
+                sent = mark[0]
                 if req.finished:
-                    chunks.append(fmt.closing(marks[-1]))
+                    chunks.append(fmt.closing(mark))
                     chunks.append(SSE_DONE)
                 text = "".join(chunks)
                 if fault is not None and _fault_due(fault, req.finished, sent, max_new_tokens):
@@ -421,6 +583,7 @@ class EmulatorServer:
         finally:
             if not req.finished:
                 self.engine.abort(req)
+                self.aborted_requests += 1
 
 
 def _fault_due(fault: str, finished: bool, sent: int, max_new_tokens: int) -> bool:

@@ -1,29 +1,52 @@
-"""Speculative settings as SGLang resolves them, and the acceptance-length arithmetic.
+"""Speculative settings as SGLang 0.5.23 resolves them, and the acceptance-length arithmetic.
 
-SGLang silently rewrites some speculative settings at launch (see
-``/work/shared/reference/sglang-api.md``); the emulator applies the same rewrites here, in one
-pure function shared by the HTTP server and the virtual-time simulator, so that both model the
-server a configuration *actually* gets.
+SGLang rewrites speculative settings at launch (``srt/arg_groups/speculative_hook.py``:
+``handle_speculative_decoding``, ``_handle_eagle_family``, ``_handle_ngram``, ``_handle_dflash``,
+``_auto_choose_speculative_params``, ``_maybe_disable_adaptive``,
+``_init_adaptive_speculative_params``); the emulator applies the same rewrites here, in one pure
+function shared by the HTTP server and the virtual-time simulator, so that both model the server
+a configuration *actually* gets. Facts and line numbers: docs/sglang-0.5.23-facts.md.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from specguard.emulator.adaptive import (
+    AdaptiveSettings,
+    candidate_union,
+    disabled_warning,
+    initial_num_steps,
+    load_adaptive_config,
+    unsupported_reason,
+)
 from specguard.emulator.profile import DraftProfile, EmulatorProfile, PiecewiseLinear
 
-SPEC_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM")
-# /server_info reports the resolved algorithm: NEXTN (MTP heads) runs as EAGLE.
+# SpeculativeAlgorithm (srt/speculative/spec_info.py) plus the NEXTN alias.
+SPEC_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM", "DFLASH", "DSPARK", "FROZEN_KV_MTP", "UNO")
+# _resolve_speculative_algorithm_alias: NEXTN (MTP heads) runs as EAGLE.
 REPORTED_ALGORITHM = {"NEXTN": "EAGLE"}
+EAGLE_FAMILY = ("EAGLE", "EAGLE3", "STANDALONE")  # _handle_eagle_family, after the alias
+# Handlers that default max_running_requests to 48: every built-in one except _handle_uno.
+NO_DEFAULT_CAP = ("UNO",)
+# The emulator models these as given, without SGLang's per-algorithm defaults.
+EXPLICIT_PARAMS_ONLY = ("DSPARK", "FROZEN_KV_MTP", "UNO")
 # Profile sections tried, in order, for each algorithm.
 _DRAFT_LOOKUP = {
     "EAGLE": ("EAGLE", "NEXTN"),
     "NEXTN": ("NEXTN", "EAGLE"),
     "EAGLE3": ("EAGLE3", "EAGLE"),
-    "STANDALONE": ("STANDALONE",),
-    "NGRAM": ("NGRAM",),
 }
 SPEC_DEFAULT_MAX_RUNNING_REQUESTS = 48
+CAP_RESET_WARNING = (
+    "Max running requests is reset to 48 for speculative decoding. You can override this by explicitly "
+    "setting --max-running-requests."
+)
+NGRAM_DEFAULT_DRAFT_TOKENS = 12
+NGRAM_DEFAULT_MAX_BFS_BREADTH = 10  # --speculative-ngram-max-bfs-breadth (fields/spec.py)
+DFLASH_DEFAULT_BLOCK_SIZE = 16
+# _auto_choose_speculative_params: (num_steps, eagle_topk, num_draft_tokens) by target architecture.
+WIDE_TREE_ARCHITECTURES = ("LlamaForCausalLM", "Grok1ForCausalLM", "Grok1VForCausalLM")
 
 
 @dataclass(frozen=True)
@@ -34,6 +57,10 @@ class SpecRequest:
     num_steps: int | None = None
     topk: int | None = None
     num_draft_tokens: int | None = None
+    adaptive: bool = False  # --speculative-adaptive
+    adaptive_config: str | None = None  # --speculative-adaptive-config (a JSON file path)
+    ngram_max_bfs_breadth: int = NGRAM_DEFAULT_MAX_BFS_BREADTH
+    draft_model_path: str | None = None
 
 
 @dataclass(frozen=True)
@@ -41,19 +68,32 @@ class SpecConfig:
     """Effective speculative decoding of one server, after SGLang's adjustments."""
 
     algorithm: str  # as launched, e.g. NEXTN
-    num_steps: int
+    num_steps: int  # at start-up (adaptive moves it at run time)
     topk: int
     num_draft_tokens: int
-    accept_prob: tuple[float, ...]  # conditional acceptance per draft position, num_steps entries
+    accept_prob: tuple[float, ...]  # conditional acceptance per draft position (max positions entries)
     draft_ms: PiecewiseLinear
+    # Draft positions a verify can accept at ``num_steps``: num_steps for the EAGLE chain,
+    # num_draft_tokens - 1 for NGRAM and DFLASH (one proposal of the whole window).
+    chain: bool = True
+    # ((category, accept_prob), ...): per-category acceptance, same length as accept_prob
+    accept_prob_by_category: tuple[tuple[str, tuple[float, ...]], ...] = ()
 
     @property
     def reported_algorithm(self) -> str:
         return REPORTED_ALGORITHM.get(self.algorithm, self.algorithm)
 
+    def positions(self, num_steps: int) -> int:
+        """Draft tokens a verify at ``num_steps`` can accept."""
+        return num_steps if self.chain else self.num_draft_tokens - 1
+
+    def draft_passes(self, num_steps: int) -> int:
+        """Draft forward passes per decode step (each costs ``draft_ms``)."""
+        return num_steps if self.chain else 1
+
     @property
     def expected_accept_length(self) -> float:
-        return expected_accept_length(self.accept_prob, self.num_steps)
+        return expected_accept_length(self.accept_prob, self.positions(self.num_steps))
 
 
 @dataclass(frozen=True)
@@ -61,13 +101,28 @@ class ServingSettings:
     """What the emulated server runs with, and the warnings SGLang would log about it."""
 
     spec: SpecConfig | None
-    max_running_requests: int  # effective cap on running requests
+    max_running_requests: int  # effective cap on running requests, summed over DP ranks
     reported_max_running_requests: int | None  # top-level /server_info value (None = auto)
     warnings: tuple[str, ...] = ()
+    dp_size: int = 1  # replicas
+    attn_dp_size: int = 1  # attention data parallelism
+    per_rank_max_running_requests: int | None = None  # effective_max_running_requests_per_dp
+    adaptive: AdaptiveSettings | None = None  # None: static steps
+    adaptive_requested: bool = False  # --speculative-adaptive was given
+
+    @property
+    def ranks(self) -> int:
+        return self.dp_size * self.attn_dp_size
+
+    @property
+    def rank_cap(self) -> int:
+        return self.per_rank_max_running_requests or self.max_running_requests
 
 
 def positional_probs(accept_prob: tuple[float, ...] | list[float], num_steps: int) -> tuple[float, ...]:
     """Per-position probabilities for ``num_steps`` positions; a short list repeats its last value."""
+    if num_steps <= 0:
+        return ()
     probs = list(accept_prob[:num_steps])
     probs += [probs[-1]] * (num_steps - len(probs))
     return tuple(probs)
@@ -92,7 +147,7 @@ def uniform_accept_prob(accept_length: float, num_steps: int) -> float:
     Used to force a mean accept length (``--emulator-accept-length``, ``SGLANG_SIMULATE_ACC_LEN``).
     Values outside [1, num_steps + 1] are clamped to the nearest reachable length.
     """
-    if accept_length <= 1.0:
+    if accept_length <= 1.0 or num_steps <= 0:
         return 0.0
     if accept_length >= num_steps + 1:
         return 1.0
@@ -106,80 +161,178 @@ def uniform_accept_prob(accept_length: float, num_steps: int) -> float:
     return (lo + hi) / 2
 
 
+def auto_spec_params(algorithm: str, architecture: str) -> tuple[int, int, int]:
+    """``_auto_choose_speculative_params``: STANDALONE (3, 1, 4); Llama and Grok (5, 4, 8); else (3, 1, 4)."""
+    if algorithm == "STANDALONE":
+        return (3, 1, 4)
+    if architecture in WIDE_TREE_ARCHITECTURES:
+        return (5, 4, 8)
+    return (3, 1, 4)
+
+
 def resolve_settings(
     profile: EmulatorProfile,
     requested: SpecRequest | None = None,
     max_running_requests: int | None = None,
     accept_length: float | None = None,
+    *,
+    dp_size: int = 1,
+    attn_dp_size: int = 1,
 ) -> ServingSettings:
-    """Apply SGLang 0.5.23's launch-time rewrites of speculative settings.
+    """Apply SGLang 0.5.23's launch-time rewrites of speculative and DP settings.
 
-    - any speculative algorithm without ``--max-running-requests`` caps running requests at 48;
-    - num_steps unset: topk and draft tokens must be unset too, and the defaults are used
-      (the profile's ``default_params``, normally SGLang's (3, 1, 4));
-    - topk == 1 forces num_draft_tokens = num_steps + 1.
+    Raises ValueError where SGLang refuses to start (the message says which flag).
     ``accept_length`` replaces the profile's acceptance model by a uniform one with that mean.
-    Raises ValueError where SGLang refuses to start.
     """
+    if dp_size < 1 or attn_dp_size < 1:
+        raise ValueError(f"--attn-dp-size must be positive (got {attn_dp_size}).")
+    if dp_size > 1 and attn_dp_size > 1:
+        raise ValueError(
+            f"--dp-size {dp_size} with --attn-dp-size {attn_dp_size}: data-parallel replicas combined with "
+            "attention data parallelism are not supported."
+        )
     warnings: list[str] = []
+    adaptive_requested = bool(requested and requested.adaptive)
     if requested is None or requested.algorithm is None:
-        cap = max_running_requests or profile.max_running_requests
-        return ServingSettings(None, cap, max_running_requests)
+        if adaptive_requested:
+            warnings.append(disabled_warning(unsupported_reason(None, None, attn_dp_size > 1) or ""))
+        return _with_ranks(None, max_running_requests, profile, dp_size, attn_dp_size, warnings, None,
+                           adaptive_requested)
 
-    algorithm = requested.algorithm.upper()
-    if algorithm not in SPEC_ALGORITHMS:
-        raise ValueError(f"unknown speculative algorithm {requested.algorithm!r}")
-    draft = _find_draft(profile, algorithm)
-
-    if max_running_requests is None:
-        max_running_requests = SPEC_DEFAULT_MAX_RUNNING_REQUESTS
-        warnings.append(
-            f"Max running requests is reset to {SPEC_DEFAULT_MAX_RUNNING_REQUESTS} for speculative "
-            "decoding. You can override this by explicitly setting --max-running-requests."
-        )
-
+    launched = requested.algorithm.upper()
+    if launched not in SPEC_ALGORITHMS:
+        raise ValueError(f"Unknown speculative algorithm name: {requested.algorithm}")
+    algorithm = REPORTED_ALGORITHM.get(launched, launched)
     steps, topk, draft_tokens = requested.num_steps, requested.topk, requested.num_draft_tokens
-    if steps is None:
-        if topk is not None or draft_tokens is not None:
-            raise ValueError(
-                "--speculative-eagle-topk and --speculative-num-draft-tokens need "
-                "--speculative-num-steps (SGLang asserts this at startup)"
-            )
-        steps, topk, draft_tokens = draft.default_params
-        warnings.append(
-            "Auto choose speculative_num_steps, speculative_eagle_topk, "
-            f"speculative_num_draft_tokens = ({steps}, {topk}, {draft_tokens})"
-        )
-    topk = 1 if topk is None else topk
-    if topk == 1 and draft_tokens != steps + 1:
-        if draft_tokens is not None:
+
+    # handle_speculative_decoding: adaptive is checked, then initialised, before the per-algorithm handler.
+    adaptive: AdaptiveSettings | None = None
+    if requested.adaptive:
+        reason = unsupported_reason(algorithm, topk, attn_dp_size > 1)
+        if reason is not None:
+            warnings.append(disabled_warning(reason))
+        else:
+            config, entries = load_adaptive_config(requested.adaptive_config)
+            candidates = candidate_union(entries)
+            topk = 1 if topk is None else topk
+            steps = initial_num_steps(candidates, steps)
+            draft_tokens = steps + 1
+            adaptive = AdaptiveSettings(requested.adaptive_config, config, entries, candidates, steps)
+
+    if launched not in NO_DEFAULT_CAP and max_running_requests is None:
+        max_running_requests = SPEC_DEFAULT_MAX_RUNNING_REQUESTS
+        warnings.append(CAP_RESET_WARNING)
+
+    chain = True
+    if algorithm in EAGLE_FAMILY:
+        if algorithm == "STANDALONE" and attn_dp_size > 1:
+            raise ValueError("Currently standalone speculative decoding does not support dp attention.")
+        draft = _find_draft(profile, launched)
+        if adaptive is None and steps is None:
+            if topk is not None or draft_tokens is not None:
+                # A bare `assert` in _handle_eagle_family: SGLang exits with an empty AssertionError.
+                raise ValueError(
+                    "--speculative-eagle-topk and --speculative-num-draft-tokens need --speculative-num-steps "
+                    "(SGLang 0.5.23 fails an assert in _handle_eagle_family)"
+                )
+            steps, topk, draft_tokens = draft.default_params or auto_spec_params(algorithm, profile.architecture)
             warnings.append(
-                "speculative_num_draft_tokens is adjusted to speculative_num_steps + 1 when "
-                f"speculative_eagle_topk == 1 (asked for {draft_tokens}, using {steps + 1})"
+                "Auto choose speculative_num_steps, speculative_eagle_topk, speculative_num_draft_tokens = "
+                f"({steps}, {topk}, {draft_tokens}) for {profile.architecture}"
             )
-        draft_tokens = steps + 1
-    if draft_tokens is None:
-        raise ValueError("--speculative-num-draft-tokens is required when --speculative-eagle-topk > 1")
-    if min(steps, topk, draft_tokens) < 1:
+        if topk is None:
+            raise ValueError(
+                "--speculative-num-steps without --speculative-eagle-topk: SGLang 0.5.23 crashes at start-up "
+                "(TypeError comparing speculative_eagle_topk None > 1 in _handle_eagle_family); pass "
+                "--speculative-eagle-topk"
+            )
+        if topk == 1 and draft_tokens != steps + 1:
+            warnings.append(
+                "speculative_num_draft_tokens is adjusted to speculative_num_steps + 1 when speculative_eagle_topk == 1"
+            )
+            draft_tokens = steps + 1
+        if draft_tokens is None:
+            raise ValueError("--speculative-num-draft-tokens is required when --speculative-eagle-topk > 1")
+    elif algorithm == "NGRAM":
+        if attn_dp_size > 1:
+            raise ValueError("Currently ngram speculative decoding does not support dp attention.")
+        topk = requested.ngram_max_bfs_breadth  # always: a given --speculative-eagle-topk is ignored
+        if draft_tokens is None:
+            draft_tokens = NGRAM_DEFAULT_DRAFT_TOKENS
+            warnings.append(
+                "speculative_num_draft_tokens is set to 12 by default for ngram speculative decoding. You can "
+                "override this by explicitly setting --speculative-num-draft-tokens."
+            )
+        if steps is None:
+            if topk < 1:
+                raise ValueError(f"--speculative-ngram-max-bfs-breadth must be >= 1, got {topk}")
+            steps = draft_tokens // topk
+        warnings.append("The mixed chunked prefill are disabled because of using ngram speculative decoding.")
+        chain = False
+    elif algorithm == "DFLASH":
+        if requested.draft_model_path is None:
+            raise ValueError("DFLASH speculative decoding requires setting --speculative-draft-model-path.")
+        if steps is not None and steps != 1:
+            warnings.append(
+                f"DFLASH only supports speculative_num_steps == 1; overriding speculative_num_steps={steps} to 1."
+            )
+        if topk is not None and topk != 1:
+            warnings.append(
+                f"DFLASH only supports speculative_eagle_topk == 1; overriding speculative_eagle_topk={topk} to 1."
+            )
+        steps, topk = 1, 1
+        if draft_tokens is None:
+            draft_tokens = DFLASH_DEFAULT_BLOCK_SIZE
+            warnings.append("speculative_num_draft_tokens is not set; defaulting to 16 for DFLASH.")
+        chain = False
+    else:  # EXPLICIT_PARAMS_ONLY
+        if steps is None or topk is None or draft_tokens is None:
+            raise ValueError(
+                f"the emulator models {algorithm} only with --speculative-num-steps, --speculative-eagle-topk and "
+                "--speculative-num-draft-tokens given"
+            )
+    if steps < (0 if adaptive is not None or not chain else 1) or min(topk, draft_tokens) < 1:
         raise ValueError("speculative num_steps, topk and num_draft_tokens must be >= 1")
 
+    if algorithm not in EAGLE_FAMILY:
+        draft = _find_draft(profile, launched)
+    max_positions = max(adaptive.candidates) if adaptive is not None else (steps if chain else draft_tokens - 1)
+    positions = steps if chain else draft_tokens - 1
     if accept_length is not None:
-        reachable = min(max(accept_length, 1.0), steps + 1.0)
+        reachable = min(max(accept_length, 1.0), positions + 1.0)
         if reachable != accept_length:
-            warnings.append(f"accept length {accept_length} clamped to {reachable} (num_steps {steps})")
-        probs = (uniform_accept_prob(reachable, steps),) * steps
+            warnings.append(f"accept length {accept_length} clamped to {reachable} ({positions} draft positions)")
+        probs = (uniform_accept_prob(reachable, positions),) * max_positions
     else:
-        probs = positional_probs(draft.accept_prob, steps)
+        probs = positional_probs(draft.accept_prob, max_positions)
+    # Per category: the profile's own table (ignored when a mean accept length is forced).
+    by_category = () if accept_length is not None else tuple(
+        (c, positional_probs(p, max_positions)) for c, p in sorted(draft.accept_prob_by_category.items()))
 
-    spec = SpecConfig(algorithm, steps, topk, draft_tokens, probs, draft.draft_ms)
-    return ServingSettings(spec, max_running_requests, max_running_requests, tuple(warnings))
+    spec = SpecConfig(launched, steps, topk, draft_tokens, probs, draft.draft_ms, chain, by_category)
+    return _with_ranks(spec, max_running_requests, profile, dp_size, attn_dp_size, warnings, adaptive,
+                       adaptive_requested)
+
+
+def _with_ranks(
+    spec: SpecConfig | None, cap: int | None, profile: EmulatorProfile, dp_size: int, attn_dp_size: int,
+    warnings: list[str], adaptive: AdaptiveSettings | None, adaptive_requested: bool,
+) -> ServingSettings:
+    """Per-rank cap as ``KVCacheConfigurator.resolve_max_num_reqs``: an explicit (or 48) cap is split
+    over attention-DP ranks, max(1, cap // attn_dp_size); replicas each get the whole value."""
+    per_rank = max(1, cap // attn_dp_size) if cap is not None else profile.max_running_requests
+    return ServingSettings(
+        spec, per_rank * dp_size * attn_dp_size, cap, tuple(warnings), dp_size, attn_dp_size, per_rank,
+        adaptive, adaptive_requested,
+    )
 
 
 def _find_draft(profile: EmulatorProfile, algorithm: str) -> DraftProfile:
-    for key in _DRAFT_LOOKUP[algorithm]:
+    for key in _DRAFT_LOOKUP.get(algorithm, (algorithm,)):
         if key in profile.drafts:
             return profile.drafts[key]
     raise ValueError(
         f"profile {profile.name!r} has no [draft.{algorithm}] section "
-        f"(it has: {', '.join(sorted(profile.drafts)) or 'none'})"
+        f"(it has: {', '.join(sorted(profile.drafts)) or 'none'}); SGLang accepts {algorithm} but the emulator "
+        "needs the drafter's cost and acceptance to model it"
     )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from specguard.engines.base import ArgCheck, EffectiveArgs, Engine, redact
+from specguard.engines.base import ArgCheck, EffectiveArgs, Engine, ServerBusy, redact
 from specguard.engines.emulator import EmulatorEngine
 from specguard.engines.sglang import SGLangEngine
 from specguard.engines.vllm import VLLMEngine
@@ -17,4 +17,4 @@ def get_engine(name: str) -> Engine:
         raise ValueError(f"unknown engine {name!r}; known: {', '.join(sorted(_ENGINES))}") from None
 
 
-__all__ = ["ArgCheck", "EffectiveArgs", "Engine", "get_engine", "redact"]
+__all__ = ["ArgCheck", "EffectiveArgs", "Engine", "ServerBusy", "get_engine", "redact"]

@@ -34,8 +34,35 @@ class EffectiveArgs:
     tp_size: int | None = None
     launch_command: str = ""
     raw: dict[str, Any] = field(default_factory=dict)
+    # SGLang: /model_info architectures[0] (it picks default steps/topk/draft tokens by it)
+    architecture: str | None = None
+    attn_dp_size: int | None = None  # attention data parallelism (0.5.23 --attn-dp-size)
+    # every internal_states entry's effective_max_running_requests_per_dp (= cap // attn_dp_size,
+    # further limited by KV capacity); max_running_requests stays the server's total
+    max_running_requests_per_rank: list[int] = field(default_factory=list)
+    speculative_adaptive: bool | None = None
+    decode_cuda_graph_bs: list[int] | None = None  # captured decode CUDA-graph batch sizes (rank 0)
+    # resolved arguments that change performance (SGLang's /server_info keys; engine-specific)
+    server_args: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def request_capacity(self) -> int | None:
+        """Requests the server runs at once: per-rank caps x attention-DP ranks when known."""
+        if self.max_running_requests_per_rank:
+            return min(self.max_running_requests_per_rank) * (self.attn_dp_size or 1)
+        return self.max_running_requests
 
     def fingerprint_fields(self) -> dict[str, Any]:
+        """What must match for two measurements to compare; new keys only when known, so
+        engines that report none of them keep their fingerprints."""
+        extra: dict[str, Any] = {"architecture": self.architecture, "attn_dp_size": self.attn_dp_size,
+                                 "max_running_requests_per_rank": self.max_running_requests_per_rank or None,
+                                 "speculative_adaptive": self.speculative_adaptive,
+                                 "decode_cuda_graph_bs": self.decode_cuda_graph_bs}
+        extra.update(self.server_args)
+        return {**self._core_fields(), **{k: v for k, v in extra.items() if v is not None}}
+
+    def _core_fields(self) -> dict[str, Any]:
         return {
             "engine_version": self.engine_version,
             "model_path": self.model_path,
@@ -47,6 +74,16 @@ class EffectiveArgs:
             "max_running_requests": self.max_running_requests,
             "tp_size": self.tp_size,
         }
+
+
+class ServerBusy(RuntimeError):
+    """The server kept running or queueing requests that specguard did not send, so its cache
+    could not be flushed in the time allowed: the cell is not measured (never a pass or a fail)."""
+
+    def __init__(self, message: str, running: int | None = None, waiting: int | None = None) -> None:
+        super().__init__(message)
+        self.running = running
+        self.waiting = waiting
 
 
 @dataclass(frozen=True)
@@ -99,14 +136,28 @@ class Engine:
     def request_extra_body(self, cfg: ServerConfig) -> dict | None:
         return None
 
+    def route_extra_body(self, api: str) -> dict | None:
+        """Fields this engine needs in every request of one route (e.g. SGLang's
+        return_spec_tokens_details on the OpenAI routes, which /generate would refuse)."""
+        return None
+
     def choose_api(self, wanted: str) -> str:
         return wanted if wanted in self.supported_apis else self.api
 
     def read_effective_args(self, client: httpx.Client, cfg: ServerConfig | None) -> EffectiveArgs:
         raise NotImplementedError
 
-    def flush_cache(self, client: httpx.Client) -> None:
-        """Clear caches and accept counters before a cell; engines without it do nothing."""
+    def flush_cache(self, client: httpx.Client, timeout_s: float = 30.0) -> None:
+        """Clear caches and accept counters before a run; engines without it do nothing.
+        Raises ServerBusy when the server stays busy for `timeout_s`."""
+
+    def queue_depth(self, client: httpx.Client) -> tuple[int, int] | None:
+        """(running, waiting) requests as the server's /metrics says, or None when unknown."""
+        return None
+
+    def steps_in_use(self, eff: EffectiveArgs, after: dict[str, float] | None) -> float | None:
+        """The speculative steps the server ran a run with, when they change at run time."""
+        return None
 
     def metrics_snapshot(self, client: httpx.Client) -> dict[str, float] | None:
         """Counter values, or None when the server has no /metrics."""

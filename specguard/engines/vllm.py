@@ -101,7 +101,7 @@ class VLLMEngine(Engine):
             raw=raw,
         )
 
-    def flush_cache(self, client: httpx.Client) -> None:
+    def flush_cache(self, client: httpx.Client, timeout_s: float = 30.0) -> None:
         """Nothing to flush: vLLM's OpenAI server has no cache route outside dev mode, and the
         accept-length counters are read as deltas around each run. Suites that want every run
         to prefill from scratch launch with --no-enable-prefix-caching."""

@@ -34,6 +34,9 @@ class RequestRecord:
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     spec_verify_ct: int | None = None
+    spec_num_correct_drafts: int | None = None  # accepted drafted tokens, bonus excluded (SGLang)
+    spec_num_proposed_drafts: int | None = None
+    spec_correct_drafts_histogram: list[int] | None = None  # [k]: verify steps that accepted exactly k drafts
     tokens_estimated: bool = False  # per-event counts unknown: metrics spread the usage total
     server_ttft_s: float | None = None  # the server's own view, when its stream reports it
     server_e2e_s: float | None = None
@@ -113,6 +116,9 @@ async def send_request(conn: Connection, request: bytes, api: str, index: int, r
             record.prompt_tokens = summary.prompt_tokens
             record.completion_tokens = summary.completion_tokens
             record.spec_verify_ct = summary.spec_verify_ct
+            record.spec_num_correct_drafts = summary.spec_num_correct_drafts
+            record.spec_num_proposed_drafts = summary.spec_num_proposed_drafts
+            record.spec_correct_drafts_histogram = summary.spec_correct_drafts_histogram
             record.tokens_estimated = parser.tokens_estimated
             record.server_ttft_s = summary.server_ttft_s
             record.server_e2e_s = summary.server_e2e_s

@@ -16,6 +16,7 @@ import numpy as np
 
 from specguard.measure.client import RequestRecord
 from specguard.measure.load import WORKERS_ENV, RunResult
+from specguard.workload import Workload
 
 LATENCY_METRICS = ("ttft_ms", "tpot_ms", "itl_ms", "e2e_latency_ms")
 LATENCY_STATS = ("mean", "median", "p90", "p99")
@@ -39,11 +40,124 @@ class RunMetrics:
     latency_ms: dict[str, float] = field(default_factory=dict)
     accept_length: float | None = None  # sum completion tokens / sum spec_verify_ct, else the engine's source
     total_verify_ct: int = 0
+    # Acceptance by draft position, from the requests' spec_correct_drafts_histogram (SGLang's final
+    # event or sglext chunk): correct_drafts_histogram[k] = verify steps that accepted exactly k
+    # drafts, summed over the run; acceptance_by_position[k-1] = share of verify steps that
+    # accepted at least k drafts (P(draft k accepted)), the input for choosing --speculative-num-steps.
+    correct_drafts_histogram: list[int] = field(default_factory=list)
+    acceptance_by_position: list[float] = field(default_factory=list)
+    spec_accept_rate: float | None = None  # sum correct drafts / sum proposed drafts over the run's requests
+    spec_num_steps: float | None = None  # adaptive speculation: sglang:spec_num_steps after the run (steps in use)
     server_accept_length: dict[str, float] = field(default_factory=dict)  # by source name
     tokens_estimated: bool = False
     client_cpu_fraction: float = 0.0  # client CPU seconds / (duration x client processes)
     errors: list[str] = field(default_factory=list)  # the first few, verbatim
     warnings: list[str] = field(default_factory=list)
+    load_model: str = ""  # "closed-loop c=16" or "poisson 8 req/s, cap 64" (measure/load.py load_model)
+    # Goodput under SLOs (bench_serving's keys, sglang/benchmark/goodput.py GoodputMetrics): requests
+    # that succeeded and met every SLO, per second of the run; None when no SLO was given.
+    goodput_slos_ms: dict[str, float] = field(default_factory=dict)
+    request_goodput: float | None = None
+    slo_attainment: float | None = None  # good requests / requests sent
+    # Per prompt category (when the workload's prompts carry one): see category_summaries().
+    categories: dict[str, "CategorySummary"] = field(default_factory=dict)
+
+
+@dataclass
+class CategorySummary:
+    """One prompt category's share of a run: its requests, tokens, share of the run's tok/s and
+    its own accept length (ratio of sums over its requests, as the run's)."""
+
+    requests: int
+    completed: int
+    output_tokens: int
+    output_throughput: float  # this category's completion tokens / the run's duration
+    throughput_share: float  # of the run's completion tokens
+    accept_length: float | None = None
+    total_verify_ct: int = 0
+    median_ttft_ms: float = math.nan
+    median_tpot_ms: float = math.nan
+
+
+SLO_KEYS = ("ttft_ms", "tpot_ms", "e2e_ms")
+
+
+class SLOError(ValueError):
+    """An --slo / goodput text that cannot be read; the message says how to write it."""
+
+
+def parse_slo(text: str, what: str = "--slo") -> dict[str, float]:
+    """`ttft_ms=500,tpot_ms=50[,e2e_ms=...]` -> {"ttft_ms": 500.0, ...} (milliseconds, > 0)."""
+    out: dict[str, float] = {}
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            continue
+        name, sep, value = part.partition("=")
+        name = name.strip()
+        try:
+            number = float(value) if sep else math.nan
+        except ValueError:
+            number = math.nan
+        if name not in SLO_KEYS or not (math.isfinite(number) and number > 0):
+            raise SLOError(f"{what} {text!r}: write KEY=MS pairs separated by commas with KEY in "
+                           f"{', '.join(SLO_KEYS)} and MS > 0, e.g. ttft_ms=500,tpot_ms=50")
+        out[name] = number
+    if not out:
+        raise SLOError(f"{what} {text!r}: give at least one SLO, e.g. ttft_ms=500,tpot_ms=50")
+    return out
+
+
+def request_meets_slo(r: RequestRecord, slo_ms: dict[str, float]) -> bool:
+    """Succeeded and within every SLO. As bench_serving's calculate_goodput: TPOT is (e2e - TTFT) /
+    (output tokens - 1), 0 for a single-token response; e2e counts from the send."""
+    if not r.ok or r.first_token_s is None:
+        return False
+    ttft_ms = (r.first_token_s - r.send_s) * 1e3
+    e2e_ms = (r.end_s - r.send_s) * 1e3
+    n = r.completion_tokens or 0
+    tpot_ms = (e2e_ms - ttft_ms) / (n - 1) if n > 1 else 0.0
+    observed = {"ttft_ms": ttft_ms, "tpot_ms": tpot_ms, "e2e_ms": e2e_ms}
+    return all(observed[k] <= v for k, v in slo_ms.items())
+
+
+def goodput(run: RunResult, slo_ms: dict[str, float], duration_s: float) -> tuple[float, float]:
+    """(request_goodput in good requests/s, slo_attainment = good / sent)."""
+    good = sum(1 for r in run.requests if request_meets_slo(r, slo_ms))
+    return good / duration_s, good / max(len(run.requests), 1)
+
+
+def workload_categories(workload: Workload, num_requests: int) -> list[str]:
+    """Request index -> its prompt's category for a run of `num_requests` (all "" when none)."""
+    return [workload.prompt(i).category for i in range(num_requests)]
+
+
+def category_summaries(run: RunResult, categories: Sequence[str], duration_s: float) -> dict[str, CategorySummary]:
+    """Split a run's requests by category (`categories[k]` is request k's, k = record.index) and
+    summarise each; {} when no request has a category."""
+    groups: dict[str, list[RequestRecord]] = {}
+    for r in run.requests:
+        c = categories[r.index] if 0 <= r.index < len(categories) else ""
+        if c:
+            groups.setdefault(c, []).append(r)
+    total_out = sum(r.completion_tokens or 0 for r in run.requests if r.ok) or 1
+    out: dict[str, CategorySummary] = {}
+    for c in sorted(groups):
+        rs = groups[c]
+        ok = [r for r in rs if r.ok]
+        tokens = sum(r.completion_tokens or 0 for r in ok)
+        with_verify = [r for r in ok if r.spec_verify_ct]
+        verify_ct = sum(r.spec_verify_ct or 0 for r in with_verify)
+        ttft = [(r.first_token_s - r.send_s) * 1e3 for r in ok if r.first_token_s is not None]
+        tpot = [(r.end_s - r.first_token_s) * 1e3 / (r.completion_tokens - 1) for r in ok
+                if r.first_token_s is not None and (r.completion_tokens or 0) > 1]
+        out[c] = CategorySummary(
+            requests=len(rs), completed=len(ok), output_tokens=tokens, output_throughput=tokens / duration_s,
+            throughput_share=tokens / total_out,
+            accept_length=sum(r.completion_tokens or 0 for r in with_verify) / verify_ct if verify_ct else None,
+            total_verify_ct=verify_ct,
+            median_ttft_ms=float(np.median(ttft)) if ttft else math.nan,
+            median_tpot_ms=float(np.median(tpot)) if tpot else math.nan)
+    return out
 
 
 def _percentiles(values: np.ndarray, name: str, out: dict[str, float]) -> None:
@@ -77,8 +191,11 @@ def per_token_itl_s(record: RequestRecord) -> np.ndarray:
 
 
 def summarize_run(run: RunResult, server_accept_length: dict[str, float] | None = None,
-                  accept_length_source: str | None = None) -> RunMetrics:
+                  accept_length_source: str | None = None, *, slo_ms: dict[str, float] | None = None,
+                  categories: Sequence[str] | None = None) -> RunMetrics:
     """Reduce one run's request records to its metrics; failures are counted, never dropped.
+    With `slo_ms` the run's goodput is computed; with `categories` (request index -> category,
+    e.g. workload_categories()) the per-category summaries.
 
     The accept length comes from the requests' own verify counts; only when they carry none does
     the engine's run-level `accept_length_source` (a key of `server_accept_length`) stand in.
@@ -111,6 +228,9 @@ def summarize_run(run: RunResult, server_accept_length: dict[str, float] | None 
     accept_length = sum(r.completion_tokens or 0 for r in with_verify) / verify_ct if verify_ct else None
     if accept_length is None and accept_length_source:
         accept_length = (server_accept_length or {}).get(accept_length_source)
+    histogram = drafts_histogram(ok)
+    proposed = sum(r.spec_num_proposed_drafts or 0 for r in ok if r.spec_num_correct_drafts is not None)
+    correct = sum(r.spec_num_correct_drafts or 0 for r in ok if r.spec_num_proposed_drafts)
 
     metrics = RunMetrics(
         concurrency=run.concurrency,
@@ -125,17 +245,54 @@ def summarize_run(run: RunResult, server_accept_length: dict[str, float] | None 
         latency_ms=latency,
         accept_length=accept_length,
         total_verify_ct=verify_ct,
+        correct_drafts_histogram=histogram,
+        acceptance_by_position=acceptance_by_position(histogram),
+        spec_accept_rate=correct / proposed if proposed else None,
         server_accept_length=dict(server_accept_length or {}),
         tokens_estimated=any(r.tokens_estimated for r in ok),
         client_cpu_fraction=run.client_cpu_s / (duration_s * run.processes),
         errors=[f"request {r.index}: {r.error}" for r in bad[:MAX_ERRORS_KEPT]],
+        load_model=run.load_model or f"closed-loop c={run.concurrency}",
     )
+    if slo_ms:
+        metrics.goodput_slos_ms = dict(slo_ms)
+        metrics.request_goodput, metrics.slo_attainment = goodput(run, slo_ms, duration_s)
+    if categories:
+        metrics.categories = category_summaries(run, categories, duration_s)
     metrics.warnings.extend(accept_length_disagreements(metrics))
     if metrics.client_cpu_fraction > CLIENT_BUSY_FRACTION:
         metrics.warnings.append(
             f"the load generator was busy {metrics.client_cpu_fraction:.0%} of the run: it may be part of what was "
             f"measured (more client processes: {WORKERS_ENV}, or fewer concurrent streams per machine)")
     return metrics
+
+
+def drafts_histogram(records: Iterable[RequestRecord]) -> list[int]:
+    """The requests' spec_correct_drafts_histogram added up position by position (each request's
+    list is as long as the most drafts it had accepted in one step, plus one)."""
+    total: list[int] = []
+    for r in records:
+        hist = r.spec_correct_drafts_histogram
+        if not hist:
+            continue
+        if len(hist) > len(total):
+            total.extend([0] * (len(hist) - len(total)))
+        for k, n in enumerate(hist):
+            total[k] += n
+    return total
+
+
+def acceptance_by_position(histogram: Sequence[int]) -> list[float]:
+    """P(at least k drafts accepted in a verify step) for k = 1 .. len - 1; the expected accept
+    length with s steps (topk 1) is 1 + the sum of the first s entries."""
+    steps = sum(histogram)
+    if steps <= 0:
+        return []
+    out, at_least = [], steps
+    for k in range(1, len(histogram)):
+        at_least -= histogram[k - 1]
+        out.append(at_least / steps)
+    return out
 
 
 # Relative disagreement tolerated per server-side source: /server_info only advances every
@@ -168,7 +325,13 @@ _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)")
 
 def parse_prometheus(text: str) -> dict[str, float]:
     """Sum of every series of each metric name (label sets such as is_streaming are added up)."""
-    totals: dict[str, float] = {}
+    return {name: sum(values) for name, values in parse_prometheus_series(text).items()}
+
+
+def parse_prometheus_series(text: str) -> dict[str, list[float]]:
+    """Every series' value of each metric name, in the order served (a gauge per rank stays
+    apart from the others, where a sum would be wrong)."""
+    series: dict[str, list[float]] = {}
     for line in text.splitlines():
         if not line or line.startswith("#"):
             continue
@@ -181,8 +344,8 @@ def parse_prometheus(text: str) -> dict[str, float]:
             continue
         if math.isnan(value):
             continue
-        totals[m.group(1)] = totals.get(m.group(1), 0.0) + value
-    return totals
+        series.setdefault(m.group(1), []).append(value)
+    return series
 
 
 def counter_delta(before: dict[str, float], after: dict[str, float], name: str) -> float | None:

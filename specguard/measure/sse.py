@@ -38,6 +38,11 @@ class StreamSummary:
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     spec_verify_ct: int | None = None
+    # SGLang 0.5.23 puts these on the final event only (tokenizer_manager.py
+    # _calculate_spec_decoding_metrics), or in the OpenAI routes' sglext.spec_tokens_details chunk.
+    spec_num_correct_drafts: int | None = None  # accepted drafted tokens (bonus tokens excluded)
+    spec_num_proposed_drafts: int | None = None  # verify_ct x (num_draft_tokens - 1), startup draft tokens
+    spec_correct_drafts_histogram: list[int] | None = None  # [k] = verify steps that accepted exactly k drafts
     finish_reason: Any = None
     server_ttft_s: float | None = None  # SGLang's own first_token_latency (native streams)
     server_e2e_s: float | None = None  # SGLang's own e2e_latency (native streams)
@@ -80,7 +85,7 @@ class StreamParser:
         self.streamed_tokens = 0  # sum of event_tokens (the cumulative count for native streams)
         self._buf = b""
         self._crlf: bool | None = None  # line endings, decided at the first line
-        self._last: tuple[bytes, int, int] | None = None  # the last native event's payload span
+        self._last: tuple[bytes, int, int, int] | None = None  # the last native event: payload span, its new tokens
 
     def feed(self, chunk: bytes, arrival_s: float | None) -> None:
         """Consume bytes that arrived at `arrival_s`; complete events are handled now."""
@@ -161,7 +166,7 @@ class StreamParser:
             raise StreamProtocolError(f"completion_tokens is not an integer: {data[at:min(end, at + 60)]!r}")
         total = int(m.group(1))
         new = total - self.streamed_tokens
-        self._last = (data, p, end)
+        self._last = (data, p, end, new)
         if new > 0 and arrival_s is not None:
             self.event_s.append(arrival_s)
             self.event_tokens.append(new)
@@ -169,7 +174,7 @@ class StreamParser:
         elif new < 0:
             raise StreamProtocolError(f"completion_tokens went backwards ({self.streamed_tokens} -> {total})")
 
-    def _native_final(self, data: bytes, p: int, end: int) -> None:
+    def _native_final(self, data: bytes, p: int, end: int, last_new: int) -> None:
         at = data.rfind(_META_KEY, p, end)
         if at < 0:
             raise StreamProtocolError("last native event has no meta_info")
@@ -182,15 +187,24 @@ class StreamParser:
         s = self.summary
         s.prompt_tokens = _int_or_none(meta.get("prompt_tokens"))
         s.completion_tokens = _int_or_none(meta.get("completion_tokens"))
-        s.spec_verify_ct = _int_or_none(meta.get("spec_verify_ct"))
+        _spec_details(s, meta)
         s.finish_reason = meta.get("finish_reason")
         s.server_ttft_s = _float_or_none(meta.get("first_token_latency"))
         s.server_e2e_s = _float_or_none(meta.get("e2e_latency"))
-        self._check_final_ids(data, p, at)
+        reason = s.finish_reason
+        if isinstance(reason, dict) and reason.get("type") == "abort":
+            # tokenizer_manager.py _handle_abort_req: finish_reason {"type": "abort", "message": ...},
+            # and an incremental stream's abort event carries only the last id: not a count to check.
+            s.error = f"server aborted the request: {reason.get('message') or 'no message'}"
+            return
+        self._check_final_ids(data, p, at, last_new)
 
-    def _check_final_ids(self, data: bytes, p: int, meta_at: int) -> None:
+    def _check_final_ids(self, data: bytes, p: int, meta_at: int, last_new: int) -> None:
         """The last event's output_ids must hold completion_tokens ids (cumulative streams) or
-        that event's new ids (incremental streams); anything else is a server counting wrongly."""
+        that event's own new ids (`--incremental-streaming-output`: each event's output_ids is the
+        delta since the previous event, tokenizer_manager.py _handle_batch_output, and queued
+        deltas are concatenated by _coalesce_streaming_chunks); anything else is a server counting
+        wrongly."""
         ids_at = data.find(_IDS_KEY, p, meta_at)
         total = self.summary.completion_tokens
         if ids_at < 0 or total is None:
@@ -198,7 +212,6 @@ class StreamParser:
         close = data.find(b"]", ids_at, meta_at)
         body = data[ids_at + len(_IDS_KEY):close]
         ids = body.count(b",") + 1 if body.strip() else 0
-        last_new = int(self.event_tokens[-1]) if len(self.event_tokens) else 0
         if ids not in (total, last_new):
             raise StreamProtocolError(
                 f"token count mismatch: the last event carries {ids} output ids, meta_info.completion_tokens says {total}")
@@ -249,17 +262,31 @@ class StreamParser:
             raise StreamProtocolError(f"invalid JSON in usage chunk: {payload[:200]!r}") from exc
         if not isinstance(obj, dict):
             raise StreamProtocolError(f"usage chunk is not an object: {payload[:200]!r}")
-        usage = obj.get("usage") if isinstance(obj.get("usage"), dict) else {}
-        self.summary.prompt_tokens = _int_or_none(usage.get("prompt_tokens"))
-        self.summary.completion_tokens = _int_or_none(usage.get("completion_tokens"))
+        usage = obj.get("usage")
+        if isinstance(usage, dict):  # SGLang's sglext chunk has "usage": null and comes first
+            self.summary.prompt_tokens = _int_or_none(usage.get("prompt_tokens"))
+            self.summary.completion_tokens = _int_or_none(usage.get("completion_tokens"))
         choices = obj.get("choices")
         for choice in choices if isinstance(choices, list) else ():
             if isinstance(choice, dict) and choice.get("finish_reason") is not None:
                 self.summary.finish_reason = choice["finish_reason"]
         ext = obj.get("sglext")
         details = ext.get("spec_tokens_details") if isinstance(ext, dict) else None
+        if isinstance(details, list):  # n > 1: one per choice, sorted by index (protocol.py SglExt)
+            details = details[0] if details and isinstance(details[0], dict) else None
         if isinstance(details, dict):
-            self.summary.spec_verify_ct = _int_or_none(details.get("spec_verify_ct"))
+            # protocol.py SpecTokensDetails: every key always serialised, zeros when unknown.
+            _spec_details(self.summary, details)
+
+
+def _spec_details(s: StreamSummary, src: dict) -> None:
+    """Speculation counts of one request from a final meta_info or a spec_tokens_details object."""
+    s.spec_verify_ct = _int_or_none(src.get("spec_verify_ct"))
+    s.spec_num_correct_drafts = _int_or_none(src.get("spec_num_correct_drafts"))
+    s.spec_num_proposed_drafts = _int_or_none(src.get("spec_num_proposed_drafts"))
+    hist = src.get("spec_correct_drafts_histogram")
+    if isinstance(hist, list) and hist and all(_int_or_none(h) is not None and h >= 0 for h in hist):
+        s.spec_correct_drafts_histogram = hist
 
 
 def _is_error(data: bytes, p: int, end: int) -> bool:

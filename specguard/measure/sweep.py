@@ -2,6 +2,11 @@
 
 One measurement serves every test of the cell. Server-side accept-length sources are read
 around each run so they can be checked against the run's own requests.
+
+Every run starts from a flushed cache. SGLang refuses to flush while any request runs or waits
+(HTTP 400), so a server busy with traffic specguard did not send would never be measured
+cleanly: the flush waits a bounded time for idle, then the cell ends as not measured
+(`CellMeasurement.server_busy`), saying how many requests were running and waiting.
 """
 
 from __future__ import annotations
@@ -13,9 +18,10 @@ from typing import Callable
 import httpx
 
 from specguard.config import SweepConfig
+from specguard.engines.base import Engine, ServerBusy
 from specguard.measure.generator import LoadGenerator
 from specguard.measure.load import LoadSettings
-from specguard.measure.metrics import RunMetrics, outliers, summarize_run
+from specguard.measure.metrics import RunMetrics, outliers, summarize_run, workload_categories
 from specguard.server import ServerHandle
 from specguard.workload import Workload
 
@@ -23,6 +29,7 @@ from specguard.workload import Workload
 # pedantic mode is one such driver; the default is a plain loop).
 Driver = Callable[[Callable[[], None], int, int], None]
 Progress = Callable[[str], None]
+FLUSH_TIMEOUT_S = 30.0  # how long a flush waits for the server to go idle before the cell is given up
 
 
 @dataclass
@@ -32,6 +39,7 @@ class CellMeasurement:
     runs: list[RunMetrics] = field(default_factory=list)  # measured runs, warmup excluded
     warmup_runs: list[RunMetrics] = field(default_factory=list)
     error: str | None = None  # the cell could not be measured; never a pass
+    server_busy: bool = False  # error is "busy with traffic specguard did not send" (ServerBusy)
     warnings: list[str] = field(default_factory=list)
     wall_s: float = 0.0
 
@@ -55,25 +63,46 @@ def plain_driver(run_once: Callable[[], None], warmup: int, repeats: int) -> Non
 
 def measure_cell(handle: ServerHandle, workload: Workload, sweep: SweepConfig, concurrency: int, *,
                  api: str | None = None, extra_body: dict | None = None, max_failed: int = 0, driver: Driver = plain_driver,
-                 progress: Progress | None = None) -> CellMeasurement:
-    """Measure a cell; request failures above `max_failed` make the cell an error with the first errors."""
+                 progress: Progress | None = None, flush_timeout_s: float = FLUSH_TIMEOUT_S,
+                 request_rate: float | None = None, burstiness: float = 1.0, num_requests: int | None = None,
+                 slo_ms: dict[str, float] | None = None) -> CellMeasurement:
+    """Measure a cell; request failures above `max_failed` make the cell an error with the first errors;
+    a server that stays busy with others' requests makes it a not-measured cell (`server_busy`).
+    With `request_rate` the cell is open loop (Poisson at that rate, `concurrency` the in-flight
+    cap, `num_requests` per run, default the closed loop's); with `slo_ms` every run has its
+    goodput; prompts with categories give every run per-category summaries."""
     engine = handle.engine
     cell = CellMeasurement(config=handle.name, concurrency=concurrency)
+    api = api or sweep.api
+    route_body = engine.route_extra_body(api)
+    if route_body:
+        extra_body = {**route_body, **(extra_body or {})}
     settings = LoadSettings(
         concurrency=concurrency,
-        num_requests=sweep.num_requests(concurrency),
-        api=api or sweep.api,
+        num_requests=num_requests or sweep.num_requests(concurrency),
+        api=api,
         read_timeout_s=sweep.read_timeout_s,
         run_timeout_s=sweep.run_timeout_s,
         api_key=handle.api_key,
         model=handle.effective.raw.get("served_model_name") or "default",
         extra_body=extra_body,
+        request_rate=request_rate,
+        burstiness=burstiness,
+        arrival_seed=workload.spec.seed,
     )
+    categories = workload_categories(workload, settings.num_requests)
+    if not any(categories):
+        categories = None
     total = sweep.warmup + sweep.repeats
     all_runs: list[RunMetrics] = []
     started = time.monotonic()
 
     with handle.control_client() as client, LoadGenerator(handle.base_url, settings) as generator:
+        busy = foreign_traffic(engine, client)
+        if busy:
+            cell.warnings.append(busy)
+            if progress:
+                progress(f"{handle.name} c{concurrency}: {busy}")
 
         def run_once() -> None:
             i = len(all_runs)
@@ -82,11 +111,13 @@ def measure_cell(handle: ServerHandle, workload: Workload, sweep: SweepConfig, c
                 progress(f"{handle.name} c{concurrency} {phase} ({i + 1}/{total})")
             if not handle.alive():
                 raise ServerGone(f"server {handle.name!r} exited (code {handle.process.returncode})")
-            engine.flush_cache(client)
+            engine.flush_cache(client, flush_timeout_s)
             before = engine.metrics_snapshot(client)
             run = generator.run(workload)
             after = engine.metrics_snapshot(client)
-            metrics = summarize_run(run, engine.server_accept_lengths(client, before, after), engine.accept_length_source)
+            metrics = summarize_run(run, engine.server_accept_lengths(client, before, after), engine.accept_length_source,
+                                    slo_ms=slo_ms, categories=categories)
+            metrics.spec_num_steps = engine.steps_in_use(handle.effective, after)
             if metrics.failed == 0:
                 disagreement = engine.token_count_disagreement(before, after, metrics.total_output_tokens)
                 if disagreement:
@@ -95,6 +126,8 @@ def measure_cell(handle: ServerHandle, workload: Workload, sweep: SweepConfig, c
 
         try:
             driver(run_once, sweep.warmup, sweep.repeats)
+        except ServerBusy as exc:
+            cell.error, cell.server_busy = str(exc), True
         except (ServerGone, httpx.HTTPError, RuntimeError) as exc:
             cell.error = f"{type(exc).__name__}: {exc}"
 
@@ -107,6 +140,29 @@ def measure_cell(handle: ServerHandle, workload: Workload, sweep: SweepConfig, c
 
 class ServerGone(RuntimeError):
     pass
+
+
+def foreign_traffic(engine: Engine, client: httpx.Client, settle_s: float = 0.5) -> str | None:
+    """One line when the server's /metrics shows requests running or waiting before specguard
+    sends any (someone else's traffic would be measured with ours); None when idle or unknown.
+
+    SGLang's queue gauges hold the last batch's values until the scheduler's next idle pass
+    (metrics_reporter.py _maybe_log_idle_metrics), so a non-zero reading is read again once
+    after `settle_s` before it is reported."""
+    depth = None
+    for attempt in range(2):
+        try:
+            depth = engine.queue_depth(client)
+        except httpx.HTTPError:
+            return None
+        if not depth or depth == (0, 0):
+            return None
+        if attempt == 0:
+            time.sleep(settle_s)
+    assert depth is not None
+    running, waiting = depth
+    return (f"the server already has {running} running and {waiting} waiting requests that specguard did not send "
+            f"(/metrics); each run waits for idle before it starts")
 
 
 def _judge_cell(cell: CellMeasurement, handle: ServerHandle, max_failed: int, repeats: int) -> None:

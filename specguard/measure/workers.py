@@ -44,7 +44,8 @@ def merge(parts: list[RunResult], concurrency: int) -> RunResult:
         turnaround.extend(p.turnaround_s)
     return RunResult(concurrency=concurrency, requests=records, start_s=min(p.start_s for p in parts),
                      end_s=max(p.end_s for p in parts), timed_out=any(p.timed_out for p in parts),
-                     client_cpu_s=sum(p.client_cpu_s for p in parts), processes=len(parts), turnaround_s=turnaround)
+                     client_cpu_s=sum(p.client_cpu_s for p in parts), processes=len(parts), turnaround_s=turnaround,
+                     load_model=parts[0].load_model if parts else "")
 
 
 def _send(stream: BinaryIO, obj: Any) -> None:
@@ -92,7 +93,8 @@ class WorkerPool:
             raise
 
     def run(self, requests: list[bytes]) -> RunResult:
-        """Each process runs a contiguous block of requests, sized by its share of the workers."""
+        """Each process runs a contiguous block of requests, sized by its share of the workers (open
+        loop: a contiguous stretch of the one arrival schedule, under its share of the cap)."""
         counts = [len(requests) * c // self.settings.concurrency for c in self.concurrency]
         counts[0] += len(requests) - sum(counts)
         start_at = time.perf_counter() + START_DELAY_S

@@ -62,12 +62,22 @@ def _samples(doc: dict[str, Any], key: str) -> dict[tuple[str, int], list[float]
     return out
 
 
+SERVER_KEYS = ("engine_version", "model_path", "speculative_algorithm", "num_steps", "eagle_topk",
+               "num_draft_tokens", "max_running_requests", "tp_size")
+
+
 def _server_differences(a: dict[str, Any], b: dict[str, Any], names: set[str]) -> list[str]:
+    """Every effective argument that differs between the two servers of a configuration: the
+    core ones first, then the resolved arguments that change performance (attention backend,
+    KV cache dtype, attention DP, CUDA-graph sizes, adaptive speculation, ...) by name."""
     notes = []
     for name in sorted(names):
-        for key in ("engine_version", "model_path", "speculative_algorithm", "num_steps", "eagle_topk",
-                    "num_draft_tokens", "max_running_requests", "tp_size"):
-            va, vb = effective(a, name, key), effective(b, name, key)
+        eff_a = (a["servers"].get(name) or {}).get("effective_args") or {}
+        eff_b = (b["servers"].get(name) or {}).get("effective_args") or {}
+        extra = sorted((set(eff_a) | set(eff_b)) - set(SERVER_KEYS))
+        for key in (*SERVER_KEYS, *extra):
+            va = effective(a, name, key) if key in SERVER_KEYS else eff_a.get(key)
+            vb = effective(b, name, key) if key in SERVER_KEYS else eff_b.get(key)
             if va != vb:
                 notes.append(f"{name}: {key} {va!r} -> {vb!r}")
     return notes

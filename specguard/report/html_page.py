@@ -8,7 +8,7 @@ import base64
 import html
 from typing import Any
 
-from specguard.report.terminal import COLUMNS, notes, summary_rows
+from specguard.report.terminal import COLUMNS, first_run_line, notes, outcome_line, summary_rows
 from specguard.report.markdown import headline
 
 CSS = """
@@ -26,6 +26,8 @@ def _verdict_class(text: str) -> str:
     """The table row's colour, from its verdict text."""
     if "FAIL" in text:
         return "fail"
+    if text.startswith("skip"):
+        return ""
     if "ERROR" in text:
         return "error"
     return "pass" if text == "pass" else ""
@@ -35,7 +37,7 @@ def render_html(doc: dict[str, Any], images: dict[str, bytes], plot_note: str | 
     """The page; `plot_note` says why there are no plots when `images` is empty."""
     e = html.escape
     out = [f"<!doctype html><html><head><meta charset='utf-8'><title>specguard {e(doc['session_id'])}</title>",
-           f"<style>{CSS}</style></head><body>", f"<h2>{e(headline(doc, code=''))}</h2>"]
+           f"<style>{CSS}</style></head><body>", f"<h2>{e(headline(doc, code='', emoji=False))}</h2>"]
     out.append("<table><tr>" + "".join(f"<th>{e(t)}</th>" for t, _, _ in COLUMNS) + "</tr>")
     for row in summary_rows(doc):
         cells = []
@@ -45,6 +47,9 @@ def render_html(doc: dict[str, Any], images: dict[str, bytes], plot_note: str | 
         out.append("<tr>" + "".join(cells) + "</tr>")
     out.append("</table>")
     out += ["<ul>"] + [f"<li>{e(n)}</li>" for n in notes(doc)] + ["</ul>"]
+    out.append(f"<p><code>{e(outcome_line(doc))}</code></p>")
+    if first_run_line(doc):
+        out.append(f"<p><code>{e(first_run_line(doc))}</code></p>")
     if plot_note:
         out.append(f"<p><em>{e(plot_note)}</em></p>")
     for name, png in images.items():

@@ -4,21 +4,23 @@ from __future__ import annotations
 
 from typing import Any
 
-from specguard.report.terminal import COLUMNS, notes, outcome_line, summary_rows
+from specguard.report.terminal import COLUMNS, first_run_line, notes, outcome_line, summary_rows
 from specguard.report.results import STATUS_NOT_MEASURED, STATUS_OK, STATUS_REGRESSION
 
-STATUS_BADGE = {STATUS_OK: "✅ no regression", STATUS_REGRESSION: "❌ regression found",
-                STATUS_NOT_MEASURED: "⚠️ could not measure"}
+STATUS_TEXT = {STATUS_OK: "no regression", STATUS_REGRESSION: "regression found", STATUS_NOT_MEASURED: "could not measure"}
+STATUS_EMOJI = {STATUS_OK: "✅", STATUS_REGRESSION: "❌", STATUS_NOT_MEASURED: "⚠️"}
 
 
 def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
-def headline(doc: dict[str, Any], code: str = "`") -> str:
-    """Status, exit code and where the numbers come from; `code` quotes names (markdown backticks)."""
+def headline(doc: dict[str, Any], code: str = "`", emoji: bool = True) -> str:
+    """Status, exit code and where the numbers come from; `code` quotes names (markdown backticks).
+    `emoji=False` for pages that may lack an emoji font (headless Chromium draws a box)."""
     o = doc["outcome"]
-    badge = STATUS_BADGE.get(o["status"], o["status"])
+    text = STATUS_TEXT.get(o["status"], o["status"])
+    badge = f"{STATUS_EMOJI[o['status']]} {text}" if emoji and o["status"] in STATUS_EMOJI else text
     env = doc["environment"]
     commit = (env.get("git_commit") or "")[:10] or "unknown commit"
     return (f"specguard: {badge} (exit {o['exit_status']}) — suite {code}{doc['suite']}{code}, {commit}, "
@@ -43,6 +45,8 @@ def render_markdown(doc: dict[str, Any], html_name: str | None = "report.html") 
         lines += [f"- `{f['nodeid'].split('::')[-1]}` ({f['kind']}): {_cell(f['message'])}" for f in failed]
         lines += ["", "</details>", ""]
     lines.append(f"`{outcome_line(doc)}`")
+    if first_run_line(doc):
+        lines += ["", f"`{first_run_line(doc)}`"]
     if html_name:
         lines += ["", f"Plots and every decision: `{html_name}` in the uploaded report."]
     return "\n".join(lines) + "\n"

@@ -231,8 +231,41 @@ def latency_png(doc: dict[str, Any]) -> bytes | None:
     return _png(fig)
 
 
+def acceptance_position_png(doc: dict[str, Any]) -> bytes | None:
+    """Share of verify steps that accepted at least k drafts, by draft position k, per speculative
+    configuration and concurrency (runs' correct_drafts_histogram pooled per cell): the steps
+    beyond which another drafted token rarely pays."""
+    colors = _colors(doc)
+    fig, (ax,) = _figure()
+    drawn, positions = False, 1
+    for cell in sorted_cells(doc):
+        hist: list[int] = []
+        for run in cell["runs"]:
+            for k, n in enumerate(run.get("correct_drafts_histogram") or []):
+                hist.extend([0] * (k + 1 - len(hist)))
+                hist[k] += n
+        steps = sum(hist)
+        if cell["error"] or steps <= 0 or len(hist) < 2:
+            continue
+        at_least = [sum(hist[k:]) / steps for k in range(1, len(hist))]
+        ax.plot(range(1, len(hist)), at_least, color=colors.get(cell["config"]), marker="o", ms=4, lw=1.5,
+                alpha=0.8,
+                label=f"{cell['config']} c{cell['concurrency']}")
+        drawn, positions = True, max(positions, len(hist) - 1)
+    if not drawn:
+        return None
+    ax.set_xticks(range(1, positions + 1))
+    ax.set_ylim(0, 1)
+    ax.set_xlabel("draft position k")
+    ax.set_ylabel("verify steps accepting >= k drafts")
+    ax.set_title("Acceptance by draft position", fontsize=10)
+    ax.grid(True, alpha=0.3)
+    ax.legend(loc="best", fontsize=8)
+    return _png(fig)
+
+
 FIGURES = {"throughput": throughput_png, "speculation_ratio": ratio_png, "accept_length": accept_png,
-           "latency": latency_png}
+           "latency": latency_png, "acceptance_by_position": acceptance_position_png}
 
 
 def render_all(doc: dict[str, Any]) -> dict[str, bytes]:

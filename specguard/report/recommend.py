@@ -135,7 +135,10 @@ def _switch_point(c: Crossing) -> int | None:
 
 def _settings(doc: dict[str, Any], name: str) -> dict[str, Any]:
     cfg = configs_by_name(doc)[name]
-    return {"speculative_algorithm": cfg.get("speculative_algorithm"),
+    graphs = effective(doc, name, "decode_cuda_graph_bs") or effective(doc, name, "cuda_graph_bs_decode")
+    return {"engine": cfg.get("engine"), "speculative_algorithm": cfg.get("speculative_algorithm"),
+            "cuda_graph_bs": sorted(graphs) if isinstance(graphs, list) and graphs else None,
+            "attn_dp_size": effective(doc, name, "attn_dp_size"),
             "effective_algorithm": effective(doc, name, "speculative_algorithm"),
             "num_steps": effective(doc, name, "num_steps"), "eagle_topk": effective(doc, name, "eagle_topk"),
             "num_draft_tokens": effective(doc, name, "num_draft_tokens"),
@@ -253,18 +256,46 @@ def _bands(primary: str, lighter: str | None, c1: int | None, c2: int | None) ->
     return [Band(start, cuts[i + 1][0] if i + 1 < len(cuts) else None, name) for i, (start, name) in enumerate(cuts)]
 
 
+def graph_switch_start(start: int, graphs: list[int] | None) -> int:
+    """The batch size from which a key of `start` can take effect, nearest to `start`.
+
+    SGLang 0.5.23 routes a decode batch of size b by its padded size: the smallest captured
+    decode CUDA-graph batch size >= b (b itself above the largest or without graphs;
+    adaptive_spec_params.py AdaptiveSpeculativeParams._route, _pad_to_cuda_graph_bs), then the
+    largest key <= that. So a key K applies from b = (largest graph size below K) + 1, up to one
+    bucket early. The starts a key can express are 1, g + 1 for each graph size g, and any size
+    above the largest graph; this picks the one nearest `start` (the later one on a tie), and
+    that value is itself a key that takes effect exactly there.
+    """
+    if not graphs or start <= 1 or start > max(graphs):
+        return start
+    below = max((g for g in graphs if g < start), default=0) + 1
+    if below == start:
+        return start
+    above = min(g for g in graphs if g >= start) + 1
+    return below if start - below < above - start else above
+
+
 def sglang_adaptive(rec: Recommendation, max_level: int, configs: list[dict[str, Any]]) -> dict[str, Any]:
     """The policy as SGLang's `--speculative-adaptive-config` JSON, where that mode applies.
 
-    Format read from SGLang's source, python/sglang/srt/speculative/adaptive_spec_params.py
-    (sgl-project/sglang; DEFAULT_ADAPTIVE_CONFIG, _load_adaptive_config, AdaptiveSpeculativeParams):
-    a JSON object whose integer-string keys are running batch sizes, each
-    {"candidate_steps": [non-negative ints, ...]}; a batch uses the entry with the largest key
-    <= its size (padded up to a CUDA-graph batch size first); step 0 drafts nothing. The adaptive
-    mode supports EAGLE/EAGLE3 with topk 1 only (NEXTN is resolved to EAGLE), and draft tokens
-    follow steps + 1. The default table drafts nothing from batch 64.
+    Format from SGLang 0.5.23's python/sglang/srt/speculative/adaptive_spec_params.py
+    (DEFAULT_ADAPTIVE_CONFIG, _load_adaptive_config, AdaptiveSpeculativeParams): a JSON object
+    whose integer-string keys are running batch sizes, each {"candidate_steps": [non-negative
+    ints, ...]}; a batch uses the entry with the largest key <= its size, padded up to a
+    CUDA-graph batch size first (see graph_switch_start); step 0 drafts nothing. The adaptive
+    mode supports EAGLE/EAGLE3 with topk 1 only (NEXTN is resolved to EAGLE), draft tokens follow
+    steps + 1, and --speculative-num-steps must be one of the candidates or the server refuses to
+    start (speculative_hook.py _init_adaptive_speculative_params), so the flags name one.
     """
-    flags = ["--speculative-adaptive", "--speculative-adaptive-config", ADAPTIVE_CONFIG_FILE]
+    engine = rec.settings[rec.speculative].get("engine")
+    if engine == "vllm":
+        return {"applies": False, "reason": "vLLM has no adaptive speculation mode: apply the policy's concurrency "
+                                            "bands (e.g. route by concurrency between a speculative and a plain server)",
+                "notes": []}
+    if not any(b.config for b in rec.bands):
+        return {"applies": False, "reason": "speculation does not pay at any measured concurrency: launch without "
+                                            "speculation", "notes": []}
     for name in {b.config for b in rec.bands if b.config}:
         s = rec.settings[name]
         algo = (s["speculative_algorithm"] or s["effective_algorithm"] or "").upper()
@@ -274,11 +305,30 @@ def sglang_adaptive(rec: Recommendation, max_level: int, configs: list[dict[str,
         if s["eagle_topk"] not in (None, 1):
             return {"applies": False, "reason": f"{name} runs topk {s['eagle_topk']}; SGLang's adaptive mode needs topk 1",
                     "notes": []}
-    table = {str(b.start): {"candidate_steps": [rec.settings[b.config]["num_steps"] if b.config else 0]} for b in rec.bands}
+        if isinstance(s.get("attn_dp_size"), int) and s["attn_dp_size"] > 1:
+            return {"applies": False, "reason": f"{name} runs attention DP ({s['attn_dp_size']} ranks); SGLang 0.5.23 "
+                                                f"turns adaptive speculation off under attention DP", "notes": []}
+        steps = s["num_steps"]
+        if not isinstance(steps, int) or isinstance(steps, bool) or steps < 0:
+            return {"applies": False, "reason": f"{name}'s num_steps is not known ({steps!r}); SGLang's candidate_steps "
+                                                f"must be non-negative ints", "notes": []}
+    graphs = rec.settings[rec.speculative].get("cuda_graph_bs")
     notes = ["keys are running batch sizes of one server (per DP rank); in a closed loop below the server's "
-             "running-request cap they equal client concurrency",
-             "a batch is padded up to a CUDA-graph batch size before the lookup, so a switch takes effect at the "
-             "first captured size >= its key"]
+             "running-request cap they equal client concurrency"]
+    table: dict[str, dict[str, list[int]]] = {}
+    for b in rec.bands:
+        key = graph_switch_start(b.start, graphs)
+        if key != b.start:
+            notes.append(f"the switch measured at {b.start} is keyed {key}: batches are padded to the decode CUDA-graph "
+                         f"sizes {graphs} before the lookup, so {key} is the nearest batch size a key takes effect at")
+        table[str(key)] = {"candidate_steps": [rec.settings[b.config]["num_steps"] if b.config else 0]}
+    if graphs is None:
+        notes.append("decode CUDA-graph sizes unknown (the results carry no decode_cuda_graph_bs): SGLang pads a batch "
+                     "to the next captured size before the lookup, so a switch can happen up to one graph bucket "
+                     "before its key")
+    first = table[min(table, key=int)]["candidate_steps"][0]
+    flags = ["--speculative-num-steps", str(first), "--speculative-eagle-topk", "1",
+             "--speculative-adaptive", "--speculative-adaptive-config", ADAPTIVE_CONFIG_FILE]
     cap = rec.settings[rec.speculative]["max_running_requests"]
     ref_cfg = next((c for c in configs if c["name"] == rec.reference), {})
     if cap is not None and cap < max_level:

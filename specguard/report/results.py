@@ -7,6 +7,7 @@ recommend`), so those never need a live session. Schema: docs/results.md.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import platform
@@ -18,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from specguard import __version__
 from specguard.decide.baselines import atomic_write_json, now_iso
 from specguard.engines import redact
-from specguard.decide.gates import GateResult, crossover, holm_failures
+from specguard.decide.gates import GateResult, counts_as_failure, holm_failures
 from specguard.decide.stats import RatioEstimate
 
 if TYPE_CHECKING:
@@ -84,8 +85,24 @@ def _servers(sg: "SpecguardSession") -> dict[str, Any]:
             "effective_args": h.effective.fingerprint_fields() if h else None,
             "checks": [asdict(c) for c in state.checks],
             "failure": str(state.failure) if state.failure else None,
+            "mode": getattr(state, "mode", "") or ("attached" if h and h.attached else "launched" if h else ""),
+            "differences": [asdict(d) if dataclasses.is_dataclass(d) else {"message": str(d)}
+                            for d in getattr(state, "differences", [])],
         }
     return servers
+
+
+def detectable_drop(estimate: dict[str, Any] | None, rule: str = "significant") -> float | None:
+    """The smallest drop this cell could have failed for, from its interval's half-width h on the
+    log scale: a drop d is significant once (1 - d) e^h < 1 (rule "significant", and it must also
+    be beyond the tolerance), or < 1 - tolerance ("beyond-tolerance")."""
+    if not estimate or not estimate.get("low") or not estimate.get("high") or estimate["low"] <= 0:
+        return None
+    h = (math.log(estimate["high"]) - math.log(estimate["low"])) / 2
+    threshold = estimate.get("threshold") or 1.0
+    if rule == "beyond-tolerance":
+        return 1 - threshold * math.exp(-h)
+    return max(1 - math.exp(-h), 1 - threshold)
 
 
 def decision_dict(r: GateResult) -> dict[str, Any]:
@@ -96,22 +113,77 @@ def decision_dict(r: GateResult) -> dict[str, Any]:
 
 def decision_result(d: dict[str, Any]) -> GateResult:
     """A decision read back from a document, as the gate produced it."""
-    fields = {k: v for k, v in d.items() if k != "estimate"}
+    known = {f.name for f in dataclasses.fields(GateResult)} - {"estimate"}
+    fields = {k: v for k, v in d.items() if k in known}  # derived keys (detectable_drop) are not the gate's
     est = RatioEstimate(**d["estimate"]) if d.get("estimate") else None
     return GateResult(**fields, estimate=est)
 
 
-def crossovers(decisions: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """gates.crossover per speculative configuration, from its speculation decisions."""
-    by_config: dict[str, dict[int, RatioEstimate]] = {}
-    for d in decisions:
-        if d["gate"] == "speculation" and d.get("estimate"):
-            by_config.setdefault(d["config"], {})[d["concurrency"]] = RatioEstimate(**d["estimate"])
-    out = {}
-    for name, ratios in by_config.items():
-        last_win, first_loss, text = crossover(ratios)
-        out[name] = {"last_win": last_win, "first_loss": first_loss, "text": text}
+def crossovers(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Per speculative configuration, where it stops paying against its reference: the same
+    estimator and confidence as `specguard recommend` (report/recommend.py `crossing`: the ratio
+    curve interpolated on log concurrency, with its interval), so the two never disagree."""
+    from specguard.report import recommend  # recommend imports this module
+
+    out: dict[str, dict[str, Any]] = {}
+    conf = recommend.DEFAULT_CONFIDENCE
+    for cfg in doc["configs"]:
+        ref = cfg.get("reference")
+        if not ref:
+            continue
+        curve = recommend.ratio_curve(throughputs(doc, cfg["name"]), throughputs(doc, ref),
+                                      launch_sd=doc["tolerances"]["prior_between_sd"], confidence=conf)
+        if len(curve) < 2:  # one level has no crossover to speak of (recommend refuses it too)
+            continue
+        x = recommend.crossing(curve)
+        out[cfg["name"]] = {"estimate": x.estimate, "low": x.low, "high": x.high, "last_win": x.last_ahead,
+                            "first_loss": x.first_behind, "confident": x.confident, "confidence": conf,
+                            "text": crossover_text(cfg["name"], ref, x, curve, conf)}
     return out
+
+
+def crossover_text(name: str, ref: str, x: Any, curve: list[Any], conf: float) -> str:
+    """The crossover sentence, worded as `specguard recommend` words it."""
+    levels = [r.concurrency for r in curve]
+    if x.estimate is None:
+        return f"ahead of {ref} at every measured concurrency (c{levels[0]}-c{levels[-1]}); no crossover in range"
+    if x.below_range:
+        return f"behind {ref} from the lowest measured concurrency (c{levels[0]})"
+    lo = f"{x.low:.0f}" if x.low is not None else f"below c{levels[0]}"
+    hi = f"{x.high:.0f}" if x.high is not None else f"beyond c{levels[-1]}"
+    return (f"crossover vs {ref} at c~{x.estimate:.1f} ({conf:.0%} CI {lo}-{hi}), between measured "
+            f"c{x.last_ahead} and c{x.first_behind}{'' if x.confident else ', not confidently resolved'}")
+
+
+def holm_decisions(doc: dict[str, Any]) -> list[GateResult]:
+    """The decisions in Holm's family: enforced gate tests with an estimate (a run that records
+    new baselines does not gate throughput/accept length on the old ones, so those are out)."""
+    updating = doc.get("options", {}).get("update_baselines")
+    out = []
+    for d in doc["decisions"]:
+        if not d.get("estimate") or not d.get("enforced", True):
+            continue
+        if updating and d["gate"] in ("throughput", "accept_length"):
+            continue
+        out.append(decision_result(d))
+    return out
+
+
+def family_holm(doc: dict[str, Any]) -> dict[str, Any] | None:
+    """Holm's family-wise decision as the session-level test `specguard::family_holm`: failed
+    when Holm rejects a gate whose per-cell test did not fail; None when nothing was tested."""
+    family = holm_decisions(doc)
+    if not family:
+        return None
+    alpha = doc["tolerances"]["family_alpha"]
+    extra = [decision_result(d) for d in doc["holm_failures"]]
+    if not extra:
+        return {"outcome": "passed", "message": f"family (Holm, alpha {alpha}, {len(family)} gate tests): no further failure"}
+    cells = "; ".join(f"{r.gate} {r.config} c{r.concurrency} ratio {r.estimate.describe()} p={r.estimate.p_value:.2g}"
+                      for r in extra)
+    return {"outcome": "failed",
+            "message": f"family (Holm, alpha {alpha}, {len(family)} gate tests): {len(extra)} drop(s) significant "
+                       f"across the session though not at their per-cell level: {cells}"}
 
 
 def results_document(sg: "SpecguardSession") -> dict[str, Any]:
@@ -123,7 +195,9 @@ def results_document(sg: "SpecguardSession") -> dict[str, Any]:
                       "wall_s": cell.wall_s, "summary": cell_summary(runs), "runs": runs,
                       "warmup_runs": [asdict(r) for r in cell.warmup_runs]})
     decisions = [decision_dict(r) for r in sg.results]
-    return clean({
+    for d in decisions:  # what each verdict could resolve at its own level (docs/results.md)
+        d["detectable_drop"] = detectable_drop(d["estimate"], sg.suite.tolerances.fail_rule)
+    doc = clean({
         "schema": SCHEMA,
         "schema_version": SCHEMA_VERSION,
         "created": now_iso(),
@@ -141,12 +215,38 @@ def results_document(sg: "SpecguardSession") -> dict[str, Any]:
         "servers": _servers(sg),
         "cells": cells,
         "decisions": decisions,
-        "holm_failures": [decision_dict(r) for r in sg.holm_extra],
-        "crossovers": crossovers(decisions),
+        "holm_failures": [],
+        "crossovers": {},
         "baseline_updates": list(sg.baseline_updates),
         "outcome": {"status": STATUS_OK, "exit_status": 0, "failed_tests": []},
         "merged_from": 1,
+        "reference_roles": _reference_roles(sg),
+        "relaunches": {k: list(v) for k, v in (getattr(sg, "relaunches", None) or {}).items()},
     })
+    doc["holm_failures"] = [decision_dict(r) for r in _family_extra(sg, doc)]
+    doc["crossovers"] = crossovers(doc)
+    return doc
+
+
+def _family_extra(sg: "SpecguardSession", doc: dict[str, Any]) -> list[GateResult]:
+    """Gates the family-wise correction fails although their own test did not: the session's
+    design decides (`final_failures`: Holm per stage) when it has one, else Holm over the decisions."""
+    final = getattr(sg, "final_failures", None)
+    if not callable(final):
+        return holm_failures(holm_decisions(doc), doc["tolerances"]["family_alpha"])
+    updating = sg.options.update_baselines
+    out: dict[tuple[str, str, int], GateResult] = {}
+    for r in final():
+        if counts_as_failure(r, sg.suite.tolerances) or (updating and r.gate in ("throughput", "accept_length")):
+            continue
+        out.setdefault((r.gate, r.config, r.concurrency), r)
+    return list(out.values())
+
+
+def _reference_roles(sg: "SpecguardSession") -> list[dict[str, Any]]:
+    """Cells measured only because a selected speculative configuration needed its reference."""
+    roles = getattr(sg, "reference_roles", None) or {}
+    return [{"config": name, "concurrency": c, "for": list(users)} for (name, c), users in sorted(roles.items())]
 
 
 def merge_documents(docs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -164,8 +264,10 @@ def merge_documents(docs: list[dict[str, Any]]) -> dict[str, Any]:
                 merged["servers"][name] = server
     for key in ("cells", "decisions", "baseline_updates"):
         merged[key] = [x for d in docs for x in d[key]]
-    merged["crossovers"] = crossovers(merged["decisions"])
-    extra = holm_failures([decision_result(d) for d in merged["decisions"]], merged["tolerances"]["family_alpha"])
+    merged["reference_roles"] = [x for d in docs for x in d.get("reference_roles", [])]
+    merged["relaunches"] = {k: v for d in docs for k, v in (d.get("relaunches") or {}).items()}
+    merged["crossovers"] = crossovers(merged)
+    extra = holm_failures(holm_decisions(merged), merged["tolerances"]["family_alpha"])
     merged["holm_failures"] = [decision_dict(r) for r in extra]
     merged["merged_from"] = sum(d.get("merged_from", 1) for d in docs)
     return merged

@@ -1,20 +1,43 @@
 """The end-of-session table: one row per configuration x concurrency, short enough for a CI log.
 
 It reads the results document (specguard/report/results.py), so a controller that merged pytest-xdist
-workers' results prints the same table as a single process does.
+workers' results prints the same table as a single process does. Verdict labels come from the
+tests' recorded outcomes (doc["tests"]) when present, so the table, the summary line, JSON,
+markdown, HTML, JUnit and pytest's own counts say the same thing about every cell.
 """
 
 from __future__ import annotations
 
+import math
+import textwrap
 from typing import Any
 
-from specguard.report.results import STATUS_NOT_MEASURED, STATUS_REGRESSION, sorted_cells
+from specguard.report.results import STATUS_NOT_MEASURED, STATUS_REGRESSION, detectable_drop, sorted_cells
 
 GATE_SHORT = {"throughput": "tput", "accept_length": "accept", "speculation": "spec"}
+HISTORY_GATES = ("throughput", "accept_length")
+VERDICT_ORDER = ["FAIL", "ERROR", "skip", "inconclusive", "behind (info)", "recorded"]
 
 
 def fmt(x: float | None, spec: str = ".1f") -> str:
     return "-" if x is None else format(x, spec)
+
+
+def fmt_num(x: float | None) -> str:
+    """A figure as people read it: 14712.3, 98.41, 2.873 (never 1.47e+04)."""
+    if x is None or not math.isfinite(x):
+        return "-"
+    if abs(x) >= 100:
+        return f"{x:.1f}"
+    if abs(x) >= 10:
+        return f"{x:.2f}"
+    return f"{x:.3f}"
+
+
+def shorten(text: str, width: int = 60) -> str:
+    """The first line, cut at a word boundary with an ellipsis (never mid-word)."""
+    first = (text.strip().splitlines() or [""])[0]
+    return textwrap.shorten(first, width=width, placeholder=" ...") if len(first) > width else first
 
 
 def pct_ci(estimate: dict[str, Any] | None, verdict: str = "-") -> str:
@@ -32,25 +55,50 @@ def decisions_by_cell(doc: dict[str, Any]) -> dict[tuple[str, int], dict[str, di
     return out
 
 
-def cell_verdict(cell: dict[str, Any], gates: dict[str, dict[str, Any]]) -> str:
+def tests_by_cell(doc: dict[str, Any]) -> dict[tuple[str, int], dict[str, dict[str, Any]]]:
+    out: dict[tuple[str, int], dict[str, dict[str, Any]]] = {}
+    for t in doc.get("tests") or []:
+        if t.get("config") is not None and t.get("gate"):
+            out.setdefault((t["config"], int(t["concurrency"])), {})[t["gate"]] = t
+    return out
+
+
+def gate_label(gate: str, decision: dict[str, Any] | None, test: dict[str, Any] | None, updating: bool) -> str | None:
+    """What one gate of a cell shows; None for a plain pass. The test's outcome decides (FAIL is
+    a failed test, skip a skipped one); the decision only refines a passed test."""
+    if test is not None:
+        if test["outcome"] == "failed":
+            return "FAIL" if test.get("kind") == STATUS_REGRESSION else "ERROR"
+        if test["outcome"] == "skipped":
+            return "skip"
+    if decision is None:
+        return None if test is not None else "-"
+    v = decision["verdict"]
+    if updating and gate in HISTORY_GATES:
+        return None if v in ("pass", "skip") else "recorded"
+    if not decision["enforced"]:
+        return "behind (info)" if v == "fail" else None
+    if test is None:  # a document without test outcomes (older files): the decision alone
+        return None if v == "pass" else v.upper() if v in ("fail", "error") else v
+    return None if v == "pass" else "inconclusive" if v == "inconclusive" else None
+
+
+def cell_verdict(cell: dict[str, Any], gates: dict[str, dict[str, Any]], tests: dict[str, dict[str, Any]] | None = None,
+                 updating: bool = False) -> str:
     """'pass', or the gates that did not pass grouped by outcome: 'FAIL: tput; inconclusive: accept'."""
+    tests = tests or {}
     if cell["error"]:
-        return "ERROR: " + cell["error"].splitlines()[0][:40]
+        return "ERROR: " + shorten(cell["error"], 40)
     groups: dict[str, list[str]] = {}
-    for gate, d in gates.items():
-        v = d["verdict"]
-        if not d["enforced"]:
-            label = "behind (info)" if v == "fail" else None
-        else:
-            label = None if v == "pass" else v.upper() if v in ("fail", "error") else v
-        if label:
+    for gate in dict.fromkeys([*gates, *tests]):
+        label = gate_label(gate, gates.get(gate), tests.get(gate), updating)
+        if label and label != "-":
             groups.setdefault(label, []).append(GATE_SHORT.get(gate, gate))
-    order = ["ERROR", "FAIL", "inconclusive", "skip", "behind (info)"]
-    return "; ".join(f"{label}: {','.join(groups[label])}" for label in order if label in groups) or "pass"
+    return "; ".join(f"{label}: {','.join(groups[label])}" for label in VERDICT_ORDER if label in groups) or "pass"
 
 
 COLUMNS = (("config", "config", "<12"), ("C", "concurrency", ">4"), ("tok/s", "tok_s", ">9"),
-           ("vs baseline [CI]", "vs_baseline", ">22"), ("accept", "accept", ">6"),
+           ("vs baseline [CI]", "vs_baseline", ">22"), ("resolves", "resolves", ">8"), ("accept", "accept", ">6"),
            ("TTFT p50/p99 ms", "ttft", ">17"), ("ITL p50/p99 ms", "itl", ">15"),
            ("spec/ref [CI]", "spec_ref", ">22"), ("verdict", "verdict", ""))
 
@@ -58,52 +106,127 @@ COLUMNS = (("config", "config", "<12"), ("C", "concurrency", ">4"), ("tok/s", "t
 def summary_rows(doc: dict[str, Any]) -> list[dict[str, str]]:
     """The table's cells as text, keyed by COLUMNS' keys; shared by the terminal, markdown and HTML."""
     by_cell = decisions_by_cell(doc)
+    by_test = tests_by_cell(doc)
+    updating = bool(doc.get("options", {}).get("update_baselines"))
+    rule = doc["tolerances"].get("fail_rule", "significant")
     rows = []
     for cell in sorted_cells(doc):
-        s, gates = cell["summary"], by_cell.get((cell["config"], cell["concurrency"]), {})
+        key = (cell["config"], cell["concurrency"])
+        s, gates = cell["summary"], by_cell.get(key, {})
         tput, spec = gates.get("throughput"), gates.get("speculation")
+        drop = detectable_drop(tput and tput["estimate"], rule)
         rows.append({
-            "config": cell["config"], "concurrency": str(cell["concurrency"]), "tok_s": fmt(s["output_throughput"]),
+            "config": cell["config"], "concurrency": str(cell["concurrency"]), "tok_s": fmt_num(s["output_throughput"]),
             "vs_baseline": pct_ci(tput and tput["estimate"], tput["verdict"] if tput else "-"),
+            "resolves": f">={drop * 100:.1f}%" if drop is not None else "-",
             "accept": fmt(s["accept_length"], ".2f"),
             "ttft": f"{fmt(s['median_ttft_ms'])}/{fmt(s['p99_ttft_ms'])}",
             "itl": f"{fmt(s['median_itl_ms'], '.2f')}/{fmt(s['p99_itl_ms'], '.2f')}",
             "spec_ref": pct_ci(spec and spec["estimate"], spec["verdict"] if spec else "-"),
-            "verdict": cell_verdict(cell, gates),
+            "verdict": cell_verdict(cell, gates, by_test.get(key), updating) if gates or by_test.get(key) or cell["error"]
+            else _reference_only(doc, key),
         })
+    family = next((t for t in doc.get("tests") or [] if t.get("gate") == "family_holm"), None)
+    if family is not None:
+        blank = {key: "" for _, key, _ in COLUMNS}
+        verdict = "pass" if family["outcome"] == "passed" else "FAIL: " + ", ".join(
+            f"{d['config']}-c{d['concurrency']} {GATE_SHORT.get(d['gate'], d['gate'])}" for d in doc["holm_failures"])
+        rows.append({**blank, "config": "family", "concurrency": "all", "vs_baseline": "Holm across the session",
+                     "verdict": verdict})
     return rows
 
 
+def _reference_only(doc: dict[str, Any], key: tuple[str, int]) -> str:
+    """The verdict column of a cell none of whose own tests ran."""
+    users = [u for r in doc.get("reference_roles") or [] if (r["config"], r["concurrency"]) == key for u in r["for"]]
+    if users:
+        return f"reference for {', '.join(users)}"
+    return "-"
+
+
+def resolution_note(doc: dict[str, Any]) -> str | None:
+    """Why cells are inconclusive, in one line: the spread behind their intervals and the smallest
+    drop they can resolve, with what to do about it."""
+    by_test = tests_by_cell(doc)
+    rule = doc["tolerances"].get("fail_rule", "significant")
+    inconclusive = []
+    for d in doc["decisions"]:
+        if d["verdict"] != "inconclusive" or not d["enforced"] or not d.get("estimate"):
+            continue
+        t = by_test.get((d["config"], d["concurrency"]), {}).get(d["gate"])
+        if t is not None and t["outcome"] != "passed":
+            continue
+        inconclusive.append(d)
+    if not inconclusive:
+        return None
+    sds = [d["estimate"]["between_sd"] for d in inconclusive]
+    drops = [x for x in (detectable_drop(d["estimate"], rule) for d in inconclusive) if x is not None]
+    sources = sorted({str(d["estimate"]["between_source"]) for d in inconclusive})
+    from_history = any("history" in s for s in sources)
+    what = (f"baseline history spread up to {max(sds):.1%} ({', '.join(sources)})" if from_history
+            else f"between-launch spread {max(sds):.1%} (the suite's prior_between_sd)")
+    fix = ("re-record the baselines on a quiet machine or add sessions (more --update-baselines runs)" if from_history
+           else "add repeats, or lower prior_between_sd if your launches really vary less")
+    lo, hi = round(min(drops) * 100), round(max(drops) * 100)
+    span = f"{lo}%" if lo == hi else f"{lo}-{hi}%"
+    return f"{len(inconclusive)} gate(s) inconclusive: {what}: these cells cannot resolve drops below {span}; {fix}"
+
+
 def notes(doc: dict[str, Any]) -> list[str]:
-    """Crossovers, server notes, Holm failures and baseline writes: the lines under the table."""
+    """Crossovers, server notes, Holm, references, baseline writes: the lines under the table."""
     lines = [f"{name}: {x['text']}" for name, x in doc["crossovers"].items()]
     for name, server in doc["servers"].items():
+        for diff in server.get("differences") or []:
+            lines.append(f"{name}: attached server differs from the suite file: {diff.get('message')}")
         for check in server["checks"]:
             lines.append(f"{name}: {'ERROR' if check['blocking'] else 'note'}: {check['message']}")
         if server.get("failure"):
             lines.append(f"{name}: ERROR: {server['failure'].splitlines()[0]}")
-    alpha = doc["tolerances"]["family_alpha"]
-    lines += [f"FAIL (Holm, family alpha {alpha}): {d['message'].splitlines()[0]}" for d in doc["holm_failures"]]
+    roles: dict[str, dict[str, list[int]]] = {}
+    for r in doc.get("reference_roles") or []:
+        roles.setdefault(r["config"], {}).setdefault(", ".join(r["for"]), []).append(r["concurrency"])
+    for ref, users in roles.items():
+        for who, levels in users.items():
+            lines.append(f"{ref}: measured as reference for {who} (c{', c'.join(map(str, sorted(levels)))})")
+    for name, reasons in (doc.get("relaunches") or {}).items():
+        lines.append(f"relaunched {name} (stage 2): {'; '.join(reasons)}")
+    family = next((t for t in doc.get("tests") or [] if t.get("gate") == "family_holm"), None)
+    if family is not None and family["outcome"] == "failed":
+        lines.append(f"family_holm FAILED: {family['message']}")
+    resolution = resolution_note(doc)
+    if resolution:
+        lines.append(resolution)
     lines += [f"baselines: {u}" for u in doc["baseline_updates"]]
+    lines += list(doc.get("run_notes") or [])
     return lines
 
 
 def render_summary(doc: dict[str, Any]) -> str:
-    """The terminal table, the notes and the outcome line."""
+    """The terminal table, the notes, the outcome line and, on a first run, how to record baselines."""
     head = " ".join(format(title, align) for title, _, align in COLUMNS)
     lines = [head, "-" * len(head)]
     for row in summary_rows(doc):
-        lines.append(" ".join(format(row[key], align) for _, key, align in COLUMNS))
-    return "\n".join([*lines, *notes(doc), outcome_line(doc)])
+        lines.append(" ".join(format(row[key], align) for _, key, align in COLUMNS).rstrip())
+    tail = [first_run_line(doc)] if first_run_line(doc) else []
+    return "\n".join([*lines, *notes(doc), outcome_line(doc), *tail])
+
+
+def first_run_line(doc: dict[str, Any]) -> str | None:
+    record = (doc.get("hints") or {}).get("record")
+    return f"no baselines yet: record them for this run with: {record}" if record else None
 
 
 def outcome_line(doc: dict[str, Any]) -> str:
-    """One line CI logs can grep: the status and the exit code it maps to (docs/ci.md)."""
+    """One line CI logs can grep: the status, the tests' counts and the exit code (docs/ci.md).
+    Counted from the same test outcomes pytest counts, Holm's family test included."""
     o = doc["outcome"]
     kinds = [t["kind"] for t in o["failed_tests"]]
     detail = []
-    if kinds.count(STATUS_REGRESSION) or doc["holm_failures"]:
-        detail.append(f"{kinds.count(STATUS_REGRESSION) + len(doc['holm_failures'])} regression(s)")
+    if kinds.count(STATUS_REGRESSION):
+        detail.append(f"{kinds.count(STATUS_REGRESSION)} regression(s)")
     if kinds.count(STATUS_NOT_MEASURED):
         detail.append(f"{kinds.count(STATUS_NOT_MEASURED)} test(s) not measured")
-    return f"specguard: {o['status']}{' (' + ', '.join(detail) + ')' if detail else ''}, exit {o['exit_status']}"
+    counts = o.get("counts")
+    tally = ", ".join(f"{counts[k]} {k}" for k in ("failed", "passed", "skipped") if counts.get(k)) if counts else ""
+    text = "; ".join(x for x in (", ".join(detail), tally) if x)
+    return f"specguard: {o['status']}{' (' + text + ')' if text else ''}, exit {o['exit_status']}"

@@ -1,0 +1,1 @@
+"""`specguard tune`: per-concurrency speculation settings, measured, raced, emitted and verified."""

@@ -1,0 +1,403 @@
+"""`specguard tune --suite FILE [--config NAME] --out DIR [--verify]`: race a speculative
+configuration's settings per concurrency level, emit SGLang's adaptive config, and prove it.
+
+`--simulate` measures in the emulator's virtual time instead of launching (emulator suites
+only), and `--seeds N` with it checks racing against the full grid over N seeds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any, Sequence
+
+from specguard.config import ConfigError, ServerConfig, Suite, load_suite
+from specguard.decide.baselines import atomic_write_json
+from specguard.decide.gates import gate_confidence
+from specguard.decide.stats import FAIL, compare_sessions
+from specguard.tune.grid import (ADAPTIVE, ADAPTIVE_ALGORITHMS, DEFAULT_STEPS, DEFAULT_TREE_TOPK, FIXED, LAUNCHED,
+                                 REFERENCE, Setting, TuneError, algorithm_of, build_grid,
+                                 geometric_mean)
+from specguard.tune import output
+from specguard.tune.race import Ledger, RacePlan, RaceResult, choices, full_grid, race
+from specguard.tune.runners import ServerRunner, SimRunner
+from specguard.workload import WorkloadError, build_workload
+
+EXIT_OK, EXIT_FAIL, EXIT_NOT_MEASURED, EXIT_USAGE = 0, 1, 3, 4  # specguard/cli.py's codes
+SCHEMA, SCHEMA_VERSION = "specguard-tune", 1
+
+
+def _ints(flag: str):
+    def parse(text: str) -> list[int]:
+        try:
+            values = [int(x) for x in text.split(",") if x.strip()]
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{flag} {text!r}: use comma-separated integers, e.g. 1,2,3") from None
+        if not values or any(v < 1 for v in values):
+            raise argparse.ArgumentTypeError(f"{flag} {text!r}: values must be positive")
+        return values
+    return parse
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("tune", help="race speculation settings per concurrency, emit SGLang's adaptive config, verify it")
+    p.add_argument("--suite", required=True, help="suite file: its sweep, workload, tolerances and configurations")
+    p.add_argument("--config", help="the speculative configuration to tune (default: the only speculative one)")
+    p.add_argument("--out", required=True, help="directory for the adaptive config, flags, snippet, plot, tune.json")
+    p.add_argument("--verify", action="store_true", help="launch the tuned and SGLang's default adaptive configs and "
+                                                         "sweep them against the reference and the best fixed settings")
+    p.add_argument("--steps", type=_ints("--steps"), default=list(DEFAULT_STEPS), help="fixed step counts (default 1..7)")
+    p.add_argument("--tree-topk", type=_ints("--tree-topk"), default=list(DEFAULT_TREE_TOPK),
+                   help="topk values > 1 tried as trees where the algorithm has them (default 4)")
+    p.add_argument("--max-running-requests", type=int, default=None,
+                   help="cap for the speculative launches (default: the configuration's, else the highest level, "
+                        "so SGLang's 48 under speculation is not what is measured)")
+    p.add_argument("--tie-tolerance", type=float, default=None, help="default: the suite's tolerances.throughput")
+    p.add_argument("--confidence", type=float, default=0.95, help="for dropping settings while racing")
+    p.add_argument("--first-repeats", type=int, default=1, help="measured runs per cell in the first round")
+    p.add_argument("--no-predict", action="store_true", help="measure every step count (no acceptance prediction)")
+    p.add_argument("--full-grid", action="store_true", help="no racing: every setting at every level, full repeats")
+    p.add_argument("--simulate", action="store_true", help="virtual time on the emulator's scheduler (emulator suites)")
+    p.add_argument("--seeds", type=int, default=0, help="with --simulate: racing vs the full grid over N seeds")
+    p.add_argument("--seed", type=int, default=0, help="with --simulate: the seed")
+    p.add_argument("--sim-noise-pct", type=float, default=1.0, help="with --simulate: per-step jitter and per-launch drift, %%")
+    p.add_argument("--api-key", default=None)
+
+
+def _pick(suite: Suite, name: str | None) -> ServerConfig:
+    if name is not None:
+        if name not in suite.servers:
+            raise TuneError(f"--config {name!r} is not in {suite.path}; configurations: {', '.join(suite.servers)}")
+        cfg = suite.servers[name]
+        if not cfg.speculative:
+            raise TuneError(f"--config {name!r} is not speculative in {suite.path}; name a speculative configuration")
+        return cfg
+    spec = [c for c in suite.servers.values() if c.speculative]
+    if len(spec) != 1:
+        raise TuneError(f"{suite.path} has {len(spec)} speculative configurations ({', '.join(c.name for c in spec)}); "
+                        f"pass --config NAME")
+    return spec[0]
+
+
+def _arg_value(args: Sequence[str], flag: str) -> str | None:
+    for i, a in enumerate(args):
+        if a == flag and i + 1 < len(args):
+            return args[i + 1]
+        if a.startswith(flag + "="):
+            return a.split("=", 1)[1]
+    return None
+
+
+def _runner(args: argparse.Namespace, suite: Suite, cfg: ServerConfig, ref: ServerConfig, cap: int | None,
+            out: Path, seed: int, quiet: bool = False):
+    paths = {"default": None, "tuned": str((out / output.ADAPTIVE_FILE).resolve())}
+    progress = (lambda _: None) if quiet else (lambda msg: print(msg, file=sys.stderr, flush=True))
+    if args.simulate:
+        if cfg.engine != "emulator":
+            raise TuneError(f"--simulate needs an emulator configuration; {cfg.name!r} has engine {cfg.engine!r} in {suite.path}")
+        w = suite.workload
+        return SimRunner(profile_name=_arg_value(cfg.args, "--emulator-profile") or "fast", algorithm=algorithm_of(cfg),
+                         input_len=w.input_len, output_len=w.output_len, requests_per_worker=suite.sweep.requests_per_worker,
+                         cap=cap, seed=seed, jitter_pct=args.sim_noise_pct, drift_pct=args.sim_noise_pct,
+                         speed_factor=float(_arg_value(cfg.args, "--emulator-speed-factor") or 1.0),
+                         same_prompt=w.kind == "repeated-id", reference_cap=ref.max_running_requests, adaptive_paths=paths,
+                         launched_params=(cfg.num_steps, cfg.eagle_topk, cfg.num_draft_tokens),
+                         launched_cap=cfg.max_running_requests)
+    return ServerRunner(spec_cfg=cfg, reference_cfg=ref, sweep=suite.sweep, workload=build_workload(suite.workload), cap=cap,
+                        log_dir=out / "logs", api_key=args.api_key, adaptive_paths=paths, progress=progress)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        return _run(args)
+    except (ConfigError, TuneError, WorkloadError) as exc:
+        print(f"specguard tune: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+def _run(args: argparse.Namespace) -> int:
+    suite = load_suite(args.suite)
+    cfg = _pick(suite, args.config)
+    ref = suite.servers[cfg.reference]
+    levels = sorted(suite.sweep.concurrency)
+    if args.seeds and not args.simulate:
+        raise TuneError("--seeds N compares racing with the full grid in virtual time; add --simulate")
+    if args.first_repeats < 1 or args.first_repeats > suite.sweep.repeats:
+        raise TuneError(f"--first-repeats {args.first_repeats}: must be between 1 and sweep.repeats = {suite.sweep.repeats}")
+    if not 0 < args.confidence < 1:
+        raise TuneError(f"--confidence {args.confidence}: must be in (0, 1), e.g. 0.95")
+    tie = suite.tolerances.throughput if args.tie_tolerance is None else args.tie_tolerance
+    if not 0 <= tie < 1:
+        raise TuneError(f"--tie-tolerance {tie}: must be a fraction in [0, 1), e.g. 0.03")
+    cap = args.max_running_requests or cfg.max_running_requests or (None if cfg.engine == "vllm" else max(levels))
+    plan = RacePlan(warmup=suite.sweep.warmup, repeats=suite.sweep.repeats, first_repeats=args.first_repeats,
+                    confidence=args.confidence, launch_sd=suite.tolerances.prior_between_sd, tie_tolerance=tie,
+                    skip_margin=tie, predict=not args.no_predict)
+    grid = build_grid(cfg, args.steps, args.tree_topk)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    adaptive_ok = cfg.engine != "vllm" and algorithm_of(cfg) in ADAPTIVE_ALGORITHMS
+    if args.seeds:
+        return _seed_check(args, suite, cfg, ref, cap, out, grid, levels, plan, adaptive_ok)
+
+    runner = _runner(args, suite, cfg, ref, cap, out, args.seed)
+    reference = Setting(REFERENCE)
+    result = (full_grid if args.full_grid else race)(runner, reference, grid, levels, plan, runner_progress(runner))
+    ledger = result.ledger
+    if reference in ledger.failed:
+        print(f"specguard tune: the reference {ref.name!r} could not be measured ({ledger.failed[reference]}); "
+              f"logs in {out / 'logs'}", file=sys.stderr)
+        return EXIT_NOT_MEASURED
+    search_runs, search_launches, search_s = ledger.runs, ledger.launches, ledger.wall_s
+    launched = _launched_setting(cfg, grid, cap)
+    default_adaptive = Setting(ADAPTIVE, adaptive_config="default") if adaptive_ok else None
+    for s in (launched, default_adaptive):
+        if s is not None and s.kind in (LAUNCHED, ADAPTIVE):
+            ledger.measure(runner, s, levels, plan.warmup, plan.repeats)
+    choice = choices(result, plan)
+    adaptive_choice = choices(result, plan, adaptive_only=True)
+    doc: dict[str, Any] = {
+        "schema": SCHEMA, "schema_version": SCHEMA_VERSION, "suite": str(suite.path), "config": cfg.name,
+        "reference": ref.name, "algorithm": algorithm_of(cfg), "engine": cfg.engine, "levels": levels,
+        "max_running_requests": cap, "mode": "simulated (virtual time)" if args.simulate else "launched",
+        "plan": asdict(plan), "grid": [s.to_json() for s in grid],
+        "launched": launched.to_json() if launched else None,
+        "cost": {"search_runs": search_runs, "search_launches": search_launches,
+                 "full_grid_runs": (len(grid) + 1) * len(levels) * (plan.warmup + plan.repeats),
+                 "full_grid_launches": len(grid) + 1,
+                 "comparator_runs": ledger.runs - search_runs, "comparator_launches": ledger.launches - search_launches,
+                 "search_wall_s": round(search_s, 1), "comparator_wall_s": round(ledger.wall_s - search_s, 1)},
+        "skipped_by_prediction": [{"setting": s.name, "concurrency": c, "predicted_tok_s": None if p is None else round(p, 2)}
+                                  for s, per in result.skipped.items() for c, p in sorted(per.items())],
+        "acceptance_by_position": [round(p, 4) for p in result.acceptance_by_position],
+        "failed": {s.name: why for s, why in ledger.failed.items()},
+        "events": ledger.events,
+    }
+    rows = output.level_rows(ledger, levels, choice, adaptive_choice, reference, launched, default_adaptive, plan)
+    bands = output.bands_of(choice)
+    doc["table"] = rows
+    doc["bands"] = [{"first": b.first, "last": b.last, "setting": b.setting.name} for b in bands]
+    doc["adaptive_bands"] = [{"first": b.first, "last": b.last, "setting": b.setting.name}
+                             for b in output.bands_of(adaptive_choice)]
+    doc["cells"] = [{"setting": s.name, "concurrency": c, "tok_s": [round(v, 3) for v in cell.tok_s],
+                     "accept_length": round(ledger.accept_length(s, c), 4)} for (s, c), cell in ledger.cells.items()]
+    doc["totals"] = _totals(ledger, levels, choice, adaptive_choice, grid, reference, launched, default_adaptive)
+    files: dict[str, str] = {}
+    tuned_setting = None
+    if adaptive_ok:
+        table, notes = output.adaptive_table(adaptive_choice, runner.graph_sizes)
+        steps = output.launch_steps(table)
+        output.validate_adaptive(table, steps)
+        path = out / output.ADAPTIVE_FILE
+        atomic_write_json(path, table)
+        flags = output.launch_flags(cfg, table, str(path.resolve()), cap)
+        (out / "launch-flags.txt").write_text(shlex.join(flags) + "\n")
+        must = output.must_win_up_to(ledger, adaptive_choice, reference, plan)
+        (out / "suite-snippet.toml").write_text(output.suite_snippet(cfg, table, str(path.resolve()), cap, must))
+        files.update(adaptive_config=str(path), launch_flags=str(out / "launch-flags.txt"),
+                     suite_snippet=str(out / "suite-snippet.toml"))
+        doc["adaptive_config"] = {"table": table, "notes": notes, "graph_sizes": runner.graph_sizes,
+                                  "launch_flags": flags, "must_win_up_to": must,
+                                  "default_for_comparison": output.DEFAULT_ADAPTIVE_NOTE}
+        tuned_setting = Setting(ADAPTIVE, steps, 1, steps + 1, adaptive_config="tuned")
+    else:
+        doc["adaptive_config"] = {"applies": False, "reason": f"{cfg.engine} {algorithm_of(cfg)}: SGLang's adaptive mode "
+                                                              f"runs EAGLE/EAGLE3/NEXTN only"}
+    if cfg.engine == "vllm":
+        atomic_write_json(out / "vllm-bands.json", output.vllm_bands(choice))
+        files["vllm_bands"] = str(out / "vllm-bands.json")
+    plotted = [s for s in result.settings] + [s for s in (launched, default_adaptive) if s is not None and s not in result.settings]
+    if output.plot(out / "tune.png", ledger, plotted, levels, choice, f"{cfg.name} ({algorithm_of(cfg)}): tok/s per setting"):
+        files["plot"] = str(out / "tune.png")
+    code = EXIT_OK
+    if args.verify:
+        if tuned_setting is None:
+            raise TuneError(f"--verify launches SGLang's adaptive mode, which {cfg.engine} {algorithm_of(cfg)} does not have")
+        doc["verify"], doc["verify_summary"] = verify(runner, levels, plan, suite, choice, tuned_setting)
+        code = EXIT_FAIL if doc["verify_summary"]["failed_levels"] else EXIT_OK
+    files["tune_json"] = str(out / "tune.json")
+    doc["files"] = files
+    atomic_write_json(out / "tune.json", doc)
+    print(render(doc, bands))
+    return code
+
+
+def runner_progress(runner) -> Any:
+    return getattr(runner, "progress", None) or (lambda msg: print(msg, file=sys.stderr, flush=True))
+
+
+def _launched_setting(cfg: ServerConfig, grid: Sequence[Setting], cap: int | None) -> Setting | None:
+    """The configuration exactly as the suite launches it (its own cap), measured as a comparator."""
+    if cfg.engine == "vllm":
+        return None
+    return Setting(LAUNCHED, cfg.num_steps or 0, cfg.eagle_topk, cfg.num_draft_tokens or 0, chain=False)
+
+
+def _totals(ledger: Ledger, levels: Sequence[int], choice, adaptive_choice, grid, reference, launched,
+            default_adaptive) -> dict[str, Any]:
+    """Sum of tok/s over the levels (settings measured at every level only)."""
+    def total(pick) -> float | None:
+        vals = [ledger.mean(pick(c), c) if pick(c) is not None and ledger.tok_s(pick(c), c) else None for c in levels]
+        return None if any(v is None for v in vals) else round(sum(vals), 2)
+
+    fixed = {s.name: total(lambda c, s=s: s) for s in [reference, *grid]}
+    complete = {k: v for k, v in fixed.items() if v is not None}
+    best_fixed = max(complete, key=complete.get) if complete else None
+    out = {"envelope": total(lambda c: choice.get(c)), "adaptive_envelope": total(lambda c: adaptive_choice.get(c)),
+           "no_speculation": fixed["reference"], "fixed_measured_everywhere": complete,
+           "best_single_fixed": {"setting": best_fixed, "tok_s": complete.get(best_fixed)} if best_fixed else None}
+    if launched is not None:
+        out["launched"] = total(lambda c: launched)
+    if default_adaptive is not None:
+        out["default_adaptive"] = total(lambda c: default_adaptive)
+    return out
+
+
+def verify(runner, levels: Sequence[int], plan: RacePlan, suite: Suite, choice: dict[int, Setting | None],
+           tuned: Setting) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """One session: the tuned and the default adaptive config, the reference, and each level's best
+    fixed setting, judged per level with the gates' statistics (two enforced tests per level)."""
+    tol = suite.tolerances
+    ledger = Ledger()
+    reference, default = Setting(REFERENCE), Setting(ADAPTIVE, adaptive_config="default")
+    for s in (tuned, default, reference):
+        ledger.measure(runner, s, levels, plan.warmup, plan.repeats)
+    for s in dict.fromkeys(v for v in choice.values() if v is not None and v.kind == FIXED):
+        ledger.measure(runner, s, [c for c in levels if choice.get(c) == s], plan.warmup, plan.repeats)
+    alpha_cell = tol.family_alpha / (2 * len(levels))
+    conf = gate_confidence(alpha_cell)
+    rows, failed = [], []
+
+    def est(a, b, c, threshold, rule):
+        if not ledger.tok_s(a, c) or not ledger.tok_s(b, c):
+            return None
+        return compare_sessions(ledger.tok_s(a, c), ledger.tok_s(b, c), threshold=threshold, launch_sd=plan.launch_sd,
+                                confidence=conf, rule=rule)
+
+    for c in levels:
+        best = choice.get(c) or reference
+        e_fixed = est(tuned, best, c, 1 - tol.throughput, tol.fail_rule)
+        e_ref = est(tuned, reference, c, 1 + tol.speculation_min_gain, "beyond-tolerance")
+        e_def = est(tuned, default, c, 1.0, "beyond-tolerance")
+        row = {"concurrency": c, "tuned_tok_s": _r(ledger, tuned, c), "default_adaptive_tok_s": _r(ledger, default, c),
+               "best_fixed_tok_s": _r(ledger, best, c), "best_fixed_setting": best.name,
+               "no_speculation_tok_s": _r(ledger, reference, c)}
+        verdicts = {}
+        for key, e in (("vs_best_fixed", e_fixed), ("vs_no_speculation", e_ref), ("vs_default_adaptive", e_def)):
+            if e is None:
+                verdicts[key] = {"verdict": "error", "detail": "not measured"}
+                continue
+            verdicts[key] = {"ratio": round(e.ratio, 4), "low": round(e.low, 4), "high": round(e.high, 4),
+                             "threshold": e.threshold, "verdict": e.outcome()}
+        if e_def is not None:
+            verdicts["vs_default_adaptive"]["winner"] = ("tuned" if e_def.low > 1 else "default adaptive" if e_def.high < 1
+                                                         else "tie (within noise)")
+        if e_fixed is not None:
+            verdicts["vs_best_fixed"]["winner"] = ("tuned" if e_fixed.low > 1 else best.name if e_fixed.high < 1
+                                                   else "tie (within noise)")
+        row["verdicts"] = verdicts
+        if any(verdicts[k].get("verdict") in (FAIL, "error") for k in ("vs_best_fixed", "vs_no_speculation")):
+            failed.append(c)
+        rows.append(row)
+    sums = {k: None if any(r[k] is None for r in rows) else round(sum(r[k] for r in rows), 2)
+            for k in ("tuned_tok_s", "default_adaptive_tok_s", "best_fixed_tok_s", "no_speculation_tok_s")}
+    both = [r for r in rows if r["tuned_tok_s"] and r["default_adaptive_tok_s"]]
+    best_single = max(((s, sum(ledger.mean(s, c) for c in levels)) for s in ledger_settings(ledger)
+                       if s.kind != ADAPTIVE and all(ledger.tok_s(s, c) for c in levels)), key=lambda x: x[1], default=None)
+    summary = {"totals_tok_s": sums, "confidence": conf, "alpha_cell": alpha_cell, "failed_levels": failed,
+               "tuned_over_default_adaptive": _gain(sums["tuned_tok_s"], sums["default_adaptive_tok_s"]),
+               # every level weighs the same here (the total is dominated by the highest levels)
+               "tuned_over_default_adaptive_per_level_geomean": round(geometric_mean(
+                   [r["tuned_tok_s"] / r["default_adaptive_tok_s"] for r in both]) - 1, 4) if both else None,
+               "tuned_over_no_speculation": _gain(sums["tuned_tok_s"], sums["no_speculation_tok_s"]),
+               "best_single_fixed_measured_everywhere": None if best_single is None else
+               {"setting": best_single[0].name, "tok_s": round(best_single[1], 2),
+                "tuned_over_it": _gain(sums["tuned_tok_s"], best_single[1])},
+               "runs": ledger.runs, "launches": ledger.launches, "wall_s": round(ledger.wall_s, 1),
+               "failed_cells": {s.name: why for s, why in ledger.failed.items()}}
+    return rows, summary
+
+
+def ledger_settings(ledger: Ledger) -> list[Setting]:
+    return list(dict.fromkeys(s for s, _ in ledger.cells))
+
+
+def _r(ledger: Ledger, s: Setting, c: int) -> float | None:
+    return round(ledger.mean(s, c), 2) if ledger.tok_s(s, c) else None
+
+
+def _gain(a: float | None, b: float | None) -> float | None:
+    return round(a / b - 1, 4) if a and b else None
+
+
+def _seed_check(args, suite, cfg, ref, cap, out, grid, levels, plan, adaptive_ok) -> int:
+    """Racing vs the full grid in virtual time, seed by seed: same choices? what share of the runs?"""
+    rows = []
+    for seed in range(args.seeds):
+        r = race(_runner(args, suite, cfg, ref, cap, out, seed, True), Setting(REFERENCE), grid, levels, plan)
+        f = full_grid(_runner(args, suite, cfg, ref, cap, out, seed, True), Setting(REFERENCE), grid, levels, plan)
+        rc, fc = choices(r, plan), choices(f, plan)
+        ra, fa = choices(r, plan, adaptive_only=True), choices(f, plan, adaptive_only=True)
+        same = all(rc[c] == fc[c] for c in levels) and all(ra[c] == fa[c] for c in levels)
+        rows.append({"seed": seed, "same_choices": same, "race_runs": r.ledger.runs, "full_runs": f.ledger.runs,
+                     "race_launches": r.ledger.launches, "full_launches": f.ledger.launches,
+                     "race": {c: rc[c].name for c in levels}, "full": {c: fc[c].name for c in levels}})
+        print(f"seed {seed}: {'same' if same else 'DIFFERENT'} choices; runs {r.ledger.runs}/{f.ledger.runs} "
+              f"({r.ledger.runs / f.ledger.runs:.0%}); launches {r.ledger.launches}/{f.ledger.launches}; "
+              + " ".join(f"C{c}={rc[c].name}" + ("" if rc[c] == fc[c] else f"(full: {fc[c].name})") for c in levels))
+    agree = sum(r["same_choices"] for r in rows)
+    frac = max(r["race_runs"] / r["full_runs"] for r in rows)
+    doc = {"schema": "specguard-tune-seeds", "schema_version": 1, "suite": str(suite.path), "config": cfg.name,
+           "mode": "simulated (virtual time)", "noise_pct": args.sim_noise_pct, "plan": asdict(plan),
+           "seeds": rows, "same_choices": agree, "max_run_fraction": round(frac, 3)}
+    atomic_write_json(out / "seeds.json", doc)
+    print(f"racing chose what the full grid chose in {agree} of {len(rows)} seeds; at most {frac:.0%} of its runs "
+          f"(written {out / 'seeds.json'})")
+    return EXIT_OK
+
+
+def render(doc: dict[str, Any], bands) -> str:
+    lines = [f"specguard tune: {doc['config']} ({doc['algorithm']}) vs {doc['reference']}, {doc['mode']}, "
+             f"max_running_requests {doc['max_running_requests']}", output.render_table(doc["table"], bands)]
+    cost = doc["cost"]
+    lines.append(f"search: {cost['search_runs']} runs, {cost['search_launches']} launches (full grid: "
+                 f"{cost['full_grid_runs']} runs, {cost['full_grid_launches']} launches = "
+                 f"{cost['search_runs'] / cost['full_grid_runs']:.0%}) in {cost['search_wall_s']:.0f} s; comparators: "
+                 f"{cost['comparator_runs']} runs, {cost['comparator_launches']} launches in {cost['comparator_wall_s']:.0f} s")
+    t = doc["totals"]
+    parts = [f"{k} {v:.0f}" for k, v in (("envelope", t["envelope"]), ("adaptive envelope", t["adaptive_envelope"]),
+                                         ("no speculation", t["no_speculation"]), ("launched", t.get("launched")),
+                                         ("default adaptive", t.get("default_adaptive"))) if v is not None]
+    if t.get("best_single_fixed"):
+        parts.append(f"best single fixed {t['best_single_fixed']['setting']} {t['best_single_fixed']['tok_s']:.0f}")
+    lines.append("total tok/s over the sweep: " + ", ".join(parts))
+    ac = doc.get("adaptive_config", {})
+    if "table" in ac:
+        lines.append(f"adaptive config: {ac['table']}")
+        lines.append("launch flags: " + shlex.join(ac["launch_flags"]))
+    elif ac:
+        lines.append(f"adaptive config: not emitted ({ac.get('reason')})")
+    lines += [f"search could not measure {name}: {why}" for name, why in doc.get("failed", {}).items()]
+
+    def f(x: float | None) -> str:
+        return "-" if x is None else f"{x:.1f}"
+
+    for row in doc.get("verify", []):
+        v = row["verdicts"]
+        lines.append(f"verify C={row['concurrency']}: tuned {f(row['tuned_tok_s'])}, default adaptive "
+                     f"{f(row['default_adaptive_tok_s'])}, best fixed {row['best_fixed_setting']} {f(row['best_fixed_tok_s'])}, "
+                     f"no speculation {f(row['no_speculation_tok_s'])} | vs best fixed {v['vs_best_fixed'].get('verdict')} "
+                     f"({v['vs_best_fixed'].get('winner', '-')}), vs no spec {v['vs_no_speculation'].get('verdict')}, "
+                     f"vs default: {v['vs_default_adaptive'].get('winner', '-')}")
+    if doc.get("verify_summary"):
+        s = doc["verify_summary"]
+        gain = s["tuned_over_default_adaptive"]
+        lines.append(f"verify totals: {s['totals_tok_s']}; tuned over default adaptive "
+                     f"{'-' if gain is None else format(gain, '+.1%')}; "
+                     f"failed levels: {s['failed_levels'] or 'none'}")
+        lines += [f"verify could not measure {name}: {why}" for name, why in s["failed_cells"].items()]
+    lines += [f"wrote {v}" for v in doc["files"].values()]
+    return "\n".join(lines)

@@ -1,0 +1,246 @@
+"""What `specguard tune` writes: the table per level and band, SGLang's adaptive config with its
+launch flags, a suite snippet that gates the tuned deployment, vLLM's per-band token count, the
+plot, and tune.json. Every emitted adaptive config goes through the emulator's implementation of
+SGLang 0.5.23's start-up checks before it is written."""
+
+from __future__ import annotations
+
+import bisect
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+from specguard.config import ServerConfig
+from specguard.decide.stats import RatioEstimate
+from specguard.emulator.adaptive import AdaptiveConfigError, check_adaptive_config
+from specguard.tune.grid import REFERENCE, Setting, TuneError, algorithm_of
+from specguard.tune.race import Ledger, RacePlan, ratio, tok_s_interval
+
+ADAPTIVE_FILE = "tuned_speculative_adaptive.json"
+DEFAULT_ADAPTIVE_NOTE = "SGLang 0.5.23 DEFAULT_ADAPTIVE_CONFIG (srt/speculative/adaptive_spec_params.py)"
+
+
+def steps_of(s: Setting) -> int:
+    return 0 if s.kind == REFERENCE else s.num_steps
+
+
+@dataclass(frozen=True)
+class Band:
+    first: int  # first measured concurrency of the band
+    last: int  # last measured concurrency
+    setting: Setting
+
+
+def bands_of(choice: dict[int, Setting | None]) -> list[Band]:
+    """Consecutive levels with the same chosen setting."""
+    out: list[Band] = []
+    for c in sorted(choice):
+        s = choice[c]
+        if s is None:
+            continue
+        if out and out[-1].setting == s:
+            out[-1] = Band(out[-1].first, c, s)
+        else:
+            out.append(Band(c, c, s))
+    return out
+
+
+def _pad(graphs: Sequence[int] | None, bs: int) -> int:
+    """SGLang's _pad_to_cuda_graph_bs: the smallest captured size >= bs (bs itself above them all)."""
+    if not graphs:
+        return bs
+    i = bisect.bisect_left(graphs, bs)
+    return graphs[i] if i < len(graphs) else bs
+
+
+def band_key(prev_last: int, first: int, graphs: Sequence[int] | None) -> int:
+    """Batch-size key where a band starts: between the levels around the switch (geometric middle),
+    placed on a CUDA-graph size so that prev_last still routes below it and `first` at or above it
+    (SGLang pads a batch to a graph size, then takes the largest key <= it)."""
+    lo, hi = _pad(graphs, prev_last), _pad(graphs, first)
+    mid = math.ceil(math.sqrt(prev_last * first))
+    key = _pad(graphs, mid)
+    if graphs:
+        above = [g for g in graphs if g > lo]
+        key = max(key, above[0] if above else lo + 1)
+    return min(max(key, lo + 1), hi)
+
+
+def adaptive_table(choice: dict[int, Setting | None], graphs: Sequence[int] | None) -> tuple[dict[str, Any], list[str]]:
+    """SGLang's --speculative-adaptive-config: one fixed step count per band (measured, so no
+    runtime walking among candidates is needed); keys are running batch sizes."""
+    notes: list[str] = []
+    table: dict[str, Any] = {}
+    bands = bands_of(choice)
+    for i, band in enumerate(bands):
+        if band.setting.kind != REFERENCE and not band.setting.adaptive_expressible:
+            raise TuneError(f"{band.setting.name} cannot be a slot of SGLang's adaptive table (topk 1 chains only)")
+        key = 1 if i == 0 else band_key(bands[i - 1].last, band.first, graphs)
+        if str(key) in table:
+            notes.append(f"levels {bands[i - 1].last} and {band.first} pad to the same CUDA-graph size {key}: "
+                         f"the later band ({band.setting.name}) takes the key")
+        table[str(key)] = {"candidate_steps": [steps_of(band.setting)]}
+    if all(e["candidate_steps"] == [0] for e in table.values()):
+        notes.append("speculation won at no measured level: the table drafts nothing; deploy without speculation")
+    notes.append("keys are running batch sizes per server; a closed loop below the running-request cap runs "
+                 "batches of about the client concurrency")
+    if graphs:
+        notes.append("keys sit on the decode CUDA-graph sizes the server reported (a batch is padded to one first)")
+    else:
+        notes.append("CUDA-graph sizes unknown: keys are raw batch sizes (exact with graphs disabled)")
+    return table, notes
+
+
+def launch_steps(table: dict[str, Any]) -> int:
+    """--speculative-num-steps for the adaptive launch: the first slot's steps (must be a candidate)."""
+    first = table[min(table, key=int)]["candidate_steps"][0]
+    union = sorted({s for e in table.values() for s in e["candidate_steps"]})
+    return first if first > 0 else max(union)
+
+
+def validate_adaptive(table: dict[str, Any], num_steps: int) -> None:
+    """SGLang 0.5.23's start-up checks, as the emulator implements them."""
+    try:
+        check_adaptive_config(table, num_steps)
+    except AdaptiveConfigError as exc:
+        raise TuneError(f"emitted adaptive config would not start SGLang 0.5.23: {exc}") from None
+
+
+def launch_flags(cfg: ServerConfig, table: dict[str, Any], config_path: str, cap: int | None) -> list[str]:
+    steps = launch_steps(table)
+    flags = ["--speculative-algorithm", algorithm_of(cfg)]
+    if cfg.draft_model_path:
+        flags += ["--speculative-draft-model-path", cfg.draft_model_path]
+    flags += ["--speculative-num-steps", str(steps), "--speculative-eagle-topk", "1",
+              "--speculative-num-draft-tokens", str(steps + 1), "--speculative-adaptive",
+              "--speculative-adaptive-config", config_path]
+    if cap is not None:
+        flags += ["--max-running-requests", str(cap)]
+    return flags
+
+
+def _toml(value: Any) -> str:
+    return json.dumps(value)  # strings, ints and lists of strings are valid TOML this way
+
+
+def suite_snippet(cfg: ServerConfig, table: dict[str, Any], config_path: str, cap: int | None,
+                  must_win_up_to: int | None) -> str:
+    """A [servers.NAME-tuned] table: the tuned adaptive deployment, gated against the reference."""
+    steps = launch_steps(table)
+    lines = [f"# specguard tune: {cfg.name} with the tuned adaptive config; add to the suite file",
+             f"[servers.{cfg.name}-tuned]", f"engine = {_toml(cfg.engine)}", f"model_path = {_toml(cfg.model_path)}"]
+    if cfg.draft_model_path:
+        lines.append(f"draft_model_path = {_toml(cfg.draft_model_path)}")
+    lines += [f"speculative_algorithm = {_toml(algorithm_of(cfg))}", f"num_steps = {steps}", "eagle_topk = 1",
+              f"num_draft_tokens = {steps + 1}"]
+    if cap is not None:
+        lines.append(f"max_running_requests = {cap}")
+    lines.append(f"args = {_toml([*cfg.args, '--speculative-adaptive', '--speculative-adaptive-config', config_path])}")
+    lines.append(f"reference = {_toml(cfg.reference)}")
+    if must_win_up_to is not None:
+        lines.append(f"speculation_must_win_up_to = {must_win_up_to}  # it won confidently at every level up to here")
+    else:
+        lines.append("# no speculation_must_win_up_to: the tuned setting did not win confidently at the lowest level")
+    lines.append(f"startup_timeout_s = {cfg.startup_timeout_s:g}")
+    return "\n".join(lines) + "\n"
+
+
+def must_win_up_to(ledger: Ledger, choice: dict[int, Setting | None], reference: Setting, plan: RacePlan) -> int | None:
+    """The highest level up to which the chosen setting beat the reference confidently at every level."""
+    last = None
+    for c in sorted(choice):
+        s = choice[c]
+        if s is None or s.kind == REFERENCE or not ledger.tok_s(reference, c):
+            break
+        if ratio(ledger, s, reference, c, plan).low <= 1.0:
+            break
+        last = c
+    return last
+
+
+def vllm_bands(choice: dict[int, Setting | None]) -> list[dict[str, Any]]:
+    """vLLM has no per-batch switch in this version: the token count to deploy per band."""
+    return [{"from_concurrency": b.first, "to_concurrency": b.last,
+             "num_speculative_tokens": steps_of(b.setting)} for b in bands_of(choice)]
+
+
+def _est(e: RatioEstimate | None) -> dict[str, float] | None:
+    return None if e is None else {"ratio": round(e.ratio, 4), "low": round(e.low, 4), "high": round(e.high, 4)}
+
+
+def level_rows(ledger: Ledger, levels: Sequence[int], choice: dict[int, Setting | None],
+               adaptive_choice: dict[int, Setting | None], reference: Setting, launched: Setting | None,
+               default_adaptive: Setting | None, plan: RacePlan) -> list[dict[str, Any]]:
+    rows = []
+    for c in levels:
+        s = choice.get(c)
+        if s is None:
+            rows.append({"concurrency": c, "best": None})
+            continue
+        mean, lo, hi = tok_s_interval(ledger.tok_s(s, c), plan.launch_sd, plan.confidence)
+
+        def gain(other: Setting | None) -> dict[str, float] | None:
+            if other is None or not ledger.tok_s(other, c):
+                return None
+            if other == s:
+                return {"ratio": 1.0, "low": 1.0, "high": 1.0}
+            return _est(ratio(ledger, s, other, c, plan))
+
+        a = adaptive_choice.get(c)
+        rows.append({
+            "concurrency": c, "best": s.to_json(), "tok_s": round(mean, 2), "interval": [round(lo, 2), round(hi, 2)],
+            "runs": len(ledger.tok_s(s, c)), "accept_length": round(ledger.accept_length(s, c), 3),
+            "adaptive_choice": a.name if a else None,
+            "gain_vs_no_speculation": gain(reference), "gain_vs_launched": gain(launched),
+            "gain_vs_default_adaptive": gain(default_adaptive),
+            "no_speculation_tok_s": round(ledger.mean(reference, c), 2) if ledger.tok_s(reference, c) else None,
+            "launched_tok_s": round(ledger.mean(launched, c), 2) if launched and ledger.tok_s(launched, c) else None,
+            "default_adaptive_tok_s": (round(ledger.mean(default_adaptive, c), 2)
+                                       if default_adaptive and ledger.tok_s(default_adaptive, c) else None),
+        })
+    return rows
+
+
+def render_table(rows: list[dict[str, Any]], bands: list[Band]) -> str:
+    def g(x: dict | None) -> str:
+        return "-" if x is None else f"{x['ratio'] - 1:+.0%} [{x['low'] - 1:+.0%},{x['high'] - 1:+.0%}]"
+
+    out = [f"{'C':>5} {'best setting':<26} {'tok/s':>9} {'interval':>19} {'vs no spec':>20} {'vs launched':>20} "
+           f"{'vs default adaptive':>20}"]
+    for r in rows:
+        if r["best"] is None:
+            out.append(f"{r['concurrency']:>5} (not measured)")
+            continue
+        iv = f"[{r['interval'][0]:.1f}, {r['interval'][1]:.1f}]"
+        out.append(f"{r['concurrency']:>5} {r['best']['name']:<26} {r['tok_s']:>9.1f} {iv:>19} "
+                   f"{g(r['gain_vs_no_speculation']):>20} {g(r['gain_vs_launched']):>20} {g(r['gain_vs_default_adaptive']):>20}")
+    out.append("bands: " + "; ".join(f"C {b.first}-{b.last}: {b.setting.name}" for b in bands))
+    return "\n".join(out)
+
+
+def plot(path: Path, ledger: Ledger, settings: Sequence[Setting], levels: Sequence[int],
+         choice: dict[int, Setting | None], title: str) -> bool:
+    """tok/s vs concurrency per setting (measured cells), the chosen envelope on top; False without matplotlib."""
+    from specguard.report import plots
+
+    if not plots.available():
+        return False
+    fig, (ax,) = plots._figure()
+    for s in settings:
+        pts = [(c, ledger.mean(s, c)) for c in levels if ledger.tok_s(s, c)]
+        if not pts:
+            continue
+        style = {"linestyle": "--"} if s.kind in ("adaptive", "launched") else {}
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", markersize=3, linewidth=1, alpha=0.8,
+                label=s.name, **style)
+    env = [(c, ledger.mean(s, c)) for c, s in sorted(choice.items()) if s is not None]
+    ax.plot([p[0] for p in env], [p[1] for p in env], color="black", linewidth=3, alpha=0.35, label="chosen envelope")
+    plots._concurrency_axis(ax, list(levels))
+    plots._plain_log_y(ax, [ledger.mean(s, c) for s in settings for c in levels if ledger.tok_s(s, c)])
+    ax.set_ylabel("output tok/s")
+    ax.set_title(title, fontsize=9)
+    ax.legend(fontsize=6, ncol=2)
+    path.write_bytes(plots._png(fig))
+    return True

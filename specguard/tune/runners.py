@@ -1,0 +1,181 @@
+"""Where a setting is measured: a real launch (server.launch + measure_cell), or the emulator's
+virtual-time simulator (the same scheduler code the emulator's HTTP server runs), which makes
+checking the racing against the full grid over many seeds cheap."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import hashlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Callable, Sequence
+
+import numpy as np
+
+from specguard.config import ServerConfig, SweepConfig
+from specguard.engines import get_engine
+from specguard.measure.sweep import measure_cell
+from specguard.server import ServerStartError, launch, stop
+from specguard.tune.grid import ADAPTIVE, LAUNCHED, REFERENCE, Setting, server_config_for
+from specguard.tune.race import CellRuns
+from specguard.workload import Workload
+
+
+def _key(seed: int, name: str, level: int, k: int) -> int:
+    """A stable RNG seed for (world seed, setting, level, run index)."""
+    return int.from_bytes(hashlib.blake2b(f"{seed}/{name}/{level}/{k}".encode(), digest_size=8).digest(), "little")
+
+
+def adaptive_flags(path: str | None) -> list[str]:
+    """SGLang's flags for adaptive mode; no path = its DEFAULT_ADAPTIVE_CONFIG."""
+    return ["--speculative-adaptive"] + (["--speculative-adaptive-config", str(path)] if path else [])
+
+
+@dataclass
+class ServerRunner:
+    """One launch per call, through the suite's engine; the server is stopped before returning."""
+
+    spec_cfg: ServerConfig
+    reference_cfg: ServerConfig
+    sweep: SweepConfig
+    workload: Workload
+    cap: int | None
+    log_dir: Path
+    api_key: str | None = None
+    adaptive_paths: dict[str, str | None] = field(default_factory=lambda: {"default": None})
+    progress: Callable[[str], None] = lambda _: None
+    graph_sizes: list[int] | None = None  # decode CUDA-graph batch sizes a speculative launch reported
+    started: list[str] = field(default_factory=list)  # redacted launch commands, in order
+
+    def config_for(self, setting: Setting) -> ServerConfig:
+        if setting.kind == REFERENCE:
+            return self.reference_cfg
+        extra = adaptive_flags(self.adaptive_paths[setting.adaptive_config]) if setting.kind == ADAPTIVE else []
+        return server_config_for(self.spec_cfg, setting, cap=self.cap, extra_args=extra)
+
+    def measure(self, setting: Setting, levels: Sequence[int], warmup: int, repeats: int) -> dict[int, CellRuns]:
+        cfg = self.config_for(setting)
+        try:
+            handle = launch(cfg, get_engine(cfg.engine), log_dir=self.log_dir, api_key=self.api_key)
+        except ServerStartError as exc:
+            return {c: CellRuns(error=f"launch failed: {exc}") for c in levels}
+        self.started.append(" ".join(handle.command))
+        out: dict[int, CellRuns] = {}
+        try:
+            if setting.kind != REFERENCE and handle.effective.decode_cuda_graph_bs:
+                self.graph_sizes = list(handle.effective.decode_cuda_graph_bs)
+            sweep = dataclasses.replace(self.sweep, warmup=warmup, repeats=repeats)
+            for c in levels:
+                cell = measure_cell(handle, self.workload, sweep, c, progress=self.progress)
+                hist: list[int] = []
+                for r in cell.runs:
+                    h = r.correct_drafts_histogram or []
+                    hist += [0] * (len(h) - len(hist))
+                    for k, n in enumerate(h):
+                        hist[k] += n
+                out[c] = CellRuns(cell.throughputs, hist, cell.accept_lengths, cell.error)
+        finally:
+            stop(handle)
+        return out
+
+
+@dataclass
+class SimRunner:
+    """Virtual-time stand-in for a launch: each run is the emulator's scheduler driven by a closed
+    loop (a fresh prefix cache, as after /flush_cache), with per-step jitter and a per-setting
+    speed offset; tok/s as a closed-loop client measures it."""
+
+    profile_name: str
+    algorithm: str
+    input_len: int
+    output_len: int
+    requests_per_worker: int
+    cap: int | None
+    seed: int = 0
+    jitter_pct: float = 1.0
+    drift_pct: float = 1.0
+    speed_factor: float = 1.0
+    same_prompt: bool = True
+    reference_cap: int | None = None
+    adaptive_paths: dict[str, str | None] = field(default_factory=lambda: {"default": None})
+    graph_sizes: list[int] | None = None
+    launches: int = 0
+    # the configuration as the suite launches it: (num_steps, eagle_topk, num_draft_tokens) and its cap
+    launched_params: tuple[int | None, int | None, int | None] = (None, None, None)
+    launched_cap: int | None = None
+    _runs: dict = field(default_factory=dict)  # measured runs so far per (setting, level)
+
+    def _drift(self, setting: Setting) -> float:
+        """This seed's speed offset of a setting's server (mean-one lognormal, sd drift_pct)."""
+        rng = np.random.default_rng(_key(self.seed, setting.name, 0, -10**6))
+        sd = self.drift_pct / 100.0
+        return math.exp(rng.normal(-sd * sd / 2, sd)) if sd > 0 else 1.0
+
+    def measure(self, setting: Setting, levels: Sequence[int], warmup: int, repeats: int) -> dict[int, CellRuns]:
+        from specguard.emulator.launch_server import decode_cuda_graph_bs
+        from specguard.emulator.model import BatchScheduler, SchedulerConfig, run_closed_loop
+        from specguard.emulator.profile import load_profile
+        from specguard.emulator.spec import SpecRequest, resolve_settings
+
+        profile = load_profile(self.profile_name)
+        self.launches += 1
+        if setting.kind == REFERENCE:
+            spec, cap = None, self.reference_cap
+        elif setting.kind == ADAPTIVE:
+            steps = setting.num_steps or None
+            spec = SpecRequest(self.algorithm, steps, 1 if steps else None, steps + 1 if steps else None, adaptive=True,
+                               adaptive_config=self.adaptive_paths[setting.adaptive_config])
+            cap = self.cap
+        elif setting.kind == LAUNCHED:
+            spec, cap = SpecRequest(self.algorithm, *self.launched_params), self.launched_cap
+        else:
+            spec = SpecRequest(self.algorithm, setting.num_steps, setting.eagle_topk, setting.num_draft_tokens)
+            cap = self.cap
+        settings = resolve_settings(profile, spec, cap)
+        graph_args = SimpleNamespace(disable_cuda_graph=False, disable_decode_cuda_graph=False, cuda_graph_bs_decode=None,
+                                     cuda_graph_max_bs_decode=None, disable_cuda_graph_padding=False)
+        graphs = decode_cuda_graph_bs(graph_args, settings.rank_cap, settings.spec is not None)
+        if settings.spec is not None:
+            self.graph_sizes = graphs
+        out: dict[int, CellRuns] = {}
+        for c in levels:
+            cell = CellRuns()
+            done = self._runs.get((setting, c), 0)
+            for i in range(warmup + repeats):
+                # Common random numbers: measured run k of a cell is the same in every plan that
+                # measures it (warmups are keyed apart), and a setting keeps its speed offset in
+                # this seed's world, so racing and the full grid differ only in what they measured.
+                k = done + i - warmup if i >= warmup else -1 - done - i
+                run_seed = _key(self.seed, setting.name, c, k)
+                config = SchedulerConfig(profile, settings, seed=run_seed, step_scale=self._drift(setting),
+                                         speed_factor=self.speed_factor, jitter_pct=self.jitter_pct, drift_pct=0.0,
+                                         cuda_graph_bs=graphs)
+                scheduler = BatchScheduler(config)
+                hist: list[int] = []
+                complete = scheduler.complete
+
+                def counting_complete(step, now_ms, complete=complete, hist=hist):  # spec_correct_drafts_histogram
+                    finished = complete(step, now_ms)
+                    for r in finished:
+                        h = r.correct_hist
+                        hist.extend([0] * (len(h) - len(hist)))
+                        for j, n in enumerate(h):
+                            hist[j] += n
+                    return finished
+
+                scheduler.complete = counting_complete  # type: ignore[method-assign]
+                r = run_closed_loop(scheduler, c, max(c, self.requests_per_worker * c), self.input_len, self.output_len,
+                                    self.same_prompt)
+                if i < warmup:
+                    continue
+                cell.tok_s.append(r.output_throughput)
+                if r.accept_length is not None:
+                    cell.accept_lengths.append(r.accept_length)
+                cell.histogram += [0] * (len(hist) - len(cell.histogram))
+                for j, n in enumerate(hist):
+                    cell.histogram[j] += n
+            self._runs[(setting, c)] = done + repeats
+            out[c] = cell
+        return out

@@ -1,0 +1,159 @@
+"""Issue 14's gate design: launches as units, relaunch on suspicion, the must-win speculation gate,
+the history's spread with its degrees of freedom, and the one crossover estimator."""
+
+import math
+
+import numpy as np
+import pytest
+
+from specguard.config import ConfigError, Tolerances, parse_suite
+from specguard.decide.crossover import estimate_crossover, first_crossing, within_factor
+from specguard.decide.gates import (GateDesign, GateResult, final_failures, launch_history_gate, must_win_gate,
+                                    relaunch_plan, session_spread)
+from specguard.decide.stats import (FAIL, INCONCLUSIVE, PASS, RatioEstimate, SpreadEstimate, between_variance,
+                                    compare_launch_sets, compare_launches, history_spread, stalled_runs)
+
+TOL = Tolerances()  # prior 1 %, day share 0.5 %, prior dof 8, pooled-t
+
+
+def _est(ratio, low, high, p=0.5):
+    return RatioEstimate(ratio, low, high, 1.0, p, 10.0, 0.95, 0.01, "prior")
+
+
+def _width(e):
+    return math.log(e.high) - math.log(e.low)
+
+
+def test_more_launches_narrow_the_interval_only_by_their_own_share():
+    rng = np.random.default_rng(1)
+    hist = [list(100 * np.exp(rng.normal(0, 0.003, 3))) for _ in range(5)]
+    one = [[100.0, 100.2, 99.8]]
+    two = one + [[100.1, 99.9, 100.0]]
+    kw = dict(threshold=0.97, prior_between_sd=0.01, confidence=0.99, spread=SpreadEstimate(1e-4, 12))
+    w1 = _width(compare_launches(one, hist, prior_day_sd=0.005, **kw))
+    w2 = _width(compare_launches(two, hist, prior_day_sd=0.005, **kw))
+    all_day = _width(compare_launches(two, hist, prior_day_sd=0.01, **kw))
+    assert w2 < 0.9 * w1  # a second launch averages the launch part
+    assert all_day == pytest.approx(w1, rel=0.1)  # when the whole spread is the day's, relaunching buys nothing
+
+
+def test_history_spread_enters_with_its_degrees_of_freedom():
+    measured = SpreadEstimate(1e-4, 4.0)
+    var, dof, _ = between_variance(0.01, measured, 8.0, "pooled-t")
+    assert var == pytest.approx(1e-4) and dof == 12.0
+    var, dof, source = between_variance(0.01, SpreadEstimate(4e-4, 4.0), 8.0, "max-known")
+    assert var == pytest.approx(4e-4) and math.isinf(dof) and "history" in source
+    assert between_variance(0.01, None, math.inf, "pooled-t")[1] == math.inf
+    hist = [[100.0, 100.1, 99.9], [101.0, 101.1, 100.9], [99.0, 99.1, 98.9]]
+    kw = dict(threshold=0.97, prior_between_sd=0.01, confidence=0.999)
+    t = compare_launches([[100.0, 100.1, 99.9]], hist, prior_dof=2.0, **kw)
+    known = compare_launches([[100.0, 100.1, 99.9]], hist, spread_rule="max-known", **kw)
+    assert t.dof < 10 and _width(t) > _width(known)  # few dof: a t quantile, not the normal one
+
+
+def test_history_spread_is_the_variance_of_session_locations():
+    rng = np.random.default_rng(2)
+    offsets = rng.normal(0, 0.02, 400)
+    hist = [list(np.exp(o + rng.normal(0, 0.001, 3))) for o in offsets]
+    est = history_spread(hist)
+    assert est.dof == 399 and math.sqrt(est.var) == pytest.approx(0.02, rel=0.1)
+    assert history_spread([[1.0, 1.0]]) is None
+    pooled = session_spread({("a", 1): hist[:5], ("a", 4): hist[5:10], ("b", 1): hist[10:15]})
+    assert pooled.dof == 8  # K - 1 per configuration, not per cell: a configuration's cells share its launch
+
+
+def test_a_stalled_run_does_not_fail_an_unchanged_cell():
+    hist = [[100.0, 100.3, 99.7], [100.5, 100.2, 100.8], [99.6, 99.9, 99.4], [100.1, 100.0, 99.8], [99.9, 100.2, 100.1]]
+    stalled = [[100.1, 70.0, 99.9]]
+    res = launch_history_gate("throughput", "x", 4, stalled, hist, tolerance=0.03, prior_between_sd=0.01,
+                              alpha_cell=0.01 / 28, rule="significant")
+    assert res.verdict != FAIL and res.estimate.ratio == pytest.approx(1.0, abs=0.01)
+    assert stalled_runs(stalled[0], hist) == [1]
+
+
+def test_false_fails_match_alpha_with_day_and_launch_noise():
+    rng = np.random.default_rng(3)
+    alpha, fails, n = 0.05, 0, 1500
+    for _ in range(n):
+        def session(launches):
+            day = rng.normal(0, 0.005)
+            return [list(100 * np.exp(day + rng.normal(0, 0.00866) + rng.normal(0, 0.004, 3))) for _ in range(launches)]
+        hist = [session(1)[0] for _ in range(5)]
+        est = compare_launches(session(2), hist, threshold=1.0, prior_between_sd=0.01, prior_day_sd=0.005,
+                               confidence=1 - 2 * alpha, rule="significant")
+        fails += est.p_value < alpha
+    assert 0.02 < fails / n < 0.07  # calibrated: neither anti-conservative nor dead
+
+
+def test_must_win_gate_tests_the_declared_gain_with_launches_as_units():
+    rng = np.random.default_rng(4)
+    ref = [list(100 * np.exp(rng.normal(0, 0.002, 3))) for _ in range(2)]
+    slower = [list(95 * np.exp(rng.normal(0, 0.002, 3))) for _ in range(2)]
+    faster = [list(110 * np.exp(rng.normal(0, 0.002, 3))) for _ in range(2)]
+    tol = Tolerances()
+    lose = must_win_gate("eagle3", 16, slower, ref, "baseline", must_win=True, tol=tol, alpha_cell=0.01 / 28)
+    win = must_win_gate("eagle3", 16, faster, ref, "baseline", must_win=True, tol=tol, alpha_cell=0.01 / 28)
+    assert lose.verdict == FAIL and lose.failed and lose.launches == 2
+    assert win.verdict == PASS and "confidently below 1.00x" in win.message
+    hist = [r for r in ref]  # the reference's stored sessions when it was not measured in this session
+    stored = must_win_gate("eagle3", 16, faster, None, "baseline (stored)", must_win=True, tol=tol,
+                           alpha_cell=0.01 / 28, reference_history=hist)
+    assert stored.estimate.ratio == pytest.approx(1.1, rel=0.01)
+    with pytest.raises(ValueError):
+        must_win_gate("eagle3", 16, faster, None, "baseline", must_win=True, tol=tol, alpha_cell=0.01)
+
+
+def test_paired_speculation_cancels_the_day():
+    a = [[110.0, 110.1, 109.9]]
+    b = [[100.0, 100.1, 99.9]]
+    kw = dict(threshold=1.0, prior_between_sd=0.01, confidence=0.99)
+    assert _width(compare_launch_sets(a, b, prior_day_sd=0.0099, **kw)) < 0.5 * _width(
+        compare_launch_sets(a, b, prior_day_sd=0.0, **kw))
+
+
+def _result(gate, config, c, p, verdict=PASS, stage=1):
+    return GateResult(gate, config, c, verdict, "", _est(1.0, 0.9, 1.1, p), stage=stage)
+
+
+def test_relaunch_plan_names_whom_and_why():
+    refs = {"baseline": None, "eagle3": "baseline", "mtp": "baseline"}
+    stage1 = [_result("throughput", "eagle3", 16, 0.01), _result("throughput", "mtp", 16, 0.2),
+              _result("speculation", "mtp", 4, 0.03), _result("throughput", "baseline", 1, 0.5)]
+    plan = relaunch_plan(stage1, refs, 0.05)
+    assert set(plan) == {"eagle3", "mtp", "baseline"}
+    assert "p = 0.01 < 0.05" in plan["eagle3"][0] and plan["baseline"][0].startswith("reference of speculation mtp c4")
+    unenforced = GateResult("speculation", "mtp", 64, PASS, "", _est(0.8, 0.7, 0.9, 1e-6), enforced=False)
+    assert relaunch_plan([unenforced], refs) == {}
+
+
+def test_final_failures_lets_stage_two_supersede_an_inconclusive_stage_one():
+    tol = Tolerances(inconclusive="fail")
+    stage1 = [_result("throughput", "eagle3", 16, 0.02, INCONCLUSIVE), _result("throughput", "mtp", 16, 0.3, INCONCLUSIVE)]
+    stage2 = [_result("throughput", "eagle3", 16, 0.4, PASS, stage=2)]
+    failing = final_failures(stage1, stage2, tol, GateDesign())
+    assert [(r.config, r.stage) for r in failing] == [("mtp", 1)]
+    assert GateDesign().stage_alpha(0.01) == 0.005 and GateDesign(relaunch="off").stage_alpha(0.01) == 0.01
+
+
+def test_crossover_is_interpolated_on_log_concurrency_with_an_interval():
+    assert first_crossing([32, 64], [1.078, 0.648]) == pytest.approx(32 * 2 ** (math.log(1.078) / math.log(1.078 / 0.648)))
+    ratios = {16: _est(1.31, 1.28, 1.34), 32: _est(1.078, 1.05, 1.11), 64: _est(0.648, 0.63, 0.67)}
+    x = estimate_crossover(ratios)
+    assert 32 < x.low < x.estimate < x.high < 64 and (x.last_ahead, x.first_behind) == (32, 64)
+    assert "crossover at c35" in x.describe()
+    ahead = estimate_crossover({1: _est(1.5, 1.4, 1.6), 4: _est(1.2, 1.1, 1.3)})
+    assert ahead.estimate is None and ahead.above_range
+    behind = estimate_crossover({1: _est(0.9, 0.85, 0.95), 4: _est(0.8, 0.7, 0.9)})
+    assert behind.below_range and behind.estimate is None
+    assert within_factor(40.0, 35.9, 1.25, [32, 64]) and not within_factor(48.0, 35.9, 1.25, [32, 64])
+    assert within_factor(None, None, 1.25, [1]) and not within_factor(None, 35.9, 1.25, [1])
+
+
+def test_suite_keys_for_launches_and_relaunch_are_checked(tmp_path):
+    raw = {"servers": {"b": {"engine": "emulator", "model_path": "/m"}}, "sweep": {"relaunch": "always"}}
+    with pytest.raises(ConfigError, match="sweep.relaunch"):
+        parse_suite(raw, tmp_path / "s.toml")
+    with pytest.raises(ConfigError, match="sweep.launches"):
+        parse_suite({**raw, "sweep": {"launches": 0}}, tmp_path / "s.toml")
+    ok = parse_suite({**raw, "sweep": {"launches": 2, "relaunch": "off"}}, tmp_path / "s.toml")
+    assert ok.sweep.launches == 2

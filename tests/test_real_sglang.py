@@ -1,0 +1,598 @@
+"""Real SGLang 0.5.23 on the CPU (no speculation), through the suite's own SGLang engine.
+
+What runs, in this order (module scope; .ci/run_real_sglang.sh prints the artifacts):
+1. the sglang-cpu suite (perf_tests/suites/sglang-cpu.toml) launches `python -m sglang.launch_server`
+   for `baseline` and records baselines in a temp dir; an unchanged rerun gated on them passes; a
+   rerun with the CPU loaded on purpose fails exactly its throughput cells; after each run no
+   process of the server's group is left (the scheduler and detokenizer included);
+2. a server that dies during start-up (a bad flag) fails the session clearly: exit code, command,
+   log tail;
+3. a server started by hand: the suite attaches to it and measures; /flush_cache answers 400
+   while another client's request runs; the id bound is read from the server (the model's
+   512-token vocabulary) and a request set built for it runs without crashing the server; the live
+   contract check against the emulator launched with the same flags (shapes only: one line per
+   difference); idle CPU; teardown leaves no process of its group;
+4. idle CPU and single-stream speed with `--sleep-on-idle`;
+5. the sgl_kernel stand-in's log: symbols were resolved (so the log works) and none was CALLED.
+
+Skipped unless SPECGUARD_SGLANG_PYTHON names the SGLang venv's python (.ci/setup_sglang.sh makes
+it); once it is set, a missing interpreter or model is a failure, never a skip.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import httpx
+import pytest
+
+pytestmark = [pytest.mark.real_sglang, pytest.mark.real_engine]
+REPO = Path(__file__).resolve().parents[1]
+SUITE = REPO / "perf_tests" / "suites" / "sglang-cpu.toml"
+RUN_TIMEOUT_S = 900
+STARTUP_TIMEOUT_S = 300
+sys.path.insert(0, str(REPO / "tools"))
+import contract_shapes  # noqa: E402
+
+# The baseline configuration's flags (the suite file's), for the servers started by hand here.
+SERVER_FLAGS = ["--device", "cpu", "--attention-backend", "torch_native", "--disable-cuda-graph", "--enable-metrics",
+                "--max-running-requests", "8", "--mem-fraction-static", "0.05", "--max-total-tokens", "65536"]
+SERVER_ENV = {"SGLANG_USE_CPU_ENGINE": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+JOB_TAG_VAR = "SPECGUARD_SGLANG_JOB_TAG"  # set in every server's environment: finds survivors
+
+
+# ------------------------------------------------------------------------------ environment
+
+def sglang_env() -> dict[str, str]:
+    """The environment the job needs; a set-but-broken one fails (only an unset one skips)."""
+    python = os.environ.get("SPECGUARD_SGLANG_PYTHON")
+    if not python:
+        pytest.skip("SPECGUARD_SGLANG_PYTHON is not set: run .ci/run_real_sglang.sh, or .ci/setup_sglang.sh and "
+                    "export SPECGUARD_SGLANG_PYTHON=<its SGLANG_PYTHON>")
+    python = os.path.expanduser(python)
+    if not os.access(python, os.X_OK):
+        pytest.fail(f"SPECGUARD_SGLANG_PYTHON={python} is not an executable; rerun .ci/setup_sglang.sh")
+    models = Path(os.path.expanduser(os.environ.get("SPECGUARD_SGLANG_MODELS", "~/.cache/specguard/tiny-models-sglang")))
+    if not (models / "target" / "config.json").is_file():
+        pytest.fail(f"tiny model missing in {models}; run {python} tools/build_tiny_models.py --out {models}")
+    env = {**os.environ, "SPECGUARD_SGLANG_PYTHON": python, "SPECGUARD_SGLANG_MODELS": str(models)}
+    env.setdefault("SPECGUARD_SGL_KERNEL_LOG", str(Path(os.environ.get("SPECGUARD_REAL_SGLANG_ARTIFACTS", "/tmp"))
+                                                   / "sgl_kernel_standin.log"))
+    return env
+
+
+@pytest.fixture(scope="module")
+def env() -> dict[str, str]:
+    e = sglang_env()
+    os.environ.setdefault("SPECGUARD_SGL_KERNEL_LOG", e["SPECGUARD_SGL_KERNEL_LOG"])
+    return e
+
+
+@pytest.fixture(scope="module")
+def work_dir(tmp_path_factory) -> Path:
+    where = os.environ.get("SPECGUARD_REAL_SGLANG_ARTIFACTS")
+    path = Path(where) if where else tmp_path_factory.mktemp("real-sglang")
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def figure(work: Path, line: str) -> None:
+    """A measured figure, kept for docs/sglang-cpu.md (the job prints figures.txt)."""
+    with open(work / "figures.txt", "a") as f:
+        f.write(line + "\n")
+
+
+# ------------------------------------------------------------------------------ processes
+
+def processes_with_tag(tag: str) -> list[str]:
+    """Live processes whose environment carries JOB_TAG_VAR=tag (children inherit it)."""
+    needle = f"{JOB_TAG_VAR}={tag}".encode()
+    found = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            if needle in (d / "environ").read_bytes().split(b"\0"):
+                state = (d / "stat").read_text().rsplit(")", 1)[1].split()[0]
+                if state != "Z":
+                    found.append(f"{d.name} {(d / 'cmdline').read_bytes()[:120]!r}")
+        except OSError:
+            continue
+    return found
+
+
+def kill_tagged(tag: str | None) -> None:
+    """SIGKILL the process group of every live process carrying this job's tag (only ours)."""
+    if not tag:
+        return
+    for entry in processes_with_tag(tag):
+        pid = int(entry.split()[0])
+        try:
+            os.killpg(os.getpgid(pid), signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def group_members(pgid: int) -> list[int]:
+    members = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            fields = (d / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            members.append(int(d.name))
+    return members
+
+
+def group_cpu_seconds(pgid: int) -> float:
+    ticks = 0
+    for pid in group_members(pgid):
+        try:
+            fields = (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()
+            ticks += int(fields[11]) + int(fields[12])
+        except (OSError, IndexError, ValueError):
+            continue
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+class HandServer:
+    """`python -m sglang.launch_server` started by hand (not by the suite), in its own group."""
+
+    def __init__(self, env: dict[str, str], work: Path, name: str, extra: list[str] = ()) -> None:
+        self.port = _free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.tag = uuid.uuid4().hex[:12]
+        self.log = work / f"hand-{name}-{self.port}.log"
+        model = str(Path(env["SPECGUARD_SGLANG_MODELS"]) / "target")
+        self.cmd = [env["SPECGUARD_SGLANG_PYTHON"], "-m", "sglang.launch_server", "--model-path", model,
+                    "--host", "127.0.0.1", "--port", str(self.port), *SERVER_FLAGS, *extra]
+        started = time.monotonic()
+        with open(self.log, "wb") as log:
+            self.proc = subprocess.Popen(self.cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                         env={**env, **SERVER_ENV, JOB_TAG_VAR: self.tag}, start_new_session=True)
+        deadline = started + STARTUP_TIMEOUT_S
+        while True:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"hand-started server exited ({self.proc.returncode}); log tail:\n{self.tail()}")
+            try:
+                if httpx.get(self.url + "/health_generate", timeout=10).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                self.stop()
+                raise AssertionError(f"hand-started server not ready after {STARTUP_TIMEOUT_S}s:\n{self.tail()}")
+            time.sleep(0.5)
+        self.startup_s = time.monotonic() - started
+
+    def tail(self, n: int = 30) -> str:
+        return "\n".join(self.log.read_text(errors="replace").splitlines()[-n:])
+
+    def stop(self) -> None:
+        """SIGTERM the group, wait, SIGKILL what is left: only the group started here."""
+        if self.proc.poll() is None or group_members(self.proc.pid):
+            try:
+                os.killpg(self.proc.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                pass
+            deadline = time.monotonic() + 10
+            while group_members(self.proc.pid) and time.monotonic() < deadline:
+                time.sleep(0.2)
+            if group_members(self.proc.pid):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(timeout=10)
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def idle_cpu_percent(pgid: int, seconds: float = 5.0) -> float:
+    a = group_cpu_seconds(pgid)
+    time.sleep(seconds)
+    return 100.0 * (group_cpu_seconds(pgid) - a) / seconds
+
+
+def single_stream_tok_s(url: str, input_ids: list[int], tokens: int = 256, timeout_s: float = 300.0) -> float:
+    body = {"input_ids": input_ids, "sampling_params": {"max_new_tokens": tokens, "temperature": 0, "ignore_eos": True}}
+    httpx.post(url + "/generate", json={**body, "sampling_params": {**body["sampling_params"], "max_new_tokens": 8}},
+               timeout=60)  # warm
+    t = time.perf_counter()
+    r = httpx.post(url + "/generate", json=body, timeout=timeout_s)
+    r.raise_for_status()
+    return r.json()["meta_info"]["completion_tokens"] / (time.perf_counter() - t)
+
+
+# ------------------------------------------------------------------------------ suite runs
+
+def run_suite(work: Path, baselines: Path, tag: str, env: dict[str, str], *args: str) -> tuple[int, str, dict[str, str], dict]:
+    """One `pytest perf_tests` session; exit code, output, {test id: outcome}, the results JSON.
+    Its summary is kept in work/<tag>-summary.txt. Every process it starts carries a job tag."""
+    junit, results = work / f"{tag}-junit.xml", work / f"{tag}-results.json"
+    for f in (junit, results):
+        f.unlink(missing_ok=True)
+    cmd = [sys.executable, "-m", "pytest", str(REPO / "perf_tests"), "-p", "no:cacheprovider", "-q",
+           "--suite", str(SUITE), "--baseline-dir", str(baselines), "--junitxml", str(junit),
+           "--results-json", str(results), "--server-log-dir", str(work / f"logs-{tag}"), "--benchmark-disable", *args]
+    started = time.monotonic()
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    try:
+        out, _ = proc.communicate(timeout=RUN_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        # Ctrl-C first: the session stops the servers it launched (their own process groups,
+        # which a kill of the pytest process would orphan); then SIGKILL and the job-tag sweep.
+        proc.send_signal(signal.SIGINT)
+        try:
+            out, _ = proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, _ = proc.communicate()
+        kill_tagged(env.get(JOB_TAG_VAR))
+        out = (out or "") + f"\n(run_suite: timed out after {RUN_TIMEOUT_S}s and was interrupted)"
+    summary = out[out.find("specguard summary"):] if "specguard summary" in out else out[-4000:]
+    (work / f"{tag}-summary.txt").write_text(
+        f"$ {' '.join(cmd[2:])}\n({time.monotonic() - started:.0f} s, exit {proc.returncode})\n" + summary)
+    outcomes: dict[str, str] = {}
+    if junit.exists():
+        for case in ET.parse(junit).getroot().iter("testcase"):
+            bad = next((c for c in case if c.tag in ("failure", "error", "skipped")), None)
+            outcomes[case.get("name")] = "passed" if bad is None else f"{bad.tag}: {bad.get('message', '')}"
+    doc = json.loads(results.read_text()) if results.exists() else {}
+    return proc.returncode, out, outcomes, doc
+
+
+def verdicts(doc: dict, gate: str = "throughput") -> dict[int, str]:
+    return {d["concurrency"]: d["verdict"] for d in doc.get("decisions", []) if d["gate"] == gate}
+
+
+def mean_tok_s(doc: dict) -> dict[int, float]:
+    out = {}
+    for cell in doc.get("cells", []):
+        runs = [r["output_throughput"] for r in cell["runs"]]
+        out[cell["concurrency"]] = sum(runs) / len(runs)
+    return out
+
+
+def cpu_hogs(n: int) -> list[subprocess.Popen]:
+    """n busy loops in their own groups (the 'slowed on purpose' load), bounded to 10 minutes."""
+    code = "import time\nend = time.monotonic() + 600\nwhile time.monotonic() < end:\n    pass\n"
+    return [subprocess.Popen([sys.executable, "-c", code], start_new_session=True) for _ in range(n)]
+
+
+def test_suite_launches_records_baselines_and_gates_unchanged_and_slowed_runs(env, work_dir, tmp_path):
+    baselines = tmp_path / "baselines"
+    tag = uuid.uuid4().hex[:12]
+    env = {**env, JOB_TAG_VAR: tag}
+
+    # 1. Launch `baseline`, measure it, store it as the first baseline session.
+    code, out, res, doc = run_suite(work_dir, baselines, "update", env, "--update-baselines")
+    assert code == 0 and res and set(res.values()) == {"passed"}, out[-4000:]
+    server = doc["servers"]["baseline"]
+    assert server["mode"] == "launched" and server["effective_args"]["engine_version"] == "0.5.23", server
+    assert "sglang.launch_server" in " ".join(server["command"])
+    assert all(r["failed"] == 0 for c in doc["cells"] for r in c["runs"]), doc["cells"]
+    assert (baselines / "baseline.json").is_file()
+    assert not processes_with_tag(tag), processes_with_tag(tag)  # teardown: nothing of its group left
+    tok_s = mean_tok_s(doc)
+    figure(work_dir, f"suite update run: tok/s C=1 {tok_s[1]:.0f}, C=2 {tok_s[2]:.0f} (mean of 3 runs x 3C requests, "
+                     f"32 in / 64 out tokens)")
+    calibrate_and_check(work_dir, work_dir / "update-results.json", tok_s, env)
+
+    # 2. Unchanged rerun gated on those baselines: a new launch, same fingerprint, passes.
+    code, out, res, doc = run_suite(work_dir, baselines, "unchanged", env, "--require-baselines")
+    assert code == 0 and set(res.values()) == {"passed"}, out[-4000:]
+    assert set(verdicts(doc).values()) <= {"pass", "inconclusive"}, verdicts(doc)
+    assert not processes_with_tag(tag), processes_with_tag(tag)
+
+    # 3. Slowed on purpose: the same server with four busy loops competing for the 2 cores. Same
+    # fingerprint (nothing about the server changed), so the gate compares and the throughput
+    # cells fail with the measured ratio in their message.
+    hogs = cpu_hogs(4)
+    try:
+        code, out, res, doc = run_suite(work_dir, baselines, "slowed", env, "--require-baselines")
+    finally:
+        for h in hogs:
+            os.killpg(h.pid, signal.SIGKILL)
+            h.wait()
+    assert not processes_with_tag(tag), processes_with_tag(tag)
+    failed = {t: m for t, m in res.items() if m != "passed"}
+    assert code == 1 and failed, out[-4000:]
+    assert all(t.startswith("test_throughput[baseline-c") and m.startswith("failure") for t, m in failed.items()), failed
+    assert "fail" in verdicts(doc).values(), verdicts(doc)
+    figure(work_dir, f"slowed run (4 busy loops): tok/s {mean_tok_s(doc)}; verdicts {verdicts(doc)}")
+
+
+def calibrate_and_check(work: Path, results: Path, real_tok_s: dict[int, float], env: dict[str, str]) -> None:
+    """An emulator profile of this machine fitted on the real results. `calibrate` itself simulates
+    the written profile and fails beyond 10 % of the measured tok/s; then the emulator is LAUNCHED
+    with it and measured live, and must come within 25 % of the real server at C=1 and C=2."""
+    profile = work / "sglang-cpu-profile.toml"
+    proc = subprocess.run([sys.executable, "-m", "specguard.decide.calibrate", str(results), "--out", str(profile)],
+                          cwd=REPO, capture_output=True, text=True, timeout=300)
+    (work / "calibrate.txt").write_text(proc.stdout + proc.stderr)
+    assert proc.returncode == 0 and profile.is_file(), proc.stdout[-3000:] + proc.stderr[-3000:]
+    port = _free_port()
+    model = str(Path(env["SPECGUARD_SGLANG_MODELS"]) / "target")
+    with open(work / f"emulator-profile-{port}.log", "wb") as f:
+        emu = subprocess.Popen([sys.executable, "-m", "specguard.emulator.launch_server", "--model-path", model,
+                                "--host", "127.0.0.1", "--port", str(port), *SERVER_FLAGS,
+                                "--emulator-profile", str(profile)],
+                               stdout=f, stderr=subprocess.STDOUT, start_new_session=True, cwd=REPO)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        wait_http(url, emu)
+        emulated = {c: closed_loop_tok_s(url, c) for c in sorted(real_tok_s)}
+    finally:
+        os.killpg(emu.pid, signal.SIGTERM)
+        emu.wait(30)
+    figure(work, "emulator with the fitted profile, live: " + ", ".join(
+        f"C={c} {emulated[c]:.0f} tok/s (real {real_tok_s[c]:.0f}, {emulated[c] / real_tok_s[c] - 1:+.0%})" for c in emulated))
+    for c in emulated:
+        assert abs(emulated[c] / real_tok_s[c] - 1) < 0.25, (c, emulated, real_tok_s)
+
+
+def wait_http(url: str, proc: subprocess.Popen, timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, f"{proc.args} exited with {proc.returncode}"
+        try:
+            if httpx.get(url + "/health_generate", timeout=5).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.5)
+    raise AssertionError(f"{url} not ready after {timeout_s}s")
+
+
+def closed_loop_tok_s(url: str, concurrency: int, requests_per_worker: int = 3, input_len: int = 32,
+                      output_len: int = 64) -> float:
+    """The suite's cell shape, by hand: C workers, each sends its next request when the last
+    one finished; one warm-up round, then output tokens / wall time of one measured round."""
+    def worker(w: int, out: list[int]) -> None:
+        with httpx.Client(base_url=url, timeout=120) as c:
+            for i in range(requests_per_worker):
+                ids = [100 + (w * 7 + i * 13 + k) % 400 for k in range(input_len)]
+                r = c.post("/generate", json={"input_ids": ids, "sampling_params": {
+                    "max_new_tokens": output_len, "temperature": 0, "ignore_eos": True}})
+                out.append(r.json()["meta_info"]["completion_tokens"])
+
+    result = 0.0
+    for _ in range(2):  # warm-up round, measured round
+        tokens: list[int] = []
+        threads = [threading.Thread(target=worker, args=(w, tokens)) for w in range(concurrency)]
+        t = time.perf_counter()
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join(300)
+        result = sum(tokens) / (time.perf_counter() - t)
+    return result
+
+
+def test_server_that_dies_during_startup_fails_clearly(env, work_dir, tmp_path):
+    tag = uuid.uuid4().hex[:12]
+    code, out, res, doc = run_suite(work_dir, tmp_path / "b", "badflag", {**env, JOB_TAG_VAR: tag},
+                                    "--server-args", "baseline=--no-such-flag 1", "--concurrency", "1")
+    assert code == 3, out[-3000:]
+    failure = doc["servers"]["baseline"]["failure"] if doc else out
+    assert "exited during start-up" in failure and "exit code: 2" in failure, failure
+    assert "command:" in failure and "sglang.launch_server" in failure and "--no-such-flag" in failure, failure
+    assert "unrecognized arguments: --no-such-flag" in failure, failure  # the log tail
+    assert not processes_with_tag(tag)
+
+
+# ------------------------------------------------------------------------------ by hand
+
+@pytest.fixture(scope="module")
+def hand_server(env, work_dir):
+    server = HandServer(env, work_dir, "baseline")
+    figure(work_dir, f"start-up (to /health_generate 200): {server.startup_s:.1f} s  [{' '.join(server.cmd[1:])}]")
+    yield server
+    server.stop()
+
+
+def test_attach_to_a_server_started_by_hand(env, work_dir, tmp_path, hand_server):
+    code, out, res, doc = run_suite(work_dir, tmp_path / "b", "attach", env, "--server-url", hand_server.url)
+    assert code == 0, out[-4000:]
+    server = doc["servers"]["baseline"]
+    assert server["attached"] and server["effective_args"]["engine_version"] == "0.5.23", server
+    assert all(r["failed"] == 0 and r["output_throughput"] > 0 for c in doc["cells"] for r in c["runs"])
+    assert hand_server.proc.poll() is None  # attach never stops a server it did not start
+
+
+def test_flush_cache_is_refused_while_a_foreign_request_runs(hand_server):
+    from specguard.engines.base import ServerBusy
+    from specguard.engines.sglang import SGLangEngine
+
+    # The raw route: 400 "Flush cache failed." while another client's request streams.
+    busy = contract_shapes._flush_while_busy(hand_server.url, {}, list(range(10, 42)))
+    assert (busy["status"], busy["body_first_line"]) == (400, "Flush cache failed."), busy
+    assert (busy["timeout=1 status"], busy["timeout=1 body_first_line"]) == (400, "Timed out waiting for idle state."), busy
+    # The suite's engine adapter: accepted when idle; while the foreign request runs it waits
+    # (?timeout=S), then says the cell cannot be measured, with the server's own counts.
+    with httpx.Client(base_url=hand_server.url) as client:
+        SGLangEngine().flush_cache(client)
+        started, stop = threading.Event(), threading.Event()
+
+        def foreign():
+            body = {"input_ids": list(range(10, 42)), "stream": True,
+                    "sampling_params": {"max_new_tokens": 3000, "temperature": 0, "ignore_eos": True}}
+            with httpx.stream("POST", hand_server.url + "/generate", json=body, timeout=180) as r:
+                for _ in r.iter_lines():
+                    started.set()
+                    if stop.is_set():
+                        break  # closing the connection aborts the request
+
+        t = threading.Thread(target=foreign, daemon=True)
+        t.start()
+        try:
+            assert started.wait(60)
+            # 0.5.23 with ?timeout=S answers 400 "Timed out waiting for idle state." (flush_wrapper.py)
+            with pytest.raises(ServerBusy, match=r"/flush_cache: '(Timed out waiting for idle state|Flush cache failed)") as exc:
+                SGLangEngine().flush_cache(client, timeout_s=2.0)
+            # the counts come from /metrics (sglang:num_running_reqs is refreshed with the scheduler's
+            # decode log, so it may still read 0 this early on a slow machine)
+            assert exc.value.running is not None and "running" in str(exc.value), str(exc.value)
+        finally:
+            stop.set()
+            t.join(120)
+
+
+def test_ids_are_bounded_by_the_served_vocabulary_and_the_server_survives(hand_server, env):
+    from specguard.workload import (
+        WorkloadSpec,
+        build_workload,
+        fit_to_vocab,
+        resolve_vocab_bound,
+        vocab_size_from_server,
+    )
+
+    with httpx.Client(base_url=hand_server.url) as client:
+        size, how = vocab_size_from_server(client)
+        assert size == 512, how  # config.json of the served model (a local directory here)
+        # Without the model directory: the out-of-vocabulary probe, refused with 400, server alive.
+        import specguard.workload as wl
+
+        real_reader = wl.vocab_size_from_model_dir
+        wl.vocab_size_from_model_dir = lambda path: None
+        try:
+            size, how = vocab_size_from_server(client)
+        finally:
+            wl.vocab_size_from_model_dir = real_reader
+        assert size == 512 and "valid range is [0, 512)" in how, how
+        spec = WorkloadSpec(kind="random-ids", input_len=32, output_len=8)  # default bound 32000: unsafe here
+        bound = resolve_vocab_bound(spec, client=client)
+        workload = fit_to_vocab(build_workload(spec, num_prompts=32), bound.vocab_size)
+        assert max(max(p.input_ids) for p in workload.prompts) < 512
+        for p in workload.prompts:
+            r = client.post("/generate", json={"input_ids": list(p.input_ids), "sampling_params": {
+                "max_new_tokens": 8, "temperature": 0, "ignore_eos": True}}, timeout=60)
+            assert r.status_code == 200, r.text[:300]
+        assert client.get("/health_generate", timeout=30).status_code == 200
+    assert hand_server.proc.poll() is None, hand_server.tail()
+
+
+def test_live_contract_emulator_matches_the_real_server(env, work_dir, hand_server):
+    """The emulator launched with the same flags answers the same requests with the same shapes."""
+    port = _free_port()
+    model = str(Path(env["SPECGUARD_SGLANG_MODELS"]) / "target")
+    log = work_dir / f"emulator-{port}.log"
+    with open(log, "wb") as f:
+        emu = subprocess.Popen([sys.executable, "-m", "specguard.emulator.launch_server", "--model-path", model,
+                                "--host", "127.0.0.1", "--port", str(port), *SERVER_FLAGS],
+                               stdout=f, stderr=subprocess.STDOUT, start_new_session=True, cwd=REPO)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        wait_http(url, emu)
+        ids = list(range(10, 42))
+        real, emulated = contract_shapes.probe(hand_server.url, ids), contract_shapes.probe(url, ids)
+    finally:
+        os.killpg(emu.pid, signal.SIGTERM)
+        emu.wait(30)
+    diffs = contract_shapes.compare(real, emulated, ("real", "emulator"))
+    (work_dir / "contract-diff.txt").write_text("".join(d + "\n" for d in diffs) + f"{len(diffs)} difference(s)\n")
+    assert not diffs, f"{len(diffs)} contract difference(s), real vs emulator:\n" + "\n".join(diffs)
+
+
+def test_idle_cpu_and_teardown_of_the_hand_started_server(work_dir, hand_server):
+    figure(work_dir, f"single stream, 256 tokens: {single_stream_tok_s(hand_server.url, list(range(10, 42))):.0f} tok/s")
+    time.sleep(2)
+    figure(work_dir, f"idle CPU of the server's process group, default flags: {idle_cpu_percent(hand_server.proc.pid):.0f} %")
+    pgid = hand_server.proc.pid
+    assert len(group_members(pgid)) >= 3, group_members(pgid)  # launcher, scheduler, detokenizer
+    hand_server.stop()
+    assert hand_server.proc.returncode is not None
+    assert not group_members(pgid) and not processes_with_tag(hand_server.tag), group_members(pgid)
+
+
+def test_sleep_on_idle_brings_idle_cpu_down(env, work_dir):
+    server = HandServer(env, work_dir, "sleep-on-idle", ["--sleep-on-idle"])
+    try:
+        figure(work_dir, f"start-up with --sleep-on-idle: {server.startup_s:.1f} s")
+        figure(work_dir, f"single stream, 256 tokens, --sleep-on-idle: "
+                         f"{single_stream_tok_s(server.url, list(range(10, 42))):.0f} tok/s")
+        time.sleep(2)
+        idle = idle_cpu_percent(server.proc.pid)
+        figure(work_dir, f"idle CPU of the server's process group, --sleep-on-idle: {idle:.0f} %")
+        assert idle < 30, idle
+    finally:
+        server.stop()
+    assert not group_members(server.proc.pid)
+
+
+def test_sgl_kernel_standin_was_never_called(env):
+    """The stand-in logs every symbol it hands out and every call: the log of this whole job must
+    show symbols resolved (the log works, SGLang did import it) and not one call."""
+    log = Path(env["SPECGUARD_SGL_KERNEL_LOG"])
+    lines = log.read_text().splitlines() if log.exists() else []
+    resolved = sorted({line.split("\t")[1] for line in lines if line.startswith("RESOLVE\t")})
+    called = [line for line in lines if line.startswith("CALL\t")]
+    assert resolved, f"no symbol resolved in {log}: the stand-in was not used (or does not log)"
+    assert not called, "sgl_kernel stand-in symbols were CALLED:\n" + "\n".join(sorted(set(called)))
+    assert all(re.match(r"sgl_kernel(\.\w+)+$", name) for name in resolved), resolved
+
+
+def test_shape_diff_is_one_line_per_difference_naming_the_side():
+    """The contract check's own logic (no server): values never matter, keys and types do."""
+    real = {"meta_info": {"id": "a", "completion_tokens": 3, "finish_reason": None}, "text": "x", "ids": [1, 2]}
+    emu = {"meta_info": {"id": "b", "completion_tokens": 7.0, "cached_tokens": 0}, "text": "yy", "ids": []}
+    diffs = contract_shapes.diff_shapes(contract_shapes.shape(real), contract_shapes.shape(emu), "", ("real", "emulator"))
+    assert diffs == ["meta_info.cached_tokens: only emulator has it (int)",
+                     "meta_info.completion_tokens: int on real, float on emulator",
+                     "meta_info.finish_reason: only real has it (null)"], diffs
+    a = contract_shapes.metric_label_sets('sglang:x{model_name="m",tp_rank="0"} 1\n# HELP y\nsglang:y 2\n')
+    b = contract_shapes.metric_label_sets('sglang:x{model_name="m"} 1\n')
+    assert contract_shapes.diff_metrics(a, b, ("real", "emulator")) == [
+        "/metrics sglang:x: labels [['model_name', 'tp_rank']] on real, [['model_name']] on emulator",
+        "/metrics sglang:y: only real has it (labels [[]])"]
+    same = contract_shapes.compare({"/flush_cache idle": {"status": 200, "body_first_line": "Cache flushed."}},
+                                   {"/flush_cache idle": {"status": 400, "body_first_line": "Cache flushed."}},
+                                   ("real", "emulator"))
+    assert same == ["/flush_cache idle status: 200 on real, 400 on emulator"]
+
+
+def test_standin_raises_on_every_call_and_logs_it(tmp_path):
+    """The stand-in itself (no server): any symbol, of the package or of any submodule, resolves
+    to a placeholder that raises when called; both events are logged; scalar_type is left to
+    SGLang's own ImportError fallback."""
+    log = tmp_path / "standin.log"
+    code = """
+import pytest, sgl_kernel
+from sgl_kernel.flash_attn import flash_attn_with_kvcache
+for f in (sgl_kernel.verify_tree_greedy_cpu, flash_attn_with_kvcache, sgl_kernel.common_ops.rmsnorm):
+    with pytest.raises(sgl_kernel.StandInCalled):
+        f(1, x=2)
+with pytest.raises(ImportError):
+    from sgl_kernel.scalar_type import ScalarType
+assert not hasattr(sgl_kernel, "__wrapped__") and sgl_kernel.STANDIN
+"""
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "SPECGUARD_SGL_KERNEL_LOG": str(log),
+                               "PYTHONPATH": str(REPO / "tools" / "sgl_kernel_standin")})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    events = [line.split("\t")[:2] for line in log.read_text().splitlines()]
+    assert ["CALL", "sgl_kernel.verify_tree_greedy_cpu"] in events
+    assert ["CALL", "sgl_kernel.flash_attn.flash_attn_with_kvcache"] in events
+    assert ["CALL", "sgl_kernel.common_ops.rmsnorm"] in events
+    assert ["RESOLVE", "sgl_kernel.common_ops.rmsnorm"] in events and ["MISSING", "sgl_kernel.scalar_type"] in events

@@ -1,0 +1,579 @@
+"""The session: plan (family and references), attach-mode differences, stored references of the
+same environment only, damaged baselines as errors, and all-or-nothing baseline writes.
+
+Unit tests build the session's state by hand; the e2e tests start emulator servers on
+127.0.0.1 (launched by the session, or by hand as a user would start SGLang) with no HTTP mocked.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import xml.etree.ElementTree as ET
+from dataclasses import replace
+from pathlib import Path
+
+import httpx
+import pytest
+
+from emulator_suite import write_emulator_suite
+from specguard.config import load_suite
+from specguard.decide.baselines import BaselineStore, Fingerprint, RunSample, Session
+from specguard.engines import EffectiveArgs, get_engine
+from specguard.measure.metrics import RunMetrics
+from specguard.measure.sweep import CellMeasurement
+from specguard.server import ServerHandle, free_port
+from specguard.session import (ERROR, SKIP, BaselineStage, ConfigUnavailable, PlannedTest, RunOptions, ServerState,
+                               SpecguardSession, attach_differences, commit_baseline_stages, is_speculative_field)
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+# -- helpers ----------------------------------------------------------------------------------
+def make_suite(tmp_path: Path, **kwargs):
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    return load_suite(write_emulator_suite(tmp_path / "suite.toml", **kwargs))
+
+
+def make_session(tmp_path: Path, **options) -> SpecguardSession:
+    opts = RunOptions(baseline_dir=tmp_path / "baselines", log_dir=tmp_path / "logs", **options)
+    return SpecguardSession(make_suite(tmp_path), opts)
+
+
+def run(tok_s: float, accept: float | None = 3.0) -> RunMetrics:
+    return RunMetrics(concurrency=1, num_requests=4, completed=4, failed=0, duration_s=1.0, total_input_tokens=128,
+                      total_output_tokens=int(tok_s), output_throughput=tok_s, request_throughput=4.0,
+                      accept_length=accept, total_verify_ct=int(tok_s / 3))
+
+
+def fake_server(sg: SpecguardSession, name: str, **effective) -> None:
+    """A server state as after a launch, without a process (unit tests of the decisions)."""
+    cfg = sg.suite.servers[name]
+    eff = EffectiveArgs(engine_version="0.5.23", model_path=cfg.model_path, tp_size=1,
+                        max_running_requests=cfg.max_running_requests,
+                        speculative_algorithm=cfg.speculative_algorithm, num_steps=cfg.num_steps,
+                        eagle_topk=cfg.eagle_topk, num_draft_tokens=cfg.num_draft_tokens,
+                        draft_model_path=cfg.draft_model_path)
+    eff = replace(eff, **effective)
+    handle = ServerHandle(name=name, base_url="http://127.0.0.1:9", engine=get_engine(cfg.engine), effective=eff)
+    sg.servers[name] = ServerState(handle=handle, mode="launched", launch_id="L1")
+
+
+def fake_cell(sg: SpecguardSession, name: str, c: int, tok: list[float], error: str | None = None) -> None:
+    sg.cells[(name, c)] = CellMeasurement(config=name, concurrency=c, runs=[run(t) for t in tok], error=error)
+
+
+def stored_session(sid: str, tok: list[float]) -> Session:
+    return Session(session_id=sid, date="2026-11-29T00:00:00+00:00", provenance={},
+                   runs=[RunSample(i, "L0", t, 100, 1.0, 4, 0, None, 0) for i, t in enumerate(tok)])
+
+
+# -- plan ---------------------------------------------------------------------------------------
+def test_plan_counts_the_selected_family_and_the_references_it_needs(tmp_path):
+    sg = make_session(tmp_path)
+    # `-k eagle3`: six eagle3 tests, no baseline test selected
+    tests = [PlannedTest("eagle3", c, g) for c in (1, 4) for g in ("throughput", "accept_length", "speculation")]
+    plan = sg.plan(tests)
+    assert plan.family_size == 6
+    assert sg.alpha_cell == pytest.approx(sg.suite.tolerances.family_alpha / 6)
+    assert plan.reference_cells == {("baseline", 1): ["eagle3"], ("baseline", 4): ["eagle3"]}
+    assert plan.selected_cells == [("eagle3", 1), ("eagle3", 4)]
+    # only the c1 speculation test selected: only baseline c1 travels with it
+    plan = sg.plan([PlannedTest("eagle3", 1, "speculation"), PlannedTest("eagle3", 4, "throughput")])
+    assert plan.reference_cells == {("baseline", 1): ["eagle3"]} and plan.family_size == 2
+    with pytest.raises(ValueError, match="unknown gate"):
+        sg.plan([PlannedTest("eagle3", 1, "latency")])
+
+
+def test_alpha_is_read_only(tmp_path):
+    sg = make_session(tmp_path)
+    with pytest.raises(AttributeError):
+        sg.alpha_cell = 0.5  # type: ignore[misc]
+
+
+# -- attach-mode differences -------------------------------------------------------------------
+def test_attach_differences_name_each_suite_value_the_server_does_not_run(tmp_path):
+    cfg = make_suite(tmp_path).servers["eagle3"]
+    eff = EffectiveArgs(model_path="/models/other", speculative_algorithm="EAGLE3", num_steps=5, eagle_topk=4,
+                        num_draft_tokens=8, max_running_requests=256, tp_size=1, draft_model_path=cfg.draft_model_path)
+    lines = [d.message for d in attach_differences(cfg, eff)]
+    assert lines == ["model_path: suite file says '/models/specguard-fast', server runs '/models/other'",
+                     "num_steps: suite file says 3, server runs 5", "eagle_topk: suite file says 1, server runs 4",
+                     "num_draft_tokens: suite file says 4, server runs 8",
+                     "max_running_requests: suite file says 64, server runs 256"]
+    same = EffectiveArgs(model_path=cfg.model_path, speculative_algorithm="EAGLE3", num_steps=3, eagle_topk=1,
+                         num_draft_tokens=4, max_running_requests=64, tp_size=1)
+    assert attach_differences(cfg, same) == []
+
+
+def test_speculative_fields_are_told_from_the_environment():
+    assert all(map(is_speculative_field, ["speculative_algorithm", "num_steps", "eagle_topk", "num_draft_tokens",
+                                          "draft_model_path", "speculative_adaptive", "speculative_ngram_max_bfs_breadth"]))
+    assert not any(map(is_speculative_field, ["model_path", "engine_version", "gpu", "tp_size", "max_running_requests",
+                                              "attention_backend", "workload"]))
+
+
+# -- stored references: same environment, all K sessions ---------------------------------------
+def _record_reference(sg: SpecguardSession, fields: dict, sessions: list[list[float]], c: int = 1) -> None:
+    store = BaselineStore(sg.options.baseline_dir)
+    for i, tok in enumerate(sessions):
+        store.record_sessions("baseline", Fingerprint(fields), {c: stored_session(f"s{i}", tok)}, keep=5)
+
+
+def _reference_fields(sg: SpecguardSession, **changes) -> dict:
+    """The fingerprint a baseline server of this environment would have had."""
+    fake_server(sg, "baseline")
+    fields = dict(sg.fingerprint("baseline").fields)
+    del sg.servers["baseline"]
+    fields.update(changes)
+    return fields
+
+
+def test_speculation_uses_every_stored_session_of_the_same_environment_only(tmp_path):
+    sg = make_session(tmp_path, server_urls={"eagle3": "http://127.0.0.1:9"})
+    sg.plan([PlannedTest("eagle3", 1, "speculation")])
+    fake_server(sg, "eagle3")
+    fake_cell(sg, "eagle3", 1, [300.0, 303.0, 297.0])
+    sg.servers["baseline"] = ServerState(failure=ConfigUnavailable("baseline: not attached", skip=True))
+    # another environment (another model), recorded later: must not be used
+    _record_reference(sg, _reference_fields(sg, model_path="/models/other"), [[50.0, 51.0]] * 3)
+    r = sg.speculation_result("eagle3", 1, None)
+    assert r.verdict == SKIP
+    assert "model_path: stored '/models/other', now '/models/specguard-fast'" in r.message
+    assert "another environment" in r.message
+    # the same environment: all three sessions and their spread are used
+    _record_reference(sg, _reference_fields(sg), [[100.0, 101.0], [104.0, 103.0], [98.0, 99.0]])
+    r = sg.speculation_result("eagle3", 1, None)
+    assert r.verdict == "pass", r.message
+    assert "baseline (stored, 3 sessions, same environment)" in r.message
+    assert r.reference == pytest.approx(sum([100, 101, 104, 103, 98, 99]) / 6)
+
+
+def test_a_stored_reference_may_differ_only_in_speculation_and_the_capacity_sglang_derives_from_it(tmp_path):
+    sg = make_session(tmp_path, server_urls={"eagle3": "http://127.0.0.1:9"})
+    fake_server(sg, "eagle3", max_running_requests=48)  # SGLang's default cap under speculation
+    fake_cell(sg, "eagle3", 1, [300.0, 303.0, 297.0])
+    sg.servers["baseline"] = ServerState(failure=ConfigUnavailable("baseline: not attached", skip=True))
+    _record_reference(sg, _reference_fields(sg, max_running_requests=128, decode_cuda_graph_bs=[1, 2, 4]),
+                      [[100.0, 101.0], [104.0, 103.0]])
+    r = sg.speculation_result("eagle3", 1, None)
+    assert r.verdict == "pass" and "2 sessions, same environment" in r.message, r.message
+    _record_reference(sg, _reference_fields(sg, engine_version="0.5.22"), [[100.0, 101.0]])  # newer, other version
+    assert "2 sessions, same environment" in sg.speculation_result("eagle3", 1, None).message
+
+
+def test_reference_measured_with_an_error_is_not_measured_never_a_stored_fallback(tmp_path):
+    sg = make_session(tmp_path)
+    sg.plan([PlannedTest("eagle3", 1, "speculation")])
+    fake_server(sg, "eagle3")
+    fake_cell(sg, "eagle3", 1, [300.0, 303.0])
+    fake_cell(sg, "baseline", 1, [], error="ServerBusy: 3 running, 2 waiting requests not sent by specguard")
+    _record_reference(sg, _reference_fields(sg), [[100.0, 101.0]] * 3)
+    r = sg.speculation_result("eagle3", 1, None)
+    assert r.verdict == ERROR and "reference baseline c1 could not be measured: ServerBusy" in r.message
+
+
+@pytest.mark.parametrize("content,what", [
+    ("{trunc", "not valid JSON"),
+    ('{"schema": "specguard-baseline", "schema_version": 1, "configuration": "mtp", "entries": {}}', "belongs to configuration 'mtp'"),
+    ('{"hello": 1}', "not a specguard baseline"),
+])
+def test_a_damaged_or_foreign_baseline_is_an_error_naming_the_file(tmp_path, content, what):
+    sg = make_session(tmp_path)
+    fake_server(sg, "eagle3")
+    fake_cell(sg, "eagle3", 1, [300.0, 303.0])
+    path = tmp_path / "baselines" / "eagle3.json"
+    path.parent.mkdir()
+    path.write_text(content)
+    for r in (sg.throughput_result("eagle3", 1), sg.accept_length_result("eagle3", 1)):
+        assert r.verdict == ERROR, r.message
+        assert str(path) in r.message and what in r.message
+    (tmp_path / "baselines" / "baseline.json").write_text(content.replace('"mtp"', '"eagle3"'))
+    sg.servers["baseline"] = ServerState(failure=ConfigUnavailable("not attached", skip=True))
+    r = sg.speculation_result("eagle3", 1, None)
+    assert r.verdict == ERROR and "baseline.json" in r.message
+
+
+def test_a_fingerprint_mismatch_is_a_skip_naming_the_fields_and_a_hint_for_this_run(tmp_path):
+    sg = make_session(tmp_path, server_urls={None: "http://127.0.0.1:9"})
+    fake_server(sg, "eagle3")
+    fake_cell(sg, "eagle3", 1, [300.0, 303.0])
+    fields = dict(sg.fingerprint("eagle3").fields, max_running_requests=128)
+    BaselineStore(tmp_path / "baselines").record_sessions("eagle3", Fingerprint(fields), {1: stored_session("s", [1.0, 2.0])}, keep=5)
+    r = sg.throughput_result("eagle3", 1)
+    assert r.verdict == SKIP
+    assert "max_running_requests: stored 128, now 64" in r.message
+    assert "-k '[eagle3-c1]'" in r.message and "--server-url http://127.0.0.1:9" in r.message
+    assert f"--baseline-dir {tmp_path / 'baselines'}" in r.message
+
+
+def test_an_internal_error_in_a_gate_is_not_measured_never_a_regression(tmp_path):
+    sg = make_session(tmp_path)
+    fake_server(sg, "eagle3")
+    fake_cell(sg, "eagle3", 1, [300.0, -1.0])  # log of a negative throughput: a bug upstream
+    fields = sg.fingerprint("eagle3").fields
+    BaselineStore(tmp_path / "baselines").record_sessions("eagle3", Fingerprint(fields), {1: stored_session("s", [1.0, 2.0])}, keep=5)
+    r = sg.throughput_result("eagle3", 1)
+    assert r.verdict == ERROR and "internal error (a specguard bug)" in r.message
+
+
+# -- baseline writes: all or nothing --------------------------------------------------------------
+def _complete_session(tmp_path: Path) -> SpecguardSession:
+    sg = make_session(tmp_path, update_baselines=True)
+    sg.plan([PlannedTest(n, c, "throughput") for n in ("baseline", "eagle3") for c in (1, 4)])
+    for name in ("baseline", "eagle3"):
+        fake_server(sg, name)
+        for c in (1, 4):
+            fake_cell(sg, name, c, [100.0 + c, 101.0 + c])
+    return sg
+
+
+def test_baselines_are_written_only_when_every_planned_cell_was_measured(tmp_path):
+    sg = _complete_session(tmp_path)
+    del sg.cells[("eagle3", 4)]  # e.g. interrupted before it
+    out = sg.write_baselines()
+    assert out.requested and not out.written
+    assert out.reason == "nothing written (all or nothing): eagle3 c4 not measured"
+    assert sg.baseline_updates == [out.reason]
+    assert not list(tmp_path.rglob("*.json"))
+
+    sg = _complete_session(tmp_path)
+    sg.cells[("baseline", 1)].error = "RuntimeError: /flush_cache answered 400"
+    assert sg.write_baselines().reason.endswith("baseline c1 had errors (RuntimeError: /flush_cache answered 400)")
+
+    sg = _complete_session(tmp_path)
+    assert "the run was interrupted" in sg.write_baselines(interrupted=True).reason
+
+    sg = _complete_session(tmp_path)
+    out = sg.write_baselines()
+    assert out.written and len(out.paths) == 2 and sg.baseline_updates[0].startswith("baseline: wrote 2 cell(s) to ")
+    assert sg.write_baselines() is out  # one step, once
+
+
+def test_reference_cells_block_the_commit_but_are_not_written(tmp_path):
+    sg = make_session(tmp_path, update_baselines=True)
+    sg.plan([PlannedTest("eagle3", 1, "speculation")])
+    fake_server(sg, "eagle3")
+    fake_server(sg, "baseline")
+    fake_cell(sg, "eagle3", 1, [300.0, 301.0])
+    fake_cell(sg, "baseline", 1, [100.0, 101.0], error="only 1 of 2 runs completed")
+    assert "baseline c1 had errors" in sg.write_baselines().reason
+    sg = make_session(tmp_path, update_baselines=True)
+    sg.plan([PlannedTest("eagle3", 1, "speculation")])
+    fake_server(sg, "eagle3")
+    fake_server(sg, "baseline")
+    fake_cell(sg, "eagle3", 1, [300.0, 301.0])
+    fake_cell(sg, "baseline", 1, [100.0, 101.0])
+    out = sg.write_baselines()
+    assert out.written and [Path(p).name for p in out.paths] == ["eagle3.json"]
+
+
+def test_written_files_follow_the_umask(tmp_path):
+    old = os.umask(0o002)
+    try:
+        out = _complete_session(tmp_path).write_baselines()
+    finally:
+        os.umask(old)
+    assert {oct(Path(p).stat().st_mode & 0o777) for p in out.paths} == {oct(0o664)}
+
+
+def _worker(tmp_path: Path, worker: str, config: str) -> SpecguardSession:
+    """An xdist worker: it plans the whole selection (as every worker does) and measures its share."""
+    sg = make_session(tmp_path / worker, update_baselines=True, worker_id=worker)
+    sg.plan([PlannedTest(n, c, "throughput") for n in ("baseline", "eagle3") for c in (1, 4)])
+    fake_server(sg, config)
+    for c in (1, 4):
+        fake_cell(sg, config, c, [100.0 + c, 101.0 + c])
+    return sg
+
+
+def _via_json(stage: BaselineStage) -> BaselineStage:
+    return BaselineStage.from_json(json.loads(json.dumps(stage.to_json())))
+
+
+def test_xdist_stages_commit_together_or_not_at_all(tmp_path):
+    gw0, gw1 = _worker(tmp_path, "gw0", "baseline"), _worker(tmp_path, "gw1", "eagle3")
+    stage0, stage1 = _via_json(gw0.stage_baselines()), _via_json(gw1.stage_baselines())
+    assert stage0.complete and stage1.complete  # each answers only for its own share
+    out = commit_baseline_stages([stage0], tmp_path / "shared", keep=5)  # gw1 crashed: no stage from it
+    assert not out.written and out.reason == "nothing written (all or nothing): eagle3 c1 not measured; eagle3 c4 not measured"
+    assert not (tmp_path / "shared").exists()
+    gw1.cells[("eagle3", 4)].error = "only 1 of 2 runs completed"
+    out = commit_baseline_stages([stage0, _via_json(gw1.stage_baselines())], tmp_path / "shared", keep=5)
+    assert not out.written and "eagle3 c4 had errors" in out.reason
+    out = commit_baseline_stages([stage0, stage1], tmp_path / "shared", keep=5)
+    assert out.written and sorted(p.name for p in (tmp_path / "shared").glob("*.json")) == ["baseline.json", "eagle3.json"]
+
+
+def test_a_second_xdist_worker_refuses_a_configuration_another_one_claimed(tmp_path):
+    claim = tmp_path / "claims"
+    first = make_session(tmp_path, claim_dir=claim, worker_id="gw0")
+    second = make_session(tmp_path, claim_dir=claim, worker_id="gw1")
+    first._claim("eagle3")
+    first._claim("eagle3")  # its own claim again: fine (a relaunch on the same worker)
+    with pytest.raises(ConfigUnavailable) as err:
+        second._claim("eagle3")
+    assert "already measured by pytest-xdist worker gw0: each configuration (with its reference) must stay on one worker" in str(err.value)
+    assert not err.value.skip and "\n" not in str(err.value)
+
+
+# -- end to end: real emulator servers on 127.0.0.1 -----------------------------------------------
+def _lock_is_free(path: Path) -> bool:
+    with open(path, "a") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        fcntl.flock(f, fcntl.LOCK_UN)
+        return True
+
+
+def _small(sg: SpecguardSession) -> SpecguardSession:
+    sg.suite = replace(sg.suite, sweep=replace(sg.suite.sweep, warmup=0, repeats=2, requests_per_worker=2))
+    return sg
+
+
+@pytest.mark.e2e
+def test_the_reference_travels_with_a_selected_speculative_cell(tmp_path):
+    lock = tmp_path / "launch.lock"
+    sg = _small(make_session(tmp_path, launch_lock=lock))
+    sg.plan([PlannedTest("eagle3", 1, "throughput"), PlannedTest("eagle3", 1, "speculation")])  # as -k "eagle3 and c1"
+    try:
+        cell = sg.measure("eagle3", 1)
+        assert not cell.error, cell.error
+        assert not _lock_is_free(lock)  # a launched server holds the run's launch lock
+        assert ("baseline", 1) in sg.cells and not sg.cells[("baseline", 1)].error
+        assert sg.servers["baseline"].stopped  # measured first, then stopped: one server at a time
+        assert sg.reference_only() == {"baseline": ["eagle3"]}
+        assert sg.measured_as_reference("baseline", 1) == ["eagle3"]
+        r = sg.speculation_result("eagle3", 1, None)
+        assert r.verdict not in (SKIP, ERROR), r.message
+        assert "baseline (this session, measured as reference)" in r.message
+    finally:
+        sg.stop_all()
+    assert _lock_is_free(lock)
+    port = int(sg.servers["eagle3"].handle.base_url.rsplit(":", 1)[1])
+    with pytest.raises(httpx.HTTPError):
+        httpx.get(f"http://127.0.0.1:{port}/health", timeout=2)
+
+
+@pytest.mark.e2e
+def test_a_suspicious_speculation_cell_relaunches_both_configurations_and_decides_again(tmp_path):
+    # eagle3 made 3x slower per step: it loses to its reference at c1, a suspicious (p < 0.05) cell
+    sg = _small(make_session(tmp_path, server_args={"eagle3": ["--emulator-step-scale", "3.0"]}))
+    assert sg.design.sequential and sg.design.launches == 1  # the default design
+    sg.plan([PlannedTest("eagle3", 1, "speculation")])
+    try:
+        assert not sg.measure("eagle3", 1).error
+    finally:
+        sg.stop_all()
+    assert set(sg.relaunches) == {"eagle3", "baseline"}, sg.relaunches
+    assert "speculation eagle3 c1: p = " in sg.relaunches["eagle3"][0]
+    assert sg.relaunches["baseline"][0].startswith("reference of speculation eagle3 c1")
+    assert len(sg.launch_cells[("eagle3", 1)]) == 2 and len(sg.launch_cells[("baseline", 1)]) == 2
+    assert len({lid for lid, _ in sg.launch_cells[("eagle3", 1)]}) == 2  # two real launches
+    r = sg.speculation_result("eagle3", 1, None)
+    assert (r.stage, r.launches, r.verdict) == (2, 2, "fail"), r.message
+    assert [x.stage for x in sg.stage1_results] == [1] and [x.stage for x in sg.stage2_results] == [2]
+    assert r in sg.final_failures()
+    samples = sg._run_samples("eagle3", 1)
+    assert len(samples) == 4 and len({s.launch_id for s in samples}) == 2
+
+
+@pytest.fixture
+def emulator(tmp_path):
+    """Emulators started by hand, as a user starts SGLang; stopped by the test."""
+    procs = []
+
+    def start(*flags: str) -> str:
+        port = free_port()
+        log = open(tmp_path / f"emulator-{port}.log", "wb")
+        proc = subprocess.Popen([sys.executable, "-m", "specguard.emulator.launch_server", "--port", str(port),
+                                 "--model-path", "/models/specguard-fast", "--emulator-profile", "fast", *flags],
+                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        procs.append(proc)
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(url + "/health_generate", timeout=2).status_code == 200:
+                    return url
+            except httpx.HTTPError:
+                pass
+            assert proc.poll() is None, (tmp_path / f"emulator-{port}.log").read_text()
+            time.sleep(0.2)
+        raise AssertionError("emulator did not become ready")
+
+    yield start
+    for proc in procs:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=15)
+
+
+EAGLE_5_4_8_CAP_256 = ("--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", "/models/d",
+                       "--speculative-num-steps", "5", "--speculative-eagle-topk", "4",
+                       "--speculative-num-draft-tokens", "8", "--max-running-requests", "256")
+
+
+@pytest.mark.e2e
+def test_attach_measures_a_server_launched_otherwise_and_reports_each_difference(tmp_path, emulator):
+    url = emulator(*EAGLE_5_4_8_CAP_256)
+    sg = _small(make_session(tmp_path, server_urls={None: url}))
+    sg.plan([PlannedTest("eagle3", 1, "throughput"), PlannedTest("eagle3", 1, "speculation")])
+    cell = sg.measure("eagle3", 1)
+    assert not cell.error, cell.error
+    state = sg.servers["eagle3"]
+    assert state.mode == "attached" and not any(c.blocking for c in state.checks)
+    assert [d.field for d in state.differences] == ["draft_model_path", "num_steps", "eagle_topk",
+                                                    "num_draft_tokens", "max_running_requests"]
+    assert "max_running_requests: suite file says 64, server runs 256" in sg.warnings_for("eagle3")
+    # the server's own values are the fingerprint: a later change of the server is a named mismatch
+    fp = sg.fingerprint("eagle3").fields
+    assert (fp["num_steps"], fp["eagle_topk"], fp["num_draft_tokens"], fp["max_running_requests"]) == (5, 4, 8, 256)
+    # the bare URL cannot stand for the baseline (no speculation): no stored reference -> skip saying why
+    r = sg.speculation_result("eagle3", 1, None)
+    assert r.verdict == SKIP and "server runs EAGLE3; config baseline needs no speculation" in r.message
+    assert "no stored reference" in r.message
+
+    strict = _small(make_session(tmp_path, server_urls={None: url}, strict_server_args=True))
+    with pytest.raises(ConfigUnavailable) as err:
+        strict.measure("eagle3", 1)
+    assert "max_running_requests: suite file says 64, server runs 256 (--strict-server-args)" in str(err.value)
+    assert not err.value.skip
+
+
+@pytest.mark.e2e
+def test_attach_by_name_measures_the_reference_and_leaves_the_unnamed_unlaunched(tmp_path, emulator):
+    spec_url = emulator(*EAGLE_5_4_8_CAP_256)
+    base_url = emulator("--max-running-requests", "256")
+    sg = _small(make_session(tmp_path, server_urls={"eagle3": spec_url, "baseline": base_url}))
+    sg.plan([PlannedTest("eagle3", 1, "speculation")])  # -k eagle3: baseline's own tests deselected
+    sg.measure("eagle3", 1)
+    r = sg.speculation_result("eagle3", 1, None)
+    assert r.verdict not in (SKIP, ERROR), r.message
+    assert sg.reference_only() == {"baseline": ["eagle3"]}
+
+    only_spec = _small(make_session(tmp_path, server_urls={"eagle3": spec_url}))
+    only_spec.plan([PlannedTest("eagle3", 1, "speculation")])
+    only_spec.measure("eagle3", 1)
+    assert "baseline" not in {n for n, s in only_spec.servers.items() if s.handle is not None}  # nothing launched
+    r = only_spec.speculation_result("eagle3", 1, None)
+    assert r.verdict == SKIP and "add --server-url baseline=URL" in r.message
+
+
+# -- SIGINT during --update-baselines: every file as it was, or every file updated ----------------
+SIGINT_TRIALS = 20
+
+
+def _sigint_suite(tmp_path: Path) -> Path:
+    text = write_emulator_suite(tmp_path / "suite.toml", concurrency=(1,), output_len=16).read_text()
+    text = text.replace("requests_per_worker = 4", "requests_per_worker = 2").replace("warmup = 1", "warmup = 0")
+    (tmp_path / "suite.toml").write_text(text.replace("repeats = 3", "repeats = 2"))
+    return tmp_path / "suite.toml"
+
+
+@pytest.mark.e2e
+def test_sigint_during_update_baselines_leaves_files_identical_or_fully_updated(tmp_path, emulator):
+    import random
+
+    rng = random.Random(20261130)
+    base_url = emulator()
+    spec_url = emulator("--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", "/models/d",
+                        "--speculative-num-steps", "3", "--speculative-eagle-topk", "1",
+                        "--speculative-num-draft-tokens", "4", "--max-running-requests", "64")
+    suite = _sigint_suite(tmp_path)
+    bdir = tmp_path / "baselines"
+    cmd = [sys.executable, "-m", "pytest", str(REPO / "perf_tests"), "-p", "no:cacheprovider", "-q",
+           "--suite", str(suite), "--baseline-dir", str(bdir), "--benchmark-disable", "--update-baselines",
+           "--server-url", f"baseline={base_url}", "--server-url", f"eagle3={spec_url}",
+           "--server-log-dir", str(tmp_path / "logs")]
+
+    def snapshot() -> dict[str, bytes]:
+        return {p.name: p.read_bytes() for p in sorted(bdir.glob("*.json"))}
+
+    started = time.monotonic()
+    first = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=120)
+    full_s = time.monotonic() - started
+    assert first.returncode == 0, first.stdout + first.stderr
+    before = snapshot()
+    assert sorted(before) == ["baseline.json", "eagle3.json"]
+    outcomes = {"identical": 0, "updated": 0, "finished before the signal": 0}
+    for trial in range(SIGINT_TRIALS):
+        delay = rng.uniform(0.2, full_s)  # from pytest's start-up to the commit at the end
+        proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            time.sleep(delay)
+            signalled = proc.poll() is None
+            if signalled:
+                proc.send_signal(signal.SIGINT)
+            else:
+                outcomes["finished before the signal"] += 1
+            out, _ = proc.communicate(timeout=60)
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        after = snapshot()
+        assert not list(bdir.glob("*.tmp")) and not list(bdir.glob(".*.tmp")), f"trial {trial}: temp file left"
+        changed = sorted(n for n in after if after[n] != before.get(n))
+        if not changed:
+            assert signalled, f"trial {trial}: an uninterrupted run wrote nothing\n{out.decode()}"
+            outcomes["identical"] += 1
+            continue
+        assert changed == ["baseline.json", "eagle3.json"], f"trial {trial} after {delay:.2f}s: partial write {changed}\n{out.decode()}"
+        new_ids = set()
+        for name in changed:
+            doc = json.loads(after[name])
+            new_ids |= {e["cells"]["c1"]["sessions"][-1]["session_id"] for e in doc["entries"].values()}
+        assert len(new_ids) == 1, f"trial {trial}: files updated by different sessions {new_ids}"
+        outcomes["updated"] += 1
+        before = after
+    assert outcomes["identical"] + outcomes["updated"] == SIGINT_TRIALS
+    assert outcomes["identical"] >= 3, outcomes  # signals must land mid-run too, or the test proves little
+    print(f"SIGINT trials: {outcomes} (full run {full_s:.1f}s)")
+
+
+@pytest.mark.e2e
+def test_launch_mode_bounds_random_ids_by_the_models_config_json(tmp_path):
+    # SGLang 0.5.23 embeds ids unchecked: one id >= vocab_size crashes the server
+    # (layers/vocab_parallel_embedding.py, VocabParallelEmbedding), so the ids follow the model's config.json.
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLM"], "vocab_size": 1000}))
+    sg = _small(make_session(tmp_path))
+    sg.suite = replace(sg.suite, servers={**sg.suite.servers,
+                                          "baseline": replace(sg.suite.servers["baseline"], model_path=str(model))})
+    sg.plan([PlannedTest("baseline", 1, "throughput")])
+    try:
+        assert not sg.measure("baseline", 1).error
+    finally:
+        sg.stop_all()
+    bound = sg.vocab_bounds["baseline"]
+    assert bound.vocab_size == 1000 and str(model) in bound.source
+    ids = [i for p in sg.workload_for("baseline").prompts for i in p.input_ids]
+    assert max(ids) < 1000 and max(i for p in sg.workload.prompts for i in p.input_ids) >= 1000
+    assert sg.fingerprint("baseline").fields["workload"] == sg.workload_for("baseline").digest() != sg.workload.digest()
+
+
+@pytest.mark.e2e
+def test_a_corrupted_baseline_file_fails_the_run_as_not_measured(tmp_path):
+    suite = _sigint_suite(tmp_path)
+    bdir = tmp_path / "baselines"
+    bdir.mkdir()
+    (bdir / "baseline.json").write_text('{"schema": "specguard-baseline", "schema_version": 1, "entr')  # truncated
+    junit = tmp_path / "junit.xml"
+    cmd = [sys.executable, "-m", "pytest", str(REPO / "perf_tests"), "-p", "no:cacheprovider", "-q",
+           "--suite", str(suite), "--baseline-dir", str(bdir), "--benchmark-disable", "-k", "[baseline-c1]",
+           "--server-log-dir", str(tmp_path / "logs"), "--junitxml", str(junit)]
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=180)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 3, out  # not measured (docs/ci.md), never a pass or a skip
+    assert f"baseline file {bdir / 'baseline.json'} is not valid JSON" in out
+    assert "skipped" not in out and "Traceback" not in out
+    cases = {c.get("name"): [x.tag for x in c] for c in ET.parse(junit).getroot().iter("testcase")}
+    assert "failure" in cases["test_throughput[baseline-c1]"], cases

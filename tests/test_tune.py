@@ -1,0 +1,297 @@
+"""specguard tune: grid, prediction, racing, SGLang adaptive-config emission, CLI."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from specguard.cli import main
+from specguard.config import ServerConfig, parse_suite
+from specguard.emulator.adaptive import AdaptivePolicy, AdaptiveSettings, candidate_union, load_adaptive_config
+from specguard.emulator.launch_server import decode_cuda_graph_bs
+from specguard.emulator.spec import expected_accept_length
+from specguard.tune import output
+from specguard.tune.grid import (FIXED, REFERENCE, Setting, TuneError, build_grid, predict_tok_s,
+                                 predicted_accept_length, acceptance_from_histogram)
+from specguard.tune.race import CellRuns, RacePlan, choices, choose, full_grid, race, Ledger
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+REF = Setting(REFERENCE)
+
+
+def spec_cfg(**kw) -> ServerConfig:
+    base = dict(name="mtp", engine="emulator", model_path="/m", speculative_algorithm="NEXTN", num_steps=1,
+                eagle_topk=1, num_draft_tokens=2, reference="base")
+    base.update(kw)
+    return ServerConfig(**base)
+
+
+# -- grid --------------------------------------------------------------------------------------
+def test_grid_has_chains_and_a_tree_for_eagle_but_not_for_ngram_or_vllm():
+    grid = build_grid(spec_cfg(), steps=[1, 3, 2], tree_topk=[4])
+    assert [s.name for s in grid] == ["steps1", "steps2", "steps3", "steps3-topk4-draft8"]
+    assert all(s.num_draft_tokens == s.num_steps + 1 for s in grid if s.chain)
+    assert not grid[-1].chain and not grid[-1].adaptive_expressible
+    ngram = build_grid(spec_cfg(speculative_algorithm="NGRAM", num_steps=None, eagle_topk=None, num_draft_tokens=None),
+                       steps=[3, 7])
+    assert [s.num_draft_tokens for s in ngram] == [4, 8] and not any(s.chain for s in ngram)
+    vllm = build_grid(spec_cfg(engine="vllm", speculative_algorithm=None, num_steps=None, eagle_topk=None,
+                               num_draft_tokens=None, speculative_config={"method": "eagle3", "model": "d"}), steps=[1, 2])
+    assert [s.num_steps for s in vllm] == [1, 2]
+
+
+def test_grid_refuses_a_non_speculative_configuration():
+    with pytest.raises(TuneError, match="not speculative"):
+        build_grid(ServerConfig(name="base", engine="emulator", model_path="/m"))
+
+
+def test_lighter_means_fewer_tokens_verified():
+    assert REF.weight < Setting(FIXED, 1, 1, 2).weight < Setting(FIXED, 2, 1, 3).weight < Setting(FIXED, 3, 4, 8).weight
+
+
+# -- prediction --------------------------------------------------------------------------------
+def test_histogram_of_the_longest_chain_predicts_every_shorter_accept_length():
+    probs = (0.9, 0.7, 0.5, 0.4)
+    # exact histogram of a 4-step chain: P(exactly k accepted)
+    survive = np.cumprod(probs)
+    exact = [1 - survive[0]] + [survive[k] - survive[k + 1] for k in range(3)] + [survive[3]]
+    hist = [round(p * 1_000_000) for p in exact]
+    at_least = acceptance_from_histogram(hist)
+    for steps in range(1, 5):
+        assert predicted_accept_length(at_least, steps) == pytest.approx(expected_accept_length(probs, steps), abs=1e-4)
+    assert predicted_accept_length(at_least, 5) is None  # the histogram says nothing about position 5
+
+
+def test_cost_interpolation_is_a_chord_and_refuses_to_extrapolate():
+    # time per verify step u = a / tok_s: 1.0 at 1 step, 3.0 at 5 steps -> 2.0 at 3 steps
+    measured = {1: (2.0, 2.0), 5: (4.0 / 3.0, 4.0)}
+    assert predict_tok_s(measured, 3, 3.0) == pytest.approx(1.5)
+    assert predict_tok_s(measured, 7, 4.5) is None
+
+
+# -- racing ------------------------------------------------------------------------------------
+class FakeRunner:
+    """tok/s = truth x lognormal noise; truth favours steps 2 at low concurrency, none at high."""
+
+    def __init__(self, seed: int = 0, noise: float = 0.01) -> None:
+        self.rng = np.random.default_rng(seed)
+        self.noise = noise
+        self.calls: list[tuple[str, tuple[int, ...], int]] = []
+        self.probs = (0.85, 0.7, 0.55, 0.45, 0.4, 0.35, 0.3)
+
+    def truth(self, s: Setting, c: int) -> float:
+        if s.kind == REFERENCE:
+            return 100.0 * c
+        a = expected_accept_length(self.probs, s.num_steps) if s.chain else 2.0
+        step = 1.0 + 0.15 * s.num_draft_tokens + 0.05 * s.num_steps * c  # drafting costs more per stream at high c
+        return 100.0 * c * a / step
+
+    def measure(self, s, levels, warmup, repeats):
+        self.calls.append((s.name, tuple(levels), repeats))
+        out = {}
+        for c in levels:
+            vals = [self.truth(s, c) * math.exp(self.rng.normal(0, self.noise)) for _ in range(repeats)]
+            hist = []
+            if s.chain and s.kind == FIXED:
+                survive = np.cumprod(self.probs[: s.num_steps])
+                exact = [1 - survive[0]] + [survive[k] - survive[k + 1] for k in range(s.num_steps - 1)] + [survive[-1]]
+                hist = [int(p * 10000) for p in exact]
+            acc = [expected_accept_length(self.probs, s.num_steps)] * repeats if s.kind == FIXED and s.chain else []
+            out[c] = CellRuns(vals, hist, acc)
+        return out
+
+
+def test_racing_makes_the_full_grids_choices_with_at_most_half_its_runs():
+    grid = build_grid(spec_cfg(), steps=[1, 2, 3, 4, 5, 6, 7], tree_topk=[4])
+    levels = [1, 4, 16, 64]
+    plan = RacePlan(warmup=1, repeats=3, first_repeats=1, launch_sd=0.01, tie_tolerance=0.03)
+    runner = FakeRunner(1)
+    r, f = race(runner, REF, grid, levels, plan), full_grid(FakeRunner(1), REF, grid, levels, plan)
+    assert {c: s.name for c, s in choices(r, plan).items()} == {c: s.name for c, s in choices(f, plan).items()}
+    assert r.ledger.runs <= f.ledger.runs / 2
+    # skipped cells are recorded: by prediction (with the predicted tok/s) at low concurrency, and at
+    # 16 and 64, where the cheapest chain already loses to the reference, every longer one (None)
+    skipped = {s.name: per for s, per in r.skipped.items()}
+    assert any(p is not None for per in skipped.values() for p in per.values())
+    assert all(skipped[s.name][64] is None for s in grid if s.num_steps > 1 or not s.chain)
+    assert not any(name not in ("reference", "steps1") and 64 in at for name, at, _ in runner.calls)
+
+
+def test_a_confidently_worse_setting_is_dropped_and_never_relaunched():
+    grid = [Setting(FIXED, 1, 1, 2), Setting(FIXED, 5, 1, 6)]
+    runner = FakeRunner(0, noise=0.002)
+    plan = RacePlan(warmup=0, repeats=3, first_repeats=1, launch_sd=0.005, tie_tolerance=0.02, predict=False)
+    r = race(runner, REF, grid, [64], plan)
+    assert [s.name for s in r.alive[64]] == ["reference"]  # steps 1 and 5 are far slower at 64
+    assert all(name == "reference" or repeats == 1 for name, _, repeats in runner.calls)
+
+
+def test_ties_within_the_tolerance_go_to_the_lighter_setting():
+    ledger = Ledger()
+    light, heavy = Setting(FIXED, 1, 1, 2), Setting(FIXED, 3, 1, 4)
+    ledger.add(light, {8: CellRuns([97.0, 98.0, 97.5])}, 0, 3)
+    ledger.add(heavy, {8: CellRuns([100.0, 100.5, 99.5])}, 0, 3)
+    assert choose(ledger, [light, heavy], 8, RacePlan(tie_tolerance=0.05)) == light
+    assert choose(ledger, [light, heavy], 8, RacePlan(tie_tolerance=0.01)) == heavy
+
+
+# -- the adaptive config -------------------------------------------------------------------------
+def _graphs(cap: int) -> list[int]:
+    from types import SimpleNamespace
+
+    args = SimpleNamespace(disable_cuda_graph=False, disable_decode_cuda_graph=False, cuda_graph_bs_decode=None,
+                           cuda_graph_max_bs_decode=None, disable_cuda_graph_padding=False)
+    return decode_cuda_graph_bs(args, cap, True)
+
+
+@pytest.mark.parametrize("graphs", [None, "spec"])
+def test_emitted_config_routes_every_measured_level_to_its_chosen_steps_in_sglangs_rules(tmp_path, graphs):
+    # Routing and parsing are the emulator's implementation of SGLang 0.5.23
+    # (srt/speculative/adaptive_spec_params.py: _load_adaptive_config, AdaptiveSpeculativeParams._route).
+    graph_sizes = _graphs(128) if graphs else None
+    s1, s2 = Setting(FIXED, 1, 1, 2), Setting(FIXED, 2, 1, 3)
+    choice = {1: s1, 4: s2, 16: s2, 33: s1, 64: REF, 128: REF}
+    table, _ = output.adaptive_table(choice, graph_sizes)
+    steps = output.launch_steps(table)
+    output.validate_adaptive(table, steps)
+    path = tmp_path / output.ADAPTIVE_FILE
+    path.write_text(json.dumps(table))
+    cfg, entries = load_adaptive_config(path)  # the file, as SGLang reads it
+    settings = AdaptiveSettings(str(path), cfg, entries, candidate_union(entries), steps)
+    policy = AdaptivePolicy(settings, graph_sizes)
+    for c, s in choice.items():
+        assert policy.route(c).steps == output.steps_of(s), (c, table)
+    if graphs:
+        assert all(int(k) in graph_sizes for k in table)
+
+
+def test_a_table_sglang_would_refuse_is_never_written():
+    with pytest.raises(TuneError, match="would not start SGLang"):
+        output.validate_adaptive({"1": {"candidate_steps": [2]}}, 3)  # --speculative-num-steps not a candidate
+    with pytest.raises(TuneError, match="would not start SGLang"):
+        output.validate_adaptive({"one": {"candidate_steps": [1]}}, 1)
+
+
+def test_a_tree_cannot_be_a_slot():
+    with pytest.raises(TuneError, match="topk 1"):
+        output.adaptive_table({1: Setting(FIXED, 3, 4, 8, chain=False)}, None)
+
+
+def test_suite_snippet_is_a_valid_suite_configuration_with_its_must_win_level(tmp_path):
+    cfg = spec_cfg(args=["--emulator-profile", "seed-a"])
+    table = {"1": {"candidate_steps": [2]}, "48": {"candidate_steps": [0]}}
+    text = output.suite_snippet(cfg, table, "/x/tuned_speculative_adaptive.json", 128, 16)
+    raw = tomllib.loads("[servers.base]\nengine = \"emulator\"\nmodel_path = \"/m\"\n" + text)
+    suite = parse_suite(raw, tmp_path / "s.toml")
+    tuned = suite.servers["mtp-tuned"]
+    assert tuned.speculation_must_win_up_to == 16 and tuned.num_steps == 2 and tuned.max_running_requests == 128
+    assert tuned.args[-3:] == ["--speculative-adaptive", "--speculative-adaptive-config", "/x/tuned_speculative_adaptive.json"]
+
+
+# -- CLI ---------------------------------------------------------------------------------------
+SIM_SUITE = """
+[sweep]
+concurrency = [1, 16, 64]
+requests_per_worker = 2
+warmup = 1
+repeats = 2
+
+[workload]
+kind = "repeated-id"
+input_len = 200
+output_len = 40
+
+[tolerances]
+throughput = 0.05
+prior_between_sd = 0.02
+
+[servers.baseline]
+engine = "emulator"
+model_path = "/models/Qwen3.5-122B-A10B"
+args = ["--emulator-profile", "seed-a"]
+
+[servers.mtp]
+engine = "emulator"
+model_path = "/models/Qwen3.5-122B-A10B"
+speculative_algorithm = "NEXTN"
+num_steps = 1
+eagle_topk = 1
+num_draft_tokens = 2
+reference = "baseline"
+args = ["--emulator-profile", "seed-a"]
+"""
+
+
+def test_cli_tune_simulated_with_verify_writes_every_file(tmp_path, capsys):
+    suite = tmp_path / "suite.toml"
+    suite.write_text(SIM_SUITE)
+    out = tmp_path / "out"
+    code = main(["tune", "--suite", str(suite), "--out", str(out), "--simulate", "--verify", "--steps", "1,2,3,5"])
+    assert code == 0, capsys.readouterr()
+    doc = json.loads((out / "tune.json").read_text())
+    adaptive = [p for p in out.iterdir() if "adaptive" in p.name]
+    assert len(adaptive) == 1
+    load_adaptive_config(adaptive[0])  # SGLang's parser rules accept it
+    assert (out / "launch-flags.txt").read_text().split()[-2:] == ["--max-running-requests", "64"]
+    assert "[servers.mtp-tuned]" in (out / "suite-snippet.toml").read_text()
+    assert [r["concurrency"] for r in doc["table"]] == [1, 16, 64]
+    assert {"concurrency", "tuned_tok_s", "default_adaptive_tok_s", "best_fixed_tok_s", "no_speculation_tok_s",
+            "verdicts"} <= set(doc["verify"][0])
+    assert doc["table"][-1]["best"]["name"] == "reference"  # seed-A: speculation loses at 64
+    # seed-A's acceptance (profile accept_prob 1.0, 0.85, 0.7, 0.7 ...) read back from the histogram;
+    # a request's last verify is cut at its remaining tokens, which lowers it a little at 40 tokens
+    assert doc["acceptance_by_position"][:3] == pytest.approx([1.0, 0.85, 0.85 * 0.7], abs=0.07)
+    assert doc["cost"]["search_runs"] < doc["cost"]["full_grid_runs"]
+    assert "verify C=64" in capsys.readouterr().out
+
+
+def test_cli_tune_usage_errors_are_one_line(tmp_path, capsys):
+    suite = tmp_path / "suite.toml"
+    suite.write_text(SIM_SUITE)
+    assert main(["tune", "--suite", str(suite), "--out", str(tmp_path / "o"), "--config", "baseline"]) == 4
+    err = capsys.readouterr().err
+    assert "not speculative" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert main(["tune", "--suite", str(suite), "--out", str(tmp_path / "o"), "--seeds", "3"]) == 4
+    assert "--simulate" in capsys.readouterr().err
+    assert main(["tune", "--suite", str(tmp_path / "missing.toml"), "--out", str(tmp_path / "o")]) == 4
+
+
+@pytest.mark.e2e
+def test_cli_tune_launches_the_emulator_and_measures_real_streams(tmp_path, capsys):
+    suite = tmp_path / "suite.toml"
+    suite.write_text(SIM_SUITE.replace("seed-a", "fast").replace("[1, 16, 64]", "[1, 8]")
+                     .replace("output_len = 40", "output_len = 16"))
+    out = tmp_path / "out"
+    code = main(["tune", "--suite", str(suite), "--out", str(out), "--steps", "1,2,3", "--tree-topk", "1"])
+    assert code == 0, capsys.readouterr()
+    doc = json.loads((out / "tune.json").read_text())
+    assert doc["mode"] == "launched" and doc["cost"]["search_launches"] >= 3
+    # the streams' spec_correct_drafts_histogram reached the prediction: acceptance for 3 positions
+    assert len(doc["acceptance_by_position"]) == 3 and doc["acceptance_by_position"][0] > 0.5
+    assert doc["adaptive_config"]["graph_sizes"]  # the keys were placed on the server's CUDA-graph sizes
+    load_adaptive_config(out / output.ADAPTIVE_FILE)
+
+
+def test_vllm_gets_the_token_count_per_band():
+    s1, s3 = Setting(FIXED, 1, 1, 2), Setting(FIXED, 3, 1, 4)
+    bands = output.vllm_bands({1: s3, 4: s3, 16: s1, 64: REF})
+    assert bands == [{"from_concurrency": 1, "to_concurrency": 4, "num_speculative_tokens": 3},
+                     {"from_concurrency": 16, "to_concurrency": 16, "num_speculative_tokens": 1},
+                     {"from_concurrency": 64, "to_concurrency": 64, "num_speculative_tokens": 0}]
+
+
+def test_band_key_stays_between_the_levels_it_separates():
+    graphs = _graphs(256)
+    assert output.band_key(32, 64, graphs) == 48  # sqrt(2048) = 45.3 -> padded to the graph size 48
+    assert output.band_key(32, 64, None) == 46
+    assert output.band_key(8, 9, graphs) == 10  # 9 runs padded to the graph size 10: the key is 10
+    assert output.band_key(100, 250, graphs) == 160
