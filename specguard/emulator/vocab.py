@@ -13,35 +13,15 @@ request with a clear error instead, on purpose (crashing a test target helps nob
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 from typing import Any
 
-
-def vocab_size_of_model_dir(model_path: str | None) -> int | None:
-    """`vocab_size` of a LOCAL model directory's config.json (top level, or nested in
-    text_config / llm_config / language_config as multimodal configs do), else None."""
-    if not model_path:
-        return None
-    try:
-        config = json.loads((Path(model_path).expanduser() / "config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    if not isinstance(config, dict):
-        return None
-    for key in (None, "text_config", "llm_config", "language_config"):
-        section = config if key is None else config.get(key)
-        if isinstance(section, dict):
-            value = section.get("vocab_size")
-            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-                return value
-    return None
+from specguard.workload import vocab_size_from_model_dir  # the same reader the load generator uses
 
 
 def resolve_vocab_size(model_path: str | None, profile_vocab_size: int) -> int:
     """The vocabulary the emulator checks against: the model directory's config.json when it
     exists here (what SGLang's model_config.vocab_size reads), else the profile's value."""
-    return vocab_size_of_model_dir(model_path) or profile_vocab_size
+    return vocab_size_from_model_dir(model_path) or profile_vocab_size
 
 
 def token_ids_logprob_error(value: Any, vocab_size: int) -> str | None:
