@@ -116,11 +116,18 @@ def test_vllm_suite_catches_slow_speculation_and_gates_on_its_own_baselines(work
     # concurrency at least -- on a busy 2-core machine the other may only be inconclusive.
     code, out, res, doc = run_suite(work_dir, baselines, "update", env, "--update-baselines")
     assert res, out[-4000:]
+    # The catch may come from a cell's own test, or from the session-level Holm test when the
+    # drop is significant across the session though not at a cell's level (it must name weakdraft).
     failed = {t: m for t, m in res.items() if m != "passed"}
-    assert failed and all(t.startswith("test_speculation_beats_baseline[weakdraft-") for t in failed), failed
-    for message in failed.values():
+    cell_fails = {t: m for t, m in failed.items() if t.startswith("test_speculation_beats_baseline[weakdraft-")}
+    holm_fail = failed.get("family_holm")
+    assert failed and set(failed) <= set(cell_fails) | {"family_holm"}, failed
+    for message in cell_fails.values():
         ratio = re.search(r"speculation weakdraft c\d+: .* ratio (\d\.\d+) \[(\d\.\d+), (\d\.\d+)\]", message)
         assert message.startswith("failure") and ratio and float(ratio.group(3)) < 1.0 and "-> FAIL" in message, message
+    if holm_fail is not None:
+        caught = re.findall(r"speculation (\w+) c\d+ ratio (\d\.\d+)", holm_fail)
+        assert caught and all(name == "weakdraft" and float(r) < 1.0 for name, r in caught), holm_fail
     assert code == 1, out[-4000:]
     # ngram's tests passed (above); its win must also be confident somewhere and ahead everywhere.
     spec, ratios = verdicts(doc, "speculation"), speculation_ratios(doc)
@@ -135,7 +142,8 @@ def test_vllm_suite_catches_slow_speculation_and_gates_on_its_own_baselines(work
     # 2. Gate mode against those baselines: a new launch of ngram must match its fingerprint and
     # pass throughput, accept length (exactly 5.0 again) and speculation vs the stored reference.
     code, out, res, doc = run_suite(work_dir, baselines, "gate", env, "--require-baselines", "-k", "ngram")
-    assert code == 0 and len(res) == 6 and set(res.values()) == {"passed"}, out[-4000:]
+    cells = {t: m for t, m in res.items() if t != "family_holm"}  # the session-level Holm test
+    assert code == 0 and len(cells) == 6 and set(res.values()) == {"passed"}, out[-4000:]
     for gate in ("throughput", "accept_length", "speculation"):
         assert set(verdicts(doc, gate).values()) <= {"pass", "inconclusive"}, (gate, verdicts(doc, gate))
     assert verdicts(doc, "accept_length") == {("ngram", 1): "pass", ("ngram", 4): "pass"}
