@@ -96,25 +96,9 @@ if [[ -f "$MARKER" ]] && [[ "$(cat "$MARKER")" == "$STAMP" ]]; then
 fi
 
 start=$(date +%s)
-PY="${SPECGUARD_PYTHON:-}"
-if [[ -z "$PY" ]]; then
-  if command -v python3.11 >/dev/null 2>&1; then PY=python3.11; else PY=python3; fi
-fi
-"$PY" -c 'import sys; assert sys.version_info[:2] >= (3, 10), sys.version' \
-  || die "$PY is not Python >= 3.10"
-
-echo "setup_sglang: building a fresh venv at $VENV with $PY ($("$PY" --version 2>&1))"
-if [[ -e "$VENV" ]]; then
-  # Only ever delete something that is recognisably a venv (guards against a mistyped path).
-  if [[ -f "$VENV/pyvenv.cfg" ]] || [[ -d "$VENV" && -z "$(ls -A "$VENV")" ]]; then
-    rm -rf "$VENV"
-  else
-    die "$VENV exists and is not a venv; refusing to delete it"
-  fi
-fi
-mkdir -p "$(dirname "$VENV")"
-"$PY" -m venv "$VENV" || die "python -m venv failed"
-"$VENV/bin/python" -m pip install -q --upgrade pip || die "pip upgrade failed"
+# shellcheck source=fresh_venv.sh
+source "$(dirname "$0")/fresh_venv.sh"
+make_fresh_venv setup_sglang "$VENV"
 
 constraints="$VENV/specguard-constraints.txt"
 echo "$TORCH_SPEC" > "$constraints"   # nothing below may replace the CPU torch

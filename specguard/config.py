@@ -86,9 +86,20 @@ class SweepConfig:
     launches: int = 1  # server launches per configuration, pooled (the launch is the unit of replication)
     relaunch: str = "on-suspicion"  # or "off": relaunch a configuration whose stage-1 cell is suspicious (docs/statistics.md)
     relaunch_p: float = 0.05  # one-sided p below which a stage-1 cell is suspicious
+    # Open loop (docs/workloads.md): levels are Poisson request rates (req/s) instead of concurrencies;
+    # a run is requests_per_worker x rate requests, at most max_concurrency of them in flight.
+    request_rate: list[int] = field(default_factory=list)
+    max_concurrency: int | None = None  # in-flight cap at request_rate levels (default 64)
+    burstiness: float = 1.0  # gamma shape of the arrival gaps (1 = Poisson, < 1 burstier)
+    slo: str | None = None  # "ttft_ms=500,tpot_ms=50[,e2e_ms=...]": every run's request_goodput
 
     def num_requests(self, concurrency: int) -> int:
         return max(concurrency, self.requests_per_worker * concurrency)
+
+    @property
+    def rate_cap(self) -> int:
+        """The in-flight cap of request-rate levels."""
+        return self.max_concurrency or 64
 
 
 @dataclass(frozen=True)
@@ -103,8 +114,10 @@ class Tolerances:
     inconclusive: str = "pass"  # what an inconclusive cell counts as: pass or fail
     fail_rule: str = "significant"  # one of FAIL_RULES (above)
     prior_day_sd: float = 0.005  # part of prior_between_sd shared by every launch of a session (relaunching cannot average it)
-    prior_between_dof: float = 8.0  # weight of the prior spread against the history's K - 1 dof (docs/statistics.md)
+    prior_between_dof: float = 16.0  # weight of the prior spread against the history's K - 1 dof (docs/statistics.md)
     spread_rule: str = "pooled-t"  # or "max-known" (prior and history as exactly known, the earlier rule)
+    pass_confidence: float = 0.95  # one-sided level at which a cell is confidently within tolerance (pass)
+    speculation_metric: str = "tok_s"  # or "goodput": the speculation gate on request_goodput ([sweep] slo)
 
 
 @dataclass(frozen=True)
@@ -190,6 +203,10 @@ def parse_suite(raw: dict[str, Any], path: Path) -> Suite:
     servers_raw = raw.get("servers")
     if not isinstance(servers_raw, dict) or not servers_raw:
         raise ConfigError(f"{path}: needs at least one [servers.NAME] table")
+    sweep_raw = raw.get("sweep", {})
+    if isinstance(sweep_raw, dict) and "request_rate" in sweep_raw and "concurrency" in sweep_raw:
+        raise ConfigError(f"{path}: sweep.request_rate and sweep.concurrency: a suite sweeps either concurrency or "
+                          f"request_rate levels; remove sweep.concurrency (sweep.max_concurrency caps requests in flight)")
     servers = {name: _expand_paths(_build(ServerConfig, t, f"servers.{name}", path, name=name), path)
                for name, t in servers_raw.items()}
     try:
@@ -253,6 +270,12 @@ def validate_suite(suite: Suite, sources: dict[str, str] | None = None) -> None:
         raise ConfigError(f"{at('sweep.concurrency', sw.concurrency)}: concurrency must be a non-empty list of positive integers")
     if len(set(sw.concurrency)) != len(sw.concurrency):
         raise ConfigError(f"{at('sweep.concurrency', sw.concurrency)}: concurrency has duplicates")
+    _validate_load(sw, at)
+    if tol.speculation_metric not in ("tok_s", "goodput"):
+        raise ConfigError(f"{at('tolerances.speculation_metric', tol.speculation_metric)}: use \"tok_s\" or \"goodput\"")
+    if tol.speculation_metric == "goodput" and not sw.slo:
+        raise ConfigError(f"{at('tolerances.speculation_metric', tol.speculation_metric)}: goodput needs SLOs; set "
+                          f"[sweep] slo = \"ttft_ms=...,tpot_ms=...\"")
     if sw.repeats < 2:
         raise ConfigError(f"{at('sweep.repeats', sw.repeats)}: the gates need at least 2 runs per cell to estimate noise; set repeats >= 2")
     if sw.warmup < 0:
@@ -271,6 +294,8 @@ def validate_suite(suite: Suite, sources: dict[str, str] | None = None) -> None:
             raise ConfigError(f"{at('tolerances.' + name, value)}: must be a fraction in [0, 1), e.g. 0.05 for 5%")
     if not 0 < tol.family_alpha < 0.5:
         raise ConfigError(f"{at('tolerances.family_alpha', tol.family_alpha)}: must be in (0, 0.5), e.g. 0.01")
+    if not 0.5 <= tol.pass_confidence < 1:
+        raise ConfigError(f"{at('tolerances.pass_confidence', tol.pass_confidence)}: must be a one-sided level in [0.5, 1), e.g. 0.95")
     for key in ("prior_between_sd", "prior_between_sd_accept"):
         if getattr(tol, key) < 0:
             raise ConfigError(f"{at('tolerances.' + key, getattr(tol, key))}: must be >= 0")
@@ -285,6 +310,10 @@ def validate_suite(suite: Suite, sources: dict[str, str] | None = None) -> None:
         raise ConfigError(f"{at('sweep.relaunch', sw.relaunch)}: use \"off\" or \"on-suspicion\" (docs/statistics.md)")
     if not 0 < sw.relaunch_p < 1:
         raise ConfigError(f"{at('sweep.relaunch_p', sw.relaunch_p)}: must be in (0, 1), e.g. 0.05")
+    if sw.relaunch == "on-suspicion" and sw.relaunch_p < tol.family_alpha:
+        raise ConfigError(f"{at('sweep.relaunch_p', sw.relaunch_p)}: must be >= tolerances.family_alpha "
+                          f"({tol.family_alpha:g}) with relaunch = \"on-suspicion\": stage 1 only screens, so a "
+                          f"configuration that is not relaunched must have no p below the family alpha (docs/statistics.md)")
     if tol.prior_day_sd < 0 or tol.prior_between_dof <= 0:
         raise ConfigError(f"{at('tolerances.prior_day_sd', tol.prior_day_sd)} / prior_between_dof = {tol.prior_between_dof!r}: "
                           "prior_day_sd must be >= 0 and prior_between_dof > 0 (inf: the prior as known)")
@@ -294,6 +323,29 @@ def validate_suite(suite: Suite, sources: dict[str, str] | None = None) -> None:
         raise ConfigError(f"{at('tolerances.history_sessions', tol.history_sessions)}: must be >= 1")
     for name, s in suite.servers.items():
         _validate_server(p, name, s, suite)
+
+
+def _validate_load(sw: SweepConfig, at: Any) -> None:
+    """Request-rate levels, their cap and burstiness, and the SLOs: each mistake names its key."""
+    from specguard.measure.metrics import SLOError, parse_slo
+
+    if sw.request_rate:
+        if any(r <= 0 for r in sw.request_rate) or len(set(sw.request_rate)) != len(sw.request_rate):
+            raise ConfigError(f"{at('sweep.request_rate', sw.request_rate)}: request_rate must be a list of distinct "
+                              f"positive whole requests/s, e.g. [2, 8, 32]")
+    elif sw.max_concurrency is not None or sw.burstiness != 1.0:
+        key = "sweep.max_concurrency" if sw.max_concurrency is not None else "sweep.burstiness"
+        raise ConfigError(f"{at(key, getattr(sw, key.split('.')[1]))}: only used with request_rate levels; "
+                          f"set sweep.request_rate = [...] or remove it")
+    if sw.max_concurrency is not None and sw.max_concurrency <= 0:
+        raise ConfigError(f"{at('sweep.max_concurrency', sw.max_concurrency)}: must be a positive integer")
+    if not sw.burstiness > 0:
+        raise ConfigError(f"{at('sweep.burstiness', sw.burstiness)}: must be > 0 (1 = Poisson, < 1 burstier)")
+    if sw.slo is not None:
+        try:
+            parse_slo(sw.slo, "sweep.slo")
+        except SLOError as exc:
+            raise ConfigError(f"{at('sweep.slo', sw.slo)}: {exc}") from None
 
 
 def _show(value: Any) -> str:

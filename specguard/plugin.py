@@ -36,8 +36,9 @@ from specguard.report.results import (STATUS_NOT_MEASURED, STATUS_OK, STATUS_REG
                                       merge_documents, results_document, write_results)
 from specguard.report.terminal import fmt_num, render_summary
 from specguard.server import ServerStartError, check_url
-from specguard.session import (ConfigUnavailable, PlannedTest, RunOptions, SpecguardSession, api_key_from,
-                               parse_server_args, parse_server_urls)
+from specguard.session import (ConfigUnavailable, PlannedTest, RunOptions, SpecguardSession, api_key_from, gate_label,
+                               is_history_gate, parse_server_args, parse_server_urls)
+from specguard.workload import WorkloadError
 
 ALGORITHM_MARKERS = ("eagle", "eagle3", "nextn", "standalone", "ngram", "draft_model", "no_speculation")
 GATE_OF_TEST = {"test_throughput": "throughput", "test_accept_length": "accept_length",
@@ -111,7 +112,8 @@ OVERRIDE_FLAGS = {"sweep.concurrency": "--concurrency", "sweep.repeats": "--repe
 
 @pytest.hookimpl(trylast=True)  # after the terminal reporter exists
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "specguard(cells): a specguard cell test; cells='all' or 'speculative'")
+    config.addinivalue_line("markers", "specguard(cells, per_category): a specguard cell test; cells='all' or 'speculative'; "
+                                       "per_category=True adds one test per prompt category (accept length)")
     for name in ALGORITHM_MARKERS:
         config.addinivalue_line("markers", f"{name}: specguard cells of configurations using {name}")
     # pytest-benchmark is opt-in (--specguard-benchmark); an unused fixture is not worth a warning.
@@ -185,6 +187,9 @@ def get_suite(config: pytest.Config) -> Suite:
             except ValueError:
                 raise ConfigError(f"--concurrency {opt('--concurrency')} (command line): use comma-separated integers, "
                                   f"e.g. 1,4,16") from None
+            if sweep.request_rate:
+                raise ConfigError(f"--concurrency {opt('--concurrency')} (command line): {path} sweeps request_rate "
+                                  f"levels {sweep.request_rate}; set its [sweep] max_concurrency for the in-flight cap")
             sweep = replace(sweep, concurrency=levels)
             sources["sweep.concurrency"] = "--concurrency"
         for flag, attr in (("--repeats", "repeats"), ("--warmup", "warmup")):
@@ -251,7 +256,16 @@ def pytest_configure_node(node: Any) -> None:
     node.config.stash[_TESTRUN] = node.workerinput.get("testrunuid", "")
 
 
-_CELL_ID = re.compile(r"\[(.+)-c(\d+)\]$")
+_CELL_ID = re.compile(r"\[(.+)\]$")
+
+
+def _config_of_id(nodeid: str, suite: Suite) -> str | None:
+    """The configuration a cell test id names: `[eagle3-c16]`, `[eagle3-c16-code]` (a category)."""
+    m = _CELL_ID.search(nodeid)
+    if not m:
+        return None
+    found = [n for n in suite.servers if re.fullmatch(re.escape(n) + r"-[cr]\d+(-.+)?", m.group(1))]
+    return max(found, key=len) if found else None
 
 
 @pytest.hookimpl(optionalhook=True, tryfirst=True)
@@ -268,9 +282,9 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 
     class ConfigurationGroups(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            m = _CELL_ID.search(nodeid)
-            if m and m.group(1) in suite.servers:
-                return "specguard:" + _group_of(suite, m.group(1))
+            name = _config_of_id(nodeid, suite)
+            if name is not None:
+                return "specguard:" + _group_of(suite, name)
             return nodeid  # other tests: one scope each, as --dist load
 
     return ConfigurationGroups(config, log)
@@ -319,21 +333,23 @@ def get_session(config: pytest.Config) -> SpecguardSession:
 
 
 # -- commands printed as hints: they must work as printed ------------------------------------------
-def exact_k(cells: list[tuple[str, int]], all_cells: list[tuple[str, int]]) -> str:
+def exact_k(cells: list[tuple[str, int]], all_cells: list[tuple[str, int]], prefix: str = "c") -> str:
     """A -k expression that selects exactly these cells' tests among all_cells (substring matching:
-    "c1" also matches "c16", "eagle3" also matches "eagle3x", so those are excluded by name)."""
+    "c1" also matches "c16", "eagle3" also matches "eagle3x", so those are excluded by name).
+    `prefix`: "c" for concurrency levels, "r" for request-rate levels (ids `eagle3-r8`)."""
+    p = prefix
     parts = []
     for name, c in cells:
-        terms = [name, f"c{c}"]
+        terms = [name, f"{p}{c}"]
         for other, oc in all_cells:
             if (other, oc) == (name, c):
                 continue
-            oid = f"{other}-c{oc}"
-            if name in oid and f"c{c}" in f"c{oc}" and f"-c{c}" in oid:
-                excl = f"c{oc}" if other == name else other
-                if excl not in f"{name}-c{c}":
+            oid = f"{other}-{p}{oc}"
+            if name in oid and f"{p}{c}" in f"{p}{oc}" and f"-{p}{c}" in oid:
+                excl = f"{p}{oc}" if other == name else other
+                if excl not in f"{name}-{p}{c}":
                     terms.append(f"not {excl}")
-            elif name in other and other != name and f"c{c}" in f"c{oc}":
+            elif name in other and other != name and f"{p}{c}" in f"{p}{oc}":
                 terms.append(f"not {other}")
         parts.append(" and ".join(dict.fromkeys(terms)))
     return parts[0] if len(parts) == 1 else " or ".join(f"({p})" for p in parts)
@@ -368,8 +384,9 @@ def record_command(config: pytest.Config, cells: list[tuple[str, int]] | None = 
     cmd = ["pytest", *_test_paths(config), *_carried_options(config), "--update-baselines"]
     if cells:
         suite = get_suite(config)
-        all_cells = [(n, c) for n in suite.servers for c in suite.sweep.concurrency]
-        cmd += ["-k", exact_k(cells, all_cells)]
+        rate = bool(suite.sweep.request_rate)
+        all_cells = [(n, c) for n in suite.servers for c in (suite.sweep.request_rate or suite.sweep.concurrency)]
+        cmd += ["-k", exact_k(cells, all_cells, "r" if rate else "c")]
     else:
         if config.option.keyword:
             cmd += ["-k", config.option.keyword]
@@ -430,11 +447,12 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     if not selected:
         return
     sg = get_session(config)
-    sg.plan([PlannedTest(c.config, c.concurrency, gate or "throughput") for c, gate in selected])
+    sg.plan([PlannedTest(c.config, c.concurrency, gate or "throughput", c.category) for c, gate in selected])
     if not config.stash.get(_INTERACTIVE, False):
         return
     sweep = get_suite(config).sweep
-    live = LiveLine(config, SweepProgress([(c.config, c.concurrency) for c, _ in selected], sweep.warmup + sweep.repeats))
+    cells = list(dict.fromkeys((c.config, c.concurrency) for c, _ in selected))
+    live = LiveLine(config, SweepProgress(cells, sweep.warmup + sweep.repeats))
     config.stash[_LIVE] = live
     sg.set_progress(live)
 
@@ -443,10 +461,13 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 @dataclass(frozen=True)
 class Cell:
     config: str
-    concurrency: int
+    concurrency: int  # the level: clients, or requests/s when `rate`
+    category: str = ""  # a per-category accept-length test: one prompt category of the cell's runs
+    rate: bool = False  # a request-rate level ([sweep] request_rate): id eagle3-r8
 
     def __str__(self) -> str:
-        return f"{self.config}-c{self.concurrency}"
+        level = f"{'r' if self.rate else 'c'}{self.concurrency}"
+        return f"{self.config}-{level}" + (f"-{self.category}" if self.category else "")
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -454,7 +475,9 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         return
     marker = metafunc.definition.get_closest_marker("specguard")
     kind = marker.kwargs.get("cells", "all") if marker else "all"
+    per_category = bool(marker.kwargs.get("per_category", False)) if marker else False
     suite = get_suite(metafunc.config)
+    categories = _categories_by_level(metafunc.config, suite) if per_category else {}
     params = []
     for name, cfg in suite.servers.items():
         if kind == "speculative" and not cfg.speculative:
@@ -463,10 +486,23 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         marks = [pytest.mark.xdist_group(_group_of(suite, name))]  # with its reference: measured once
         if algo in ALGORITHM_MARKERS:
             marks.append(getattr(pytest.mark, algo))
-        for c in suite.sweep.concurrency:
-            cell = Cell(name, c)
+        rate = bool(suite.sweep.request_rate)
+        for c in suite.sweep.request_rate or suite.sweep.concurrency:
+            cell = Cell(name, c, rate=rate)
             params.append(pytest.param(cell, id=str(cell), marks=marks))
+            for category in categories.get(c, []):  # next to the overall test, one per prompt category
+                cell = Cell(name, c, category, rate=rate)
+                params.append(pytest.param(cell, id=str(cell), marks=marks))
     metafunc.parametrize("specguard_cell", params)
+
+
+def _categories_by_level(config: pytest.Config, suite: Suite) -> dict[int, list[str]]:
+    """Level -> the prompt categories its runs send (none when the workload has fewer than two)."""
+    try:
+        sg = get_session(config)
+    except WorkloadError as exc:
+        raise pytest.UsageError(f"{suite.path}: [workload]: {exc}") from None
+    return {c: sg.categories_at(c) for c in sg.levels}
 
 
 def _cell_of(item: pytest.Item) -> Cell | None:
@@ -573,12 +609,21 @@ class CellTest:
             if summary[key] is not None:
                 props.append((name, fmt_num(summary[key])))
         props.append(("runs", len(m.runs)))
+        category = self.cell.category
+        if category:
+            cat = summary.get("categories", {}).get(category) or {}
+            props.append(("category", category))
+            if cat.get("accept_length") is not None:
+                props.append(("category_accept_length", fmt_num(cat["accept_length"])))
+            if cat.get("output_throughput") is not None:
+                props.append(("category_tok_s", fmt_num(cat["output_throughput"])))
 
     def throughput(self) -> GateResult:
         return self.session.throughput_result(self.cell.config, self.cell.concurrency)
 
     def accept_length(self) -> GateResult:
-        return self.session.accept_length_result(self.cell.config, self.cell.concurrency)
+        """The cell's accept length, or its prompt category's when the test is a category's."""
+        return self.session.accept_length_result(self.cell.config, self.cell.concurrency, self.cell.category)
 
     def speculation(self) -> GateResult:
         limit = self.request.config.getoption("--speculation-must-win-up-to")
@@ -598,7 +643,7 @@ class CellTest:
             node.user_properties.append(("reference", f"{result.reference:.4f}"))
         message = _rewrite_hint(self.request.config, result.message)
         opts = self.session.options
-        updating = opts.update_baselines and result.gate in ("throughput", "accept_length")
+        updating = opts.update_baselines and is_history_gate(result.gate)
         if result.verdict == SKIP:
             if opts.require_baselines and not updating:
                 self.fail(message, STATUS_NOT_MEASURED)
@@ -642,8 +687,9 @@ def specguard(pytestconfig: pytest.Config) -> SpecguardSession:
 
 @pytest.fixture
 def cell(specguard: SpecguardSession, specguard_cell: Cell, request: pytest.FixtureRequest) -> CellTest:
+    gate = _gate_of(request.node) or ""
     request.node.user_properties += [("config", specguard_cell.config), ("concurrency", specguard_cell.concurrency),
-                                     ("gate", _gate_of(request.node) or "")]
+                                     ("gate", gate_label(gate, specguard_cell.category) if gate else "")]
     return CellTest(specguard, specguard_cell, request)
 
 
@@ -722,6 +768,7 @@ class TestLog:
             first = first[len("Skipped: "):]
         return {"nodeid": report.nodeid, "config": props.get("config"), "concurrency": props.get("concurrency"),
                 "gate": props.get("gate") or ("family_holm" if report.nodeid == HOLM_NODEID else None),
+                "category": props.get("category") or None,
                 "outcome": outcome, "verdict": props.get("verdict"), "enforced": props.get("enforced", True),
                 "kind": props.get(FAILURE_KIND, STATUS_NOT_MEASURED) if outcome == "failed" else None,
                 "message": first[:300]}
@@ -856,7 +903,7 @@ def _first_run(doc: dict[str, Any]) -> bool:
     """No stored baseline for any gated cell of this run (and not recording one now)."""
     if doc["options"].get("update_baselines"):
         return False
-    hist = [d for d in doc["decisions"] if d["gate"] in ("throughput", "accept_length")]
+    hist = [d for d in doc["decisions"] if is_history_gate(d["gate"])]
     return bool(hist) and all(d["verdict"] == SKIP and "no baseline" in d["message"] for d in hist)
 
 

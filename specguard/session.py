@@ -27,16 +27,53 @@ from typing import IO, Any, Callable
 from specguard import __version__
 from specguard.config import ServerConfig, Suite
 from specguard.decide.baselines import (BaselineError, BaselineStore, Fingerprint, RunSample, Session, StagedWrite,
-                                        _session_from_json, now_iso)
-from specguard.decide.gates import (ERROR, SKIP, GateResult, design_of, final_failures,
+                                        _session_from_json, cell_key, now_iso)
+from specguard.decide.gates import (ERROR, SKIP, GateResult, design_of, family_alphas, final_failures, final_results,
                                     launch_history_gate, must_win_gate, relaunch_plan, session_spread)
 from specguard.engines import ArgCheck, Engine, get_engine
+from specguard.measure.metrics import parse_slo, workload_categories
 from specguard.measure.sweep import CellMeasurement, Driver, Progress, measure_cell, plain_driver
 from specguard.server import ServerHandle, ServerStartError, attach, launch, stop, wait_ready
 from specguard.workload import VocabBound, Workload, WorkloadError, build_workload, fit_to_vocab, resolve_vocab_bound
 
 GATES = ("throughput", "accept_length", "speculation")
+HISTORY_GATES = ("throughput", "accept_length")  # gated against the stored baseline history
 MODE_LAUNCHED, MODE_ATTACHED = "launched", "attached"
+CATEGORY_TEST_KINDS = ("categories", "jsonl", "sharegpt")  # workloads whose categories get their own tests
+
+
+def gate_label(gate: str, category: str = "") -> str:
+    """A gate as decisions and reports name it: "accept_length", or "accept_length[code]" for the
+    accept-length test of one prompt category (test id `test_accept_length[eagle3-c16-code]`)."""
+    return f"{gate}[{category}]" if category else gate
+
+
+def split_gate(label: str) -> tuple[str, str]:
+    """(gate, category) of a gate label; category "" for a whole-run gate."""
+    gate, _, rest = label.partition("[")
+    return gate, rest[:-1] if rest.endswith("]") else rest
+
+
+def is_history_gate(label: str) -> bool:
+    """Throughput and accept-length gates (per category too): a run recording baselines does not gate them."""
+    return split_gate(label)[0] in HISTORY_GATES
+
+
+def metric_values(measured: Any, metric: str) -> list[float]:
+    """A metric's per-run values from a CellMeasurement or a stored baseline Session:
+    "throughputs", "accept_lengths", or "accept_lengths[code]" (one prompt category's)."""
+    category = split_gate(metric)[1]
+    if metric == "request_goodputs":  # [sweep] slo: good requests/s per run (None: no SLO given)
+        return [float(r.request_goodput) for r in measured.runs if getattr(r, "request_goodput", None) is not None]
+    if not category:
+        return list(getattr(measured, metric))
+    out = []
+    for run in measured.runs:
+        cat = (run.categories or {}).get(category)
+        value = cat.get("accept_length") if isinstance(cat, dict) else getattr(cat, "accept_length", None)
+        if isinstance(value, (int, float)) and value > 0:
+            out.append(float(value))
+    return out
 
 
 @dataclass
@@ -90,6 +127,7 @@ class PlannedTest:
     config: str
     concurrency: int
     gate: str  # one of GATES
+    category: str = ""  # accept_length only: the test of one prompt category ("" = the whole run)
 
 
 @dataclass
@@ -97,11 +135,17 @@ class SessionPlan:
     """What the selection implies: the family of gate tests and the reference cells it needs."""
 
     family_size: int
-    alpha_cell: float
+    alpha_cell: float  # the alpha of a test of weight 1 (a throughput test)
     selected_cells: list[tuple[str, int]]
     reference_cells: dict[tuple[str, int], list[str]]  # (reference, c) -> speculative configs needing it
     selected_tests: list[PlannedTest] = field(default_factory=list)
     planned: bool = True  # False: measure() ran before plan(); the family is what was seen
+    # (gate, config, c, category) -> the test's share of the family alpha (gates.family_alphas)
+    alphas: dict[tuple[str, str, int, str], float] = field(default_factory=dict)
+
+    def alpha_for(self, gate: str, config: str, concurrency: int, category: str = "") -> float:
+        """A test's alpha (before the stage rule); a test outside the plan gets the weight-1 alpha."""
+        return self.alphas.get((gate, config, concurrency, category), self.alpha_cell)
 
 
 @dataclass(frozen=True)
@@ -158,7 +202,8 @@ class BaselineStage:
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> "BaselineStage":
         writes = [StagedWrite(w["config"], Fingerprint(w["fingerprint"]),
-                              {int(c): _session_from_json(s) for c, s in w["cells"].items()}) for w in d["writes"]]
+                              {(c if c.startswith("r") else int(c)): _session_from_json(s) for c, s in w["cells"].items()})
+                  for w in d["writes"]]
         return cls(complete=bool(d["complete"]), problems=list(d["problems"]), writes=writes, notes=list(d.get("notes", [])),
                    planned=[(str(n), int(c)) for n, c in d.get("planned", [])],
                    covered=[(str(n), int(c)) for n, c in d.get("covered", [])])
@@ -280,6 +325,8 @@ class SpecguardSession:
                 raise ValueError(f"plan: unknown configuration {t.config!r}")
             if t.gate not in GATES:
                 raise ValueError(f"plan: unknown gate {t.gate!r}; one of {GATES}")
+            if t.category and t.gate != "accept_length":
+                raise ValueError(f"plan: only accept_length has per-category tests, not {t.gate!r}")
         self._plan = self._make_plan(tests, planned=True)
         return self._plan
 
@@ -292,16 +339,35 @@ class SpecguardSession:
                 if t.config not in specs:
                     specs.append(t.config)
         family = len(tests)
-        return SessionPlan(family_size=family, alpha_cell=self.suite.tolerances.family_alpha / max(family, 1),
+        fam_alpha = self.suite.tolerances.family_alpha
+        shares = family_alphas([(t.gate, self._can_fail(t)) for t in tests], fam_alpha, self.design)
+        alphas = {(t.gate, t.config, t.concurrency, t.category): a for t, a in zip(tests, shares)}
+        weight1 = next((a for t, a in zip(tests, shares) if t.gate == "throughput"), None)
+        return SessionPlan(family_size=family, alpha_cell=weight1 if weight1 is not None else fam_alpha / max(family, 1),
                            selected_cells=list(dict.fromkeys((t.config, t.concurrency) for t in tests)),
-                           reference_cells=refs, selected_tests=tests, planned=planned)
+                           reference_cells=refs, selected_tests=tests, planned=planned, alphas=alphas)
+
+    def must_win_limit(self, name: str, marker_limit: int | None = None) -> int | None:
+        """The highest concurrency where ``name``'s speculation must win: the test's own marker,
+        else --speculation-must-win-up-to, else the suite's speculation_must_win_up_to."""
+        cfg = self.suite.servers[name]
+        return next((x for x in (marker_limit, self.options.speculation_must_win_up_to,
+                                 cfg.speculation_must_win_up_to) if x is not None), None)
+
+    def _can_fail(self, t: PlannedTest) -> bool:
+        """A speculation test outside its must-win range only reports (weight 0 in the family)."""
+        if t.gate != "speculation":
+            return True
+        limit = self.must_win_limit(t.config)
+        return limit is not None and t.concurrency <= limit
 
     @property
     def plan_info(self) -> SessionPlan:
         """The plan; without plan() it is built from the gates computed so far (a fallback for tools)."""
         if self._plan is not None:
             return self._plan
-        return self._make_plan(sorted(self._seen_tests, key=lambda t: (t.config, t.concurrency, t.gate)), planned=False)
+        return self._make_plan(sorted(self._seen_tests, key=lambda t: (t.config, t.concurrency, t.gate, t.category)),
+                               planned=False)
 
     @property
     def alpha_cell(self) -> float:
@@ -413,7 +479,7 @@ class SpecguardSession:
         """
         cfg = self.server_config(name)
         engine = handle.engine
-        top = max(self.suite.sweep.concurrency)
+        top = self.suite.sweep.rate_cap if self.rate_mode else max(self.suite.sweep.concurrency)
         if mode != MODE_ATTACHED:
             return engine.check_args(cfg, handle.effective, top), []
         bare = replace(cfg, num_steps=None, eagle_topk=None, num_draft_tokens=None, max_running_requests=None)
@@ -514,7 +580,7 @@ class SpecguardSession:
         """One line each where the suite's gate design could not be followed (for the summary)."""
         notes = []
         if self.attach_mode and self.design.sequential:
-            notes.append("attach mode: relaunch not possible, stage-1 verdicts at alpha/2 stand")
+            notes.append("attach mode: relaunch not possible, stage-1 verdicts at the whole cell alpha stand")
         if self.attach_mode and self.design.launches > 1:
             notes.append(f"attach mode: sweep.launches = {self.design.launches} not possible, one launch measured")
         return notes
@@ -535,15 +601,15 @@ class SpecguardSession:
                                     f"({elapsed:.0f}s elapsed); {name} c{concurrency} not measured", skip=False)
         handle = self.server(name)
         cfg = self.server_config(name)
-        sweep = self.suite.sweep
-        if self.options.requests_per_run:
-            sweep = replace(sweep, requests_per_worker=max(1, self.options.requests_per_run // concurrency))
+        sweep = self._sweep_at(concurrency)
         try:
+            load = self.load_settings_at(concurrency)
             cell = measure_cell(
-                handle, self.workload_for(name), sweep, concurrency, api=handle.engine.choose_api(sweep.api),
+                handle, self.workload_for(name), sweep, load.pop("concurrency"), api=handle.engine.choose_api(sweep.api),
                 extra_body=handle.engine.request_extra_body(cfg), max_failed=self.options.max_failed_requests,
-                driver=driver, progress=self._progress,
+                driver=driver, progress=self._progress, **load,
             )
+            cell.concurrency = concurrency  # the level (a rate in rate mode; the cap is in each run's load_model)
         except Exception as exc:  # a bug in specguard: the cell is not measured, never a regression
             cell = CellMeasurement(config=name, concurrency=concurrency,
                                    error=f"internal error while measuring (a specguard bug): {type(exc).__name__}: {exc}")
@@ -552,6 +618,54 @@ class SpecguardSession:
         if cell.error:
             self._check_still_serving(name, handle)
         return self.cells[key]
+
+    def _sweep_at(self, concurrency: int):
+        """The sweep settings of one level (--requests replaces requests_per_worker)."""
+        sweep = self.suite.sweep
+        if self.options.requests_per_run:
+            sweep = replace(sweep, requests_per_worker=max(1, self.options.requests_per_run // concurrency))
+        return sweep
+
+    def categories_at(self, concurrency: int) -> list[str]:
+        """The prompt categories a run at this level sends, sorted; [] when its prompts carry fewer
+        than two (one category is the whole run: its test would repeat the overall one). The
+        plugin makes one accept-length test per category from it, before anything runs. Kind
+        "text" (the 30 shipped coding/reasoning/chat prompts) reports its categories but has no
+        per-category tests: suites recorded before them keep their tests and baselines."""
+        if self.suite.workload.kind not in CATEGORY_TEST_KINDS:
+            return []
+        n = self._sweep_at(concurrency).num_requests(concurrency)
+        found = sorted({c for c in workload_categories(self.workload, n) if c})
+        return found if len(found) >= 2 else []
+
+    @property
+    def rate_mode(self) -> bool:
+        """The sweep's levels are request rates (open loop, `[sweep] request_rate`), not concurrencies."""
+        return bool(getattr(self.suite.sweep, "request_rate", None))
+
+    @property
+    def levels(self) -> list[int]:
+        """The sweep's levels: request rates (req/s) in rate mode, else concurrencies."""
+        return list(self.suite.sweep.request_rate) if self.rate_mode else list(self.suite.sweep.concurrency)
+
+    def store_level(self, level: int) -> int | str:
+        """A level as baseline files key it (baselines.cell_key): 16 -> "c16", in rate mode "r8"."""
+        return f"r{level}" if self.rate_mode else level
+
+    def level_name(self, level: int) -> str:
+        """"c16" (closed loop, 16 clients) or "r8" (open loop, 8 req/s): test ids and messages."""
+        return f"{'r' if self.rate_mode else 'c'}{level}"
+
+    def load_settings_at(self, level: int) -> dict[str, Any]:
+        """measure_cell's load arguments for one level: the level is the concurrency, or in rate
+        mode the Poisson rate with `max_concurrency` as the in-flight cap; the SLOs when set."""
+        sweep = self.suite.sweep
+        slo = getattr(sweep, "slo", None)
+        out: dict[str, Any] = {"concurrency": level, "slo_ms": parse_slo(slo, "sweep.slo") if slo else None}
+        if self.rate_mode:
+            out.update(concurrency=sweep.rate_cap, request_rate=float(level), burstiness=sweep.burstiness,
+                       num_requests=self._sweep_at(level).num_requests(level))
+        return out
 
     def _add_launch(self, name: str, levels: list[int], driver: Driver = plain_driver) -> str | None:
         """A new server launch of `name` (stopping the current one) measuring `levels`; the
@@ -681,6 +795,8 @@ class SpecguardSession:
             "api": sweep.api,
             "requests_per_worker": sweep.requests_per_worker if not self.options.requests_per_run else f"{self.options.requests_per_run} per run",
             "warmup": sweep.warmup,
+            # open loop only (suites without request_rate keep their fingerprints): the arrival process
+            **({"load": f"poisson levels, burstiness {sweep.burstiness:g}, cap {sweep.rate_cap}"} if self.rate_mode else {}),
         }
 
     def fingerprint(self, name: str) -> Fingerprint:
@@ -700,15 +816,20 @@ class SpecguardSession:
         """
         fp = self.fingerprint(name)
         try:
-            hist = self.store.history(name, fp, concurrency)
+            hist = self.store.history(name, fp, self.store_level(concurrency))
             if hist is not None:
-                samples = [s for s in (getattr(x, metric) for x in hist.sessions) if s]
+                samples = [s for s in (metric_values(x, metric) for x in hist.sessions) if s]
                 if samples:
                     return samples, "", False
             others = self.store.other_fingerprints(name)
         except BaselineError as exc:
             return None, str(exc), True
         create = self._record_hint(name, concurrency)
+        category = split_gate(metric)[1]
+        if hist is not None and hist.sessions and category:
+            return None, (f"the baseline for {name} c{concurrency} in {self.store.path_for(name)} has no accept lengths "
+                          f"for prompt category {category!r} (recorded before per-category figures were stored, or "
+                          f"its runs had no such prompts); {create}"), False
         if others:
             diffs = fp.differences(others[0])
             return None, (f"baseline for {name} c{concurrency} was recorded with another environment; "
@@ -719,7 +840,7 @@ class SpecguardSession:
         """A command that records exactly this cell, with this run's suite, directory and servers."""
         if self.options.rerun_hint is not None:
             return "create one with: " + self.options.rerun_hint(name, [concurrency])
-        parts = ["pytest perf_tests", "--update-baselines", f"-k {shlex.quote(f'[{name}-c{concurrency}]')}",
+        parts = ["pytest perf_tests", "--update-baselines", f"-k {shlex.quote(f'[{name}-{self.level_name(concurrency)}]')}",
                  f"--suite {shlex.quote(str(self.suite.path))}", f"--baseline-dir {shlex.quote(str(self.store.directory))}"]
         for n, url in self.options.server_urls.items():
             parts.append(f"--server-url {shlex.quote(f'{n}={url}' if n else url)}")
@@ -736,7 +857,8 @@ class SpecguardSession:
         out["workload"] = spec["workload"]  # same model, same vocabulary: the ids the reference gets
         return out
 
-    def _reference_history(self, spec_name: str, ref: str, concurrency: int) -> tuple[list[list[float]] | None, str, bool]:
+    def _reference_history(self, spec_name: str, ref: str, concurrency: int,
+                           metric: str = "throughputs") -> tuple[list[list[float]] | None, str, bool]:
         """Every stored session of the reference at this concurrency whose fingerprint matches this
         run's environment (all non-speculative fields: workload, engine version, GPU, effective
         arguments); None with the reason otherwise. Other environments are never used. The third
@@ -757,8 +879,8 @@ class SpecguardSession:
             if diffs:
                 mismatches.append("; ".join(diffs))
                 continue
-            cell = entry["cells"].get(f"c{concurrency}")
-            sessions = [_session_from_json(s).throughputs for s in cell["sessions"]] if cell else []
+            cell = entry["cells"].get(cell_key(self.store_level(concurrency)))
+            sessions = [metric_values(_session_from_json(s), metric) for s in cell["sessions"]] if cell else []
             sessions = [s for s in sessions if s]
             if sessions:
                 return sessions, "", False
@@ -773,18 +895,20 @@ class SpecguardSession:
     def throughput_result(self, name: str, concurrency: int) -> GateResult:
         return self._result("throughput", name, concurrency)
 
-    def accept_length_result(self, name: str, concurrency: int) -> GateResult:
-        return self._result("accept_length", name, concurrency)
+    def accept_length_result(self, name: str, concurrency: int, category: str = "") -> GateResult:
+        """The whole run's accept length, or with `category` that prompt category's alone."""
+        return self._result("accept_length", name, concurrency, category=category)
 
     def speculation_result(self, name: str, concurrency: int, must_win_up_to: int | None) -> GateResult:
         return self._result("speculation", name, concurrency, must_win_up_to)
 
-    def _result(self, gate: str, name: str, concurrency: int, must_win_up_to: int | None = None) -> GateResult:
-        self._seen_tests.add(PlannedTest(name, concurrency, gate))
-        decided = self._final.get((gate, name, concurrency))
+    def _result(self, gate: str, name: str, concurrency: int, must_win_up_to: int | None = None,
+                category: str = "") -> GateResult:
+        self._seen_tests.add(PlannedTest(name, concurrency, gate, category))
+        decided = self._final.get((gate_label(gate, category), name, concurrency))
         if decided is not None and must_win_up_to in (None, self.options.speculation_must_win_up_to):
             return self._record(decided)
-        result = self._guarded(gate, name, concurrency, 1, must_win_up_to)
+        result = self._guarded(gate, name, concurrency, 1, must_win_up_to, category)
         self.stage1_results.append(result)
         return self._record(result)
 
@@ -794,23 +918,25 @@ class SpecguardSession:
         for t in self.plan_info.selected_tests:
             if t.config != name or self._cell_error(name, t.concurrency) or (name, t.concurrency) not in self.cells:
                 continue
-            result = self._guarded(t.gate, name, t.concurrency, stage, None)
+            result = self._guarded(t.gate, name, t.concurrency, stage, None, t.category)
             (self.stage1_results if stage == 1 else self.stage2_results).append(result)
-            self._final[(t.gate, name, t.concurrency)] = result
+            self._final[(gate_label(t.gate, t.category), name, t.concurrency)] = result
             out.append(result)
         return out
 
-    def _guarded(self, gate: str, name: str, concurrency: int, stage: int, must_win_up_to: int | None) -> GateResult:
+    def _guarded(self, gate: str, name: str, concurrency: int, stage: int, must_win_up_to: int | None,
+                 category: str = "") -> GateResult:
         """Decide one gate; an unexpected exception is an internal error (not measured), never a regression."""
+        label = gate_label(gate, category)
         try:
             if gate == "speculation":
                 return self._speculation(name, concurrency, must_win_up_to, stage)
-            return self._history_result(gate, name, concurrency, stage)
+            return self._history_result(gate, name, concurrency, stage, category)
         except ConfigUnavailable as exc:
-            return GateResult(gate, name, concurrency, SKIP if exc.skip else ERROR, exc.line, stage=stage)
+            return GateResult(label, name, concurrency, SKIP if exc.skip else ERROR, exc.line, stage=stage)
         except Exception as exc:  # noqa: BLE001 - reported as one line, the test is "not measured"
-            return GateResult(gate, name, concurrency, ERROR,
-                              f"{gate} {name} c{concurrency}: internal error (a specguard bug): {type(exc).__name__}: {exc}",
+            return GateResult(label, name, concurrency, ERROR,
+                              f"{label} {name} c{concurrency}: internal error (a specguard bug): {type(exc).__name__}: {exc}",
                               stage=stage)
 
     def _launch_values(self, name: str, concurrency: int, metric: str) -> list[list[float]]:
@@ -818,7 +944,15 @@ class SpecguardSession:
         launches = [m for _, m in self.launch_cells.get((name, concurrency), [])]
         if not launches and (name, concurrency) in self.cells:  # measured without launch records
             launches = [self.cells[(name, concurrency)]]
-        return [v for v in (getattr(m, metric) for m in launches) if v]
+        return [v for v in (metric_values(m, metric) for m in launches) if v]
+
+    def _stored(self, name: str, concurrency: int, metric: str) -> list[list[float]]:
+        """A started configuration's stored sessions of a metric at a level ([] when none or unknown)."""
+        state = self.servers.get(name)
+        if state is None or state.handle is None:
+            return []
+        hist, _, _ = self.baseline_history(name, concurrency, metric)
+        return hist or []
 
     def _spread(self, metric: str):
         """The metric's between-session spread pooled over the selected cells whose stored history
@@ -833,26 +967,30 @@ class SpecguardSession:
                 histories[(name, c)] = hist
         return session_spread(histories) if histories else None
 
-    def _history_result(self, gate: str, name: str, concurrency: int, stage: int) -> GateResult:
+    def _history_result(self, gate: str, name: str, concurrency: int, stage: int, category: str = "") -> GateResult:
         tol = self.suite.tolerances
-        metric = "throughputs" if gate == "throughput" else "accept_lengths"
+        label = gate_label(gate, category)
+        metric = "throughputs" if gate == "throughput" else gate_label("accept_lengths", category)
         launches = self._launch_values(name, concurrency, metric)
         current = [v for l in launches for v in l]
         if gate == "accept_length" and not current:
-            return GateResult("accept_length", name, concurrency, ERROR,
-                              f"accept_length {name} c{concurrency}: no run has an accept length: the requests "
-                              f"carried no spec_verify_ct and the engine's run-level source (if any) saw no drafts",
-                              stage=stage)
+            why = (f"no run has an accept length for prompt category {category!r}: its requests carried no "
+                   f"spec_verify_ct (per-category accept lengths need per-request counts: api native or openai)"
+                   if category else
+                   "no run has an accept length: the requests carried no spec_verify_ct and the engine's "
+                   "run-level source (if any) saw no drafts")
+            return GateResult(label, name, concurrency, ERROR, f"{label} {name} c{concurrency}: {why}", stage=stage)
         history, reason, is_error = self.baseline_history(name, concurrency, metric)
         if history is None:
-            return GateResult(gate, name, concurrency, ERROR if is_error else SKIP, reason, current=_mean(current),
+            return GateResult(label, name, concurrency, ERROR if is_error else SKIP, reason, current=_mean(current),
                               stage=stage)
         if gate == "throughput":
             extra = dict(tolerance=tol.throughput, prior_between_sd=tol.prior_between_sd)
         else:
             extra = dict(tolerance=tol.accept_length, prior_between_sd=tol.prior_between_sd_accept, prior_day_sd=0.0)
-        return launch_history_gate(gate, name, concurrency, launches, history,
-                                   alpha_cell=self.design.stage_alpha(self.alpha_cell), rule=tol.fail_rule,
+        alpha = self.plan_info.alpha_for(gate, name, concurrency, category)
+        return launch_history_gate(label, name, concurrency, launches, history,
+                                   alpha_cell=self.design.stage_alpha(alpha), rule=tol.fail_rule,
                                    design=self.design, spread=self._spread(metric), stage=stage, **extra)
 
     def _speculation(self, name: str, concurrency: int, must_win_up_to: int | None, stage: int) -> GateResult:
@@ -862,12 +1000,18 @@ class SpecguardSession:
         if ref is None:
             return GateResult("speculation", name, concurrency, ERROR,
                               f"{where}: configuration has no reference in {self.suite.path}", stage=stage)
-        spec = self._launch_values(name, concurrency, "throughputs")
-        limit = next((x for x in (must_win_up_to, self.options.speculation_must_win_up_to,
-                                  cfg.speculation_must_win_up_to) if x is not None), None)
+        metric = "request_goodputs" if self.suite.tolerances.speculation_metric == "goodput" else "throughputs"
+        spec = self._launch_values(name, concurrency, metric)
+        if metric == "request_goodputs" and any(v <= 0 for l in spec for v in l):
+            return GateResult("speculation", name, concurrency, ERROR,
+                              f"{where}: goodput 0 in a run: no request met sweep.slo = {self.suite.sweep.slo!r}, so the "
+                              f"goodput ratio is undefined; loosen the SLOs or lower the level", stage=stage)
+        limit = self.must_win_limit(name, must_win_up_to)
         must_win = limit is not None and concurrency <= limit
-        common = dict(must_win=must_win, tol=self.suite.tolerances, alpha_cell=self.design.stage_alpha(self.alpha_cell),
-                      design=self.design, spread=self._spread("throughputs"), stage=stage)
+        alpha = self.plan_info.alpha_for("speculation", name, concurrency)
+        common = dict(must_win=must_win, tol=self.suite.tolerances, alpha_cell=self.design.stage_alpha(alpha),
+                      design=self.design, spread=self._spread(metric), stage=stage,
+                      pair_histories=(self._stored(name, concurrency, metric), self._stored(ref, concurrency, metric)))
         ref_cell = self.cells.get((ref, concurrency))
         if ref_cell is not None:
             if ref_cell.error:
@@ -875,21 +1019,28 @@ class SpecguardSession:
                                   f"{where}: reference {ref} c{concurrency} could not be measured: {ref_cell.error.splitlines()[0]}",
                                   stage=stage)
             label = f"{ref} (this session{', measured as reference' if (ref, concurrency) in self.reference_roles else ''})"
-            return must_win_gate(name, concurrency, spec, self._launch_values(ref, concurrency, "throughputs"), label,
-                                 **common)
+            ref_values = self._launch_values(ref, concurrency, metric)
+            if metric == "request_goodputs" and any(v <= 0 for l in ref_values for v in l):
+                return GateResult("speculation", name, concurrency, ERROR,
+                                  f"{where}: reference {ref} had goodput 0 in a run (no request met sweep.slo = "
+                                  f"{self.suite.sweep.slo!r}); the goodput ratio is undefined", stage=stage)
+            return _on_goodput(must_win_gate(name, concurrency, spec, ref_values, label, **common), metric)
         failure = self.servers.get(ref, ServerState()).failure
         if failure is not None and not failure.skip:
             return GateResult("speculation", name, concurrency, ERROR,
                               f"{where}: reference {ref!r} could not be measured: {failure.line}", stage=stage)
         why = f"reference {ref!r} cannot be measured here ({failure.line})" if failure else f"reference {ref!r} was not measured"
-        history, reason, is_error = self._reference_history(name, ref, concurrency)
+        history, reason, is_error = self._reference_history(name, ref, concurrency, metric)
         if history is None:
             return GateResult("speculation", name, concurrency, ERROR if is_error else SKIP,
                               f"{where}: {why} and has no usable stored baseline: {reason}", stage=stage)
         label = f"{ref} (stored, {len(history)} session{'s' if len(history) != 1 else ''}, same environment)"
-        return must_win_gate(name, concurrency, spec, None, label, reference_history=history, **common)
+        return _on_goodput(must_win_gate(name, concurrency, spec, None, label, reference_history=history, **common), metric)
 
     def _record(self, result: GateResult) -> GateResult:
+        if self.rate_mode:  # the gates write "eagle3 c8"; at a rate level it is "eagle3 r8"
+            result.message = result.message.replace(f" {result.config} c{result.concurrency}",
+                                                    f" {result.config} r{result.concurrency}")
         notes = self.warnings_for(result.config)
         cell = self.cells.get((result.config, result.concurrency))
         if cell:
@@ -899,9 +1050,14 @@ class SpecguardSession:
         self.results.append(result)
         return result
 
+    def final_results(self) -> list[GateResult]:
+        """Each gate test's final decision, the one its test reports: stage 2 where the
+        configuration was relaunched, else stage 1 (gates.final_results)."""
+        return final_results(self.stage1_results, self.stage2_results)
+
     def final_failures(self) -> list[GateResult]:
-        """Every enforced failure of the session under its design: per-cell verdicts and Holm, per
-        stage (stage 2 only for relaunched configurations); see gates.final_failures."""
+        """Every enforced failure of the session: per-cell verdicts and Holm, both over each test's
+        final decision, so the family test and the cells say the same thing (gates.final_failures)."""
         return final_failures(self.stage1_results, self.stage2_results, self.suite.tolerances, self.design)
 
     # -- baselines: writing (its own step, all or nothing) ----------------------------------------
@@ -945,7 +1101,7 @@ class SpecguardSession:
             provenance = {"suite": str(self.suite.path), "suite_version": __version__, "git_commit": self.git_commit,
                           "server_command": state.handle.command, "server_args": state.handle.effective.raw,
                           "mode": state.mode}
-            sessions = {c: Session(session_id=self.session_id, date=now_iso(), provenance=provenance,
+            sessions = {self.store_level(c): Session(session_id=self.session_id, date=now_iso(), provenance=provenance,
                                    runs=self._run_samples(name, c))
                         for c in sorted(levels)}
             writes.append(StagedWrite(name, self.fingerprint(name), sessions))
@@ -1022,6 +1178,14 @@ def _merged(name: str, concurrency: int, launches: list[CellMeasurement]) -> Cel
                            warnings=[w for m in launches for w in m.warnings], wall_s=sum(m.wall_s for m in launches))
 
 
+def _on_goodput(result: GateResult, metric: str) -> GateResult:
+    """The speculation gate decided on goodput ([tolerances] speculation_metric = "goodput") says so."""
+    if metric == "request_goodputs":
+        result.message = result.message.replace(" tok/s", " good req/s").replace(
+            f"speculation {result.config} c{result.concurrency}:", f"speculation (goodput) {result.config} c{result.concurrency}:")
+    return result
+
+
 def _mean(xs: list[float]) -> float | None:
     return sum(xs) / len(xs) if xs else None
 
@@ -1053,4 +1217,5 @@ def api_key_from(option: str | None) -> str | None:
 
 __all__ = ["BaselineOutcome", "BaselineStage", "ConfigUnavailable", "PlannedTest", "RunOptions", "ServerDifference",
            "ServerState", "SessionPlan", "SpecguardSession", "api_key_from", "attach_differences",
-           "commit_baseline_stages", "is_speculative_field", "parse_server_args", "parse_server_urls"]
+           "commit_baseline_stages", "gate_label", "is_history_gate", "is_speculative_field", "metric_values",
+           "parse_server_args", "parse_server_urls", "split_gate"]

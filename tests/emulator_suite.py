@@ -6,29 +6,28 @@ from pathlib import Path
 
 
 def emulator_suite_toml(*, concurrency: tuple[int, ...] = (1, 4), output_len: int = 64, cap: int = 64,
-                        baseline_args: str = "", must_win_up_to: int | None = 4) -> str:
-    """``baseline_args``: extra TOML list items for the baseline's args (e.g. a fault flag)."""
+                        baseline_args: str = "", must_win_up_to: int | None = 4, sweep: str | None = None,
+                        workload: str | None = None, tolerances: str = "") -> str:
+    """``baseline_args``: extra TOML list items for the baseline's args (e.g. a fault flag);
+    ``sweep`` / ``workload``: the whole body of that table instead of the default one;
+    ``tolerances``: lines added to the wide default tolerances."""
     must_win = f"speculation_must_win_up_to = {must_win_up_to}\n" if must_win_up_to is not None else ""
+    if sweep is None:
+        sweep = (f"concurrency = [{', '.join(map(str, concurrency))}]\nrequests_per_worker = 4\nwarmup = 1\nrepeats = 3\n"
+                 "read_timeout_s = 20\nrun_timeout_s = 60\n")
+    if workload is None:
+        workload = f'kind = "random-ids"\ninput_len = 32\noutput_len = {output_len}\n'
     return f"""
 [sweep]
-concurrency = [{", ".join(map(str, concurrency))}]
-requests_per_worker = 4
-warmup = 1
-repeats = 3
-read_timeout_s = 20
-run_timeout_s = 60
-
+{sweep}
 [workload]
-kind = "random-ids"
-input_len = 32
-output_len = {output_len}
-
+{workload}
 # Wide priors: these tests share two cores with whatever else runs, and they check behaviour
 # (what fails, what is written), not the gate's sensitivity (docs/gate-study.md measures that).
 [tolerances]
 throughput = 0.05
 prior_between_sd = 0.05
-
+{tolerances}
 [servers.baseline]
 engine = "emulator"
 model_path = "/models/specguard-fast"

@@ -58,6 +58,8 @@ def test_good_suite_loads(tmp_path):
     (("input_len = 64", "input_len = -1"), "[workload]"),
     (("[sweep]", "[sweeps]"), "unknown top-level key"),
     (("[sweep]", "[tolerances]\nfail_rule = \"maybe\"\n\n[sweep]"), "tolerances.fail_rule = 'maybe'"),
+    (("[sweep]", "[tolerances]\npass_confidence = 0.3\n\n[sweep]"), "tolerances.pass_confidence = 0.3"),
+    (("[sweep]", "[sweep]\nrelaunch_p = 0.001"), "sweep.relaunch_p = 0.001"),
 ])
 def test_mistakes_name_file_key_and_fix(tmp_path, change, expected):
     path = write(tmp_path, GOOD.replace(*change, 1))
@@ -76,3 +78,31 @@ def test_missing_and_invalid_files(tmp_path):
 def test_default_suite_file_is_valid():
     suite = load_suite(Path(__file__).parents[1] / "perf_tests" / "suite.toml")
     assert {"baseline", "eagle3", "mtp"} <= set(suite.servers)
+
+
+RATE = GOOD.replace("concurrency = [1, 4]", 'request_rate = [2, 8, 32]\nmax_concurrency = 16\nburstiness = 0.5\n'
+                    'slo = "ttft_ms=200,tpot_ms=20"')
+
+
+def test_request_rate_levels_cap_burstiness_and_slo_load(tmp_path):
+    sweep = load_suite(write(tmp_path, RATE)).sweep
+    assert (sweep.request_rate, sweep.rate_cap, sweep.burstiness, sweep.slo) == ([2, 8, 32], 16, 0.5, "ttft_ms=200,tpot_ms=20")
+    assert sweep.num_requests(8) == 32  # requests_per_worker (4) seconds of arrivals at 8 req/s
+    default = load_suite(write(tmp_path, GOOD)).sweep
+    assert default.request_rate == [] and default.slo is None and default.rate_cap == 64
+
+
+@pytest.mark.parametrize("change,expected", [
+    (("request_rate = [2, 8, 32]", "request_rate = [2, 8, 32]\nconcurrency = [4]"), "either concurrency or request_rate"),
+    (("request_rate = [2, 8, 32]", "request_rate = [0, 8]"), "sweep.request_rate = [0, 8]"),
+    (("request_rate = [2, 8, 32]", "request_rate = [2.5]"), "sweep.request_rate = [2.5] has the wrong type"),
+    (("max_concurrency = 16", "max_concurrency = 0"), "sweep.max_concurrency = 0"),
+    (("burstiness = 0.5", "burstiness = 0"), "sweep.burstiness = 0.0"),
+    (('slo = "ttft_ms=200,tpot_ms=20"', 'slo = "ttft=200"'), "sweep.slo = 'ttft=200'"),
+    (("request_rate = [2, 8, 32]", "concurrency = [1, 4]"), "sweep.max_concurrency = 16: only used with request_rate"),
+])
+def test_request_rate_mistakes_name_the_key(tmp_path, change, expected):
+    path = write(tmp_path, RATE.replace(*change, 1))
+    with pytest.raises(ConfigError) as err:
+        load_suite(path)
+    assert expected in str(err.value) and str(path) in str(err.value), str(err.value)

@@ -19,7 +19,6 @@ import httpx
 import pytest
 
 from emulator_suite import write_emulator_suite
-from specguard.server import free_port
 
 pytestmark = pytest.mark.e2e
 REPO = Path(__file__).resolve().parents[1]
@@ -104,38 +103,8 @@ def test_start_failure_reports_command_exit_code_and_log_and_writes_nothing(tmp_
     assert not (tmp_path / "baselines" / "baseline.json").exists()
 
 
-@pytest.fixture
-def emulator_server(tmp_path):
-    """An emulator started by hand (as a user would start SGLang), stopped by the test."""
-    procs = []
-
-    def start(*flags: str) -> str:
-        port = free_port()
-        log = open(tmp_path / f"emulator-{port}.log", "wb")
-        proc = subprocess.Popen([sys.executable, "-m", "specguard.emulator.launch_server", "--port", str(port),
-                                 "--model-path", "/models/specguard-fast", "--emulator-profile", "fast", *flags],
-                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        procs.append(proc)
-        url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(url + "/health_generate", timeout=2).status_code == 200:
-                    return url
-            except httpx.HTTPError:
-                pass
-            assert proc.poll() is None, (tmp_path / f"emulator-{port}.log").read_text()
-            time.sleep(0.2)
-        raise AssertionError("emulator did not become ready")
-
-    yield start
-    for proc in procs:
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(timeout=15)
-
-
-def test_attach_mode_matches_configs_by_algorithm(tmp_path, emulator_server):
-    url = emulator_server("--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", "/models/d",
+def test_attach_mode_matches_configs_by_algorithm(tmp_path, emulator):
+    url = emulator("--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", "/models/d",
                           "--speculative-num-steps", "3", "--speculative-eagle-topk", "1",
                           "--speculative-num-draft-tokens", "4", "--max-running-requests", "64")
     suite = write_suite(tmp_path)
@@ -148,8 +117,8 @@ def test_attach_mode_matches_configs_by_algorithm(tmp_path, emulator_server):
     assert code == 0 and set(res.values()) == {"passed"}, out
 
 
-def test_attach_reports_the_topk_draft_token_rewrite(tmp_path, emulator_server):
-    url = emulator_server("--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", "/models/d",
+def test_attach_reports_the_topk_draft_token_rewrite(tmp_path, emulator):
+    url = emulator("--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", "/models/d",
                           "--speculative-num-steps", "1", "--speculative-eagle-topk", "1",
                           "--speculative-num-draft-tokens", "16", "--max-running-requests", "64")
     suite = tmp_path / "s.toml"

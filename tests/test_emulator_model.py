@@ -372,3 +372,663 @@ def test_docs_emulator_tables_match_the_simulator():
         sb, se = seed.get(c, ("-", "-"))
         want.append([str(c), f"{sb} / {base:.1f}", f"{se} / {eagle:.1f}"])
     assert doc_table("seed-b") == want
+
+
+# -- scheduler unit tests on a hand-made profile: exact step costs and bookkeeping (issue 17) ----------
+# Fast (no sweep): tools/mutation.py runs these against model.py's mutants. The profile's costs are
+# linear so every figure can be written down: forward_ms(x) = 1 + x, draft_ms(b) = 0.5 b,
+# attention 1 ms per 1000 context tokens, prefill 2 ms per 1000 uncached prompt tokens.
+import json as _json  # noqa: E402
+import math  # noqa: E402
+
+from specguard.emulator.model import (  # noqa: E402
+    E2E_BUCKETS_S,
+    TTFT_BUCKETS_S,
+    LatencyHistogram,
+    PrefixCache,
+    Step,
+    _mean_one_lognormal,
+    category_survival,
+    run_closed_loop,
+)
+from specguard.emulator.profile import DraftProfile, EmulatorProfile  # noqa: E402
+from specguard.emulator.spec import SpecConfig  # noqa: E402
+
+
+def linear_profile(accept=(1.0, 1.0, 1.0), by_category=None, forward=((1, 2.0), (9, 10.0)), prefill=2.0,
+                   attention=1.0, cap=64) -> EmulatorProfile:
+    draft = DraftProfile(PiecewiseLinear.from_pairs([[1, 0.5], [5, 2.5]], "d"), tuple(accept),
+                         accept_prob_by_category=by_category or {})
+    return EmulatorProfile(name="lin", description="", model_path="/m", context_length=4096, max_running_requests=cap,
+                           forward_ms=PiecewiseLinear.from_pairs([list(p) for p in forward], "f"),
+                           attention_ms_per_ktok=attention, prefill_ms_per_ktok=prefill,
+                           drafts={"EAGLE3": draft, "NGRAM": draft})
+
+
+def lin_scheduler(spec=None, cap=None, profile=None, **kw) -> BatchScheduler:
+    p = profile or linear_profile()
+    settings = resolve_settings(p, spec, cap, attn_dp_size=kw.pop("attn_dp_size", 1), dp_size=kw.pop("dp_size", 1))
+    return BatchScheduler(SchedulerConfig(p, settings, kw.pop("seed", 0), jitter_pct=kw.pop("jitter", 0.0),
+                                          drift_pct=kw.pop("drift", 0.0), **kw))
+
+
+def drive(sched: BatchScheduler, now: float = 0.0) -> float:
+    while sched.has_work():
+        step = sched.next_step(now)
+        now += step.duration_ms
+        sched.complete(step, now)
+    return now
+
+
+def test_request_remaining_and_finished():
+    r = GenRequest(prompt_tokens=5, max_new_tokens=4)
+    r.completion_tokens = 3
+    assert r.remaining == 1 and not r.finished
+    r.finish_ms = 0.0
+    assert r.finished
+
+
+def test_histogram_counts_a_value_in_the_first_bound_at_or_above_it():
+    h = LatencyHistogram((0.1, 0.2, 0.4))
+    assert h.cumulative == [0, 0, 0]
+    h.observe(0.2)
+    h.observe(0.05)
+    h.observe(1.0)
+    assert h.cumulative == [1, 2, 2] and h.count == 3 and h.sum_s == pytest.approx(1.25)
+    assert TTFT_BUCKETS_S[:3] == (0.1, 0.2, 0.4) and TTFT_BUCKETS_S[-1] == 400.0 and len(TTFT_BUCKETS_S) == 18
+    assert E2E_BUCKETS_S == TTFT_BUCKETS_S + (600.0, 1200.0, 1800.0, 2400.0)
+
+
+def test_prefix_cache_hits_all_but_the_last_token_and_forgets_the_oldest():
+    cache = PrefixCache(max_entries=2)
+    assert cache.cached_tokens(None, 100) == 0 and cache.cached_tokens(None, 100) == 0
+    assert cache.cached_tokens("a", 100) == 0 and cache.cached_tokens("a", 100) == 99
+    assert cache.cached_tokens("z", 0) == 0 and cache.cached_tokens("z", 0) == 0  # never negative
+    assert cache.cached_tokens("a", 10) == 9  # a is now the newest
+    cache.cached_tokens("b", 10)  # evicts z, the least recently used
+    assert cache.cached_tokens("a", 10) == 9 and cache.cached_tokens("z", 10) == 0
+    assert cache.cached_tokens("b", 10) == 0  # b went when z came back
+    cache.clear()
+    assert cache.cached_tokens("a", 10) == 0
+
+
+def test_current_steps_and_draft_tokens():
+    assert lin_scheduler().current_steps is None and lin_scheduler().current_draft_tokens is None
+    static = lin_scheduler(SpecRequest("EAGLE3", 2, 1, 3), 8)
+    assert (static.current_steps, static.current_draft_tokens) == (2, 3)
+    adaptive = lin_scheduler(SpecRequest("EAGLE3", adaptive=True), 8)
+    assert (adaptive.current_steps, adaptive.current_draft_tokens) == (3, 4)
+    adaptive.adaptive.active_steps = 0
+    assert (adaptive.current_steps, adaptive.current_draft_tokens) == (0, 1)
+
+
+def test_submit_stamps_arrival_and_deals_ranks_only_when_there_are_several():
+    one = lin_scheduler(cap=8)
+    r = GenRequest(1, 1)
+    one.submit(r, 12.5)
+    assert r.arrival_ms == 12.5 and r.rank == 0 and one._next_rank == 0 and list(one.waiting) == [r]
+    three = lin_scheduler(cap=9, dp_size=3)
+    reqs = [GenRequest(1, 1) for _ in range(4)]
+    for q in reqs:
+        three.submit(q, 0.0)
+    assert [q.rank for q in reqs] == [0, 1, 2, 0]
+
+
+def test_abort_removes_a_request_wherever_it_is():
+    s = lin_scheduler(cap=1)
+    a, b = GenRequest(10, 5), GenRequest(10, 5)
+    s.submit(a, 0.0)
+    s.submit(b, 0.0)
+    s.complete(s.next_step(0.0), 1.0)  # a runs, b waits (cap 1)
+    s.abort(b)
+    assert b.aborted and list(s.waiting) == [] and s.running == [a]
+    s.abort(a)
+    assert s.running == [] and s.running_per_rank == [0] and not s.has_work()
+    s.abort(a)  # twice: nothing more
+    assert s.running_per_rank == [0]
+    done = GenRequest(1, 1)
+    done.finish_ms = 3.0
+    s.abort(done)
+    assert not done.aborted
+
+
+def test_an_aborted_request_in_a_planned_step_gets_nothing():
+    s = lin_scheduler(cap=4)
+    a, b = GenRequest(10, 2), GenRequest(10, 2)
+    s.submit(a, 0.0)
+    s.submit(b, 0.0)
+    s.complete(s.next_step(0.0), 1.0)
+    step = s.next_step(1.0)
+    s.abort(a)
+    finished = s.complete(step, 2.0)
+    assert finished == [b] and a.completion_tokens == 1 and a.verify_ct == 0 and s.running_per_rank == [0]
+    assert s.stats.counters[True].num_requests == 1
+
+
+def test_admission_up_to_the_cap_then_decode():
+    s = lin_scheduler(cap=2)
+    assert s.next_step(0.0) is None and not s._can_admit()
+    reqs = [GenRequest(1000, 3) for _ in range(3)]
+    for r in reqs:
+        s.submit(r, 0.0)
+    step = s.next_step(5.0)
+    assert step.kind == "prefill" and step.requests == reqs[:2] and list(s.waiting) == [reqs[2]]
+    # forward_ms(2) = 3, prefill 2 ms/ktok x 2000 uncached tokens = 4
+    assert step.duration_ms == 7.0 and step.grants == [1, 1] and reqs[0].admit_ms == 5.0
+    s.complete(step, 12.0)
+    assert not s._can_admit() and s.next_step(12.0).kind == "decode"
+
+
+def test_admission_time_is_never_before_arrival():
+    s = lin_scheduler(cap=2)
+    r = GenRequest(10, 2)
+    s.submit(r, 30.0)
+    s.next_step(20.0)
+    assert r.admit_ms == 30.0
+
+
+def test_prefill_cost_counts_only_uncached_tokens_and_grants_at_most_the_budget():
+    s = lin_scheduler(cap=8)
+    first = GenRequest(1000, 1, prompt_key="p")
+    s.submit(first, 0.0)
+    step = s.next_step(0.0)
+    assert step.duration_ms == 2.0 + 2.0 and first.cached_tokens == 0
+    s.complete(step, 4.0)
+    assert first.finished and first.first_token_ms == 4.0 and first.finish_ms == 4.0
+    again, empty = GenRequest(1000, 1, prompt_key="p"), GenRequest(500, 0)
+    s.submit(again, 4.0)
+    s.submit(empty, 4.0)
+    step = s.next_step(4.0)
+    # forward_ms(2) = 3; uncached: 1 of the cached prompt + 500 = 501 -> 1.002 ms
+    assert again.cached_tokens == 999 and step.duration_ms == pytest.approx(3.0 + 1.002, abs=1e-12)
+    assert step.grants == [1, 0]
+
+
+def test_plain_decode_cost_and_one_token_each():
+    s = lin_scheduler(cap=8)
+    reqs = [GenRequest(999, 10) for _ in range(3)]
+    for r in reqs:
+        s.submit(r, 0.0)
+    s.complete(s.next_step(0.0), 1.0)
+    step = s.next_step(1.0)
+    # forward_ms(3) = 4; attention 1 ms/ktok x 3 x (999 + 1) = 3
+    assert step.kind == "decode" and step.duration_ms == 7.0 and step.grants == [1, 1, 1]
+    assert (step.steps, step.draft_tokens) == (0, 1)
+
+
+def test_speculative_decode_cost_and_full_acceptance():
+    s = lin_scheduler(SpecRequest("EAGLE3", 2, 1, 3), 8)
+    reqs = [GenRequest(999, 10), GenRequest(999, 2)]
+    for r in reqs:
+        s.submit(r, 0.0)
+    s.complete(s.next_step(0.0), 1.0)
+    step = s.next_step(1.0)
+    # forward_ms(2 x 3) = 7; 2 draft passes x draft_ms(2) = 2 x 1.0; attention 2 x 1000 / 1000 = 2
+    assert step.duration_ms == 11.0 and (step.steps, step.draft_tokens) == (2, 3)
+    assert step.grants == [3, 1]  # every draft accepted (p = 1), capped by what is left
+    s.complete(step, 12.0)
+    assert reqs[0].completion_tokens == 4 and reqs[0].verify_ct == 1 and reqs[0].accepted_drafts == 2
+    assert reqs[0].correct_hist == [0, 0, 1] and reqs[1].correct_hist == [1] and reqs[1].finished
+
+
+def test_no_acceptance_gives_one_token_per_verify():
+    s = lin_scheduler(SpecRequest("EAGLE3", 3, 1, 4), 8, profile=linear_profile(accept=(0.0,)))
+    r = GenRequest(10, 4)
+    s.submit(r, 0.0)
+    drive(s)
+    assert r.completion_tokens == 4 and r.verify_ct == 3 and r.correct_hist == [3] and r.accepted_drafts == 0
+
+
+def test_ngram_window_costs_one_draft_pass():
+    s = lin_scheduler(SpecRequest("NGRAM", num_draft_tokens=3, ngram_max_bfs_breadth=3), 8)
+    r = GenRequest(999, 10)
+    s.submit(r, 0.0)
+    s.complete(s.next_step(0.0), 1.0)
+    step = s.next_step(1.0)
+    # steps = 3 // 3 = 1: forward_ms(1 x 3) = 4, one pass of draft_ms(1) = 0.5, attention 1.0
+    assert step.duration_ms == 5.5 and step.grants == [3]
+
+
+def test_adaptive_zero_steps_is_a_plain_decode(tmp_path):
+    path = tmp_path / "a.json"
+    path.write_text(_json.dumps({"1": {"candidate_steps": [0]}, "4": {"candidate_steps": [2]}}))
+    s = lin_scheduler(SpecRequest("EAGLE3", 0, 1, adaptive=True, adaptive_config=str(path)), 8)
+    r = GenRequest(999, 5)
+    s.submit(r, 0.0)
+    s.complete(s.next_step(0.0), 1.0)
+    step = s.next_step(1.0)
+    # forward_ms(1 x 1) = 2, no draft pass, attention 1.0
+    assert (step.steps, step.draft_tokens, step.grants, step.duration_ms) == (0, 1, [1], 3.0)
+    s.complete(step, 4.0)
+    assert r.correct_hist == [1]
+
+
+def test_adaptive_routes_the_batch_to_its_slot(tmp_path):
+    path = tmp_path / "a.json"
+    path.write_text(_json.dumps({"1": {"candidate_steps": [0]}, "2": {"candidate_steps": [2]}}))
+    s = lin_scheduler(SpecRequest("EAGLE3", 0, 1, adaptive=True, adaptive_config=str(path)), 8)
+    for _ in range(2):
+        s.submit(GenRequest(999, 9), 0.0)
+    s.complete(s.next_step(0.0), 1.0)
+    step = s.next_step(1.0)
+    # forward_ms(2 x 3) = 7, 2 passes x draft_ms(2) = 2, attention 2
+    assert (step.steps, step.draft_tokens, step.grants, step.duration_ms) == (2, 3, [3, 3], 11.0)
+    assert (s.current_steps, s.current_draft_tokens) == (2, 3)
+
+
+def test_replicas_cost_the_largest_replica_batch_and_split_attention():
+    s = lin_scheduler(cap=4, dp_size=2)
+    for _ in range(3):
+        s.submit(GenRequest(999, 5), 0.0)
+    s.complete(s.next_step(0.0), 1.0)
+    assert s.running_per_rank == [2, 1]
+    step = s.next_step(1.0)
+    # forward_ms(2) = 3 (the larger replica), attention 3 x 1000 / 1000 / 2 replicas = 1.5
+    assert step.duration_ms == 4.5
+
+
+def test_attention_dp_ranks_cost_as_one_batch():
+    s = lin_scheduler(cap=4, attn_dp_size=2)
+    for _ in range(3):
+        s.submit(GenRequest(999, 5), 0.0)
+    s.complete(s.next_step(0.0), 1.0)
+    step = s.next_step(1.0)
+    assert step.duration_ms == 4.0 + 3.0  # forward_ms(3) + attention of all 3
+
+
+def test_a_full_rank_does_not_block_another_rank():
+    s = lin_scheduler(cap=2, attn_dp_size=2)  # one per rank
+    reqs = [GenRequest(10, 5) for _ in range(4)]  # ranks 0, 1, 0, 1
+    s.submit(reqs[0], 0.0)
+    s.complete(s.next_step(0.0), 1.0)  # rank 0 full
+    for r in reqs[1:]:
+        s.submit(r, 1.0)
+    assert s._can_admit()
+    step = s.next_step(1.0)
+    assert step.requests == [reqs[1]] and list(s.waiting) == [reqs[2], reqs[3]] and s.running_per_rank == [1, 1]
+    assert not s._can_admit()
+
+
+def test_a_full_single_rank_stops_at_the_first_waiting_request():
+    s = lin_scheduler(cap=1)
+    a, b, c = GenRequest(10, 5), GenRequest(10, 5), GenRequest(10, 5)
+    for r in (a, b, c):
+        s.submit(r, 0.0)
+    s.next_step(0.0)
+    assert list(s.waiting) == [b, c] and s.running == [a]
+    step = s._prefill_step(1.0)  # planned anyway: admits nobody, keeps the order
+    assert step.requests == [] and list(s.waiting) == [b, c]
+
+
+def test_time_factor_and_jitter_scale_every_step():
+    s = lin_scheduler(cap=8, step_scale=3.0, speed_factor=2.0)
+    assert s._scaled(10.0) == 15.0 and s.drift == 1.0
+    j = lin_scheduler(cap=8, seed=4, jitter=5.0)
+    rng = np.random.default_rng([4, 2])
+    assert j.drift == 1.0
+    want = 10.0 * math.exp(rng.normal(-0.05 * 0.05 / 2.0, 0.05))
+    assert j._scaled(10.0) == pytest.approx(want, rel=1e-12)
+    d = lin_scheduler(cap=8, seed=4, drift=10.0)
+    rng = np.random.default_rng([4, 2])
+    assert d.drift == pytest.approx(math.exp(rng.normal(-0.01 / 2.0, 0.1)), rel=1e-12)
+    assert d._scaled(10.0) == pytest.approx(10.0 * d.drift, rel=1e-12)
+
+
+def test_noise_defaults_come_from_the_profile():
+    p = linear_profile()
+    p = EmulatorProfile(**{**p.__dict__, "jitter_pct": 2.0, "drift_pct": 3.0})
+    s = BatchScheduler(SchedulerConfig(p, resolve_settings(p, None, 8), seed=1))
+    rng = np.random.default_rng([1, 2])
+    assert s.drift == pytest.approx(math.exp(rng.normal(-0.03 * 0.03 / 2, 0.03)), rel=1e-12)
+    assert s._jitter_sd == 0.02
+
+
+def test_mean_one_lognormal():
+    assert _mean_one_lognormal(np.random.default_rng(0), 0.0) == 1.0
+    assert _mean_one_lognormal(np.random.default_rng(0), -1.0) == 1.0
+    rng = np.random.default_rng(7)
+    want = math.exp(np.random.default_rng(7).normal(-0.125, 0.5))
+    assert _mean_one_lognormal(rng, 0.5) == pytest.approx(want, rel=1e-12)
+
+
+def test_category_survival_multiplies_and_caps_each_position():
+    spec = SpecConfig("EAGLE3", 3, 1, 4, (0.5, 0.5, 0.5), PiecewiseLinear.from_pairs([[1, 1.0]], "d"),
+                      accept_prob_by_category=(("code", (0.8, 0.5, 0.5)),))
+    out = category_survival(spec, {"chat": 3.0, "code": 0.5})
+    assert list(out) == ["chat", "code"]
+    assert out["chat"].tolist() == [1.0, 1.0, 1.0]  # 0.5 x 3 capped at 1
+    assert out["code"].tolist() == pytest.approx([0.4, 0.1, 0.025])
+    assert category_survival(spec, {})["code"].tolist() == pytest.approx([0.8, 0.4, 0.2])
+    plain = SpecConfig("EAGLE3", 3, 1, 4, (0.5,), PiecewiseLinear.from_pairs([[1, 1.0]], "d"))
+    assert category_survival(plain, {}) == {}
+
+
+def test_each_request_draws_with_its_categorys_acceptance():
+    p = linear_profile(accept=(1.0, 1.0), by_category={"hard": (0.0, 0.0)})
+    s = lin_scheduler(SpecRequest("EAGLE3", 2, 1, 3), 8, profile=p)
+    easy, hard = GenRequest(10, 9), GenRequest(10, 9, category="hard")
+    s.submit(easy, 0.0)
+    s.submit(hard, 0.0)
+    s.complete(s.next_step(0.0), 1.0)
+    assert s.next_step(1.0).grants == [3, 1]
+    s2 = lin_scheduler(SpecRequest("EAGLE3", 2, 1, 3), 8, profile=linear_profile(accept=(1.0, 1.0)),
+                       category_accept_factor={"slow": 0.0})
+    a, b = GenRequest(10, 9, category="slow"), GenRequest(10, 9)
+    s2.submit(a, 0.0)
+    s2.submit(b, 0.0)
+    s2.complete(s2.next_step(0.0), 1.0)
+    assert s2.next_step(1.0).grants == [1, 3]
+
+
+def test_finished_requests_fill_the_counters_of_their_stream_kind():
+    s = lin_scheduler(SpecRequest("EAGLE3", 2, 1, 3), 8)
+    a = GenRequest(100, 4, streaming=True)
+    b = GenRequest(50, 1, streaming=False)
+    probe = GenRequest(7, 1, counted=False)
+    for r in (a, b, probe):
+        s.submit(r, 0.0)
+    drive(s)
+    st, ns = s.stats.counters[True], s.stats.counters[False]
+    assert (st.num_requests, st.prompt_tokens, st.generation_tokens, st.verify_calls, st.spec_requests) == (1, 100, 4, 1, 1)
+    assert (ns.num_requests, ns.prompt_tokens, ns.generation_tokens, ns.verify_calls, ns.spec_requests) == (1, 50, 1, 0, 0)
+    assert st.ttft.count == 1 and st.ttft.sum_s == pytest.approx(a.first_token_ms / 1000.0)
+    assert st.e2e.sum_s == pytest.approx(a.finish_ms / 1000.0) and ns.e2e.count == 1
+    assert s.stats.prefill_steps == 1 and s.stats.decode_steps == 1
+
+
+def test_cached_tokens_are_counted_and_plain_servers_count_no_verifies():
+    s = lin_scheduler(cap=8)
+    for _ in range(2):
+        s.submit(GenRequest(100, 3, prompt_key="k"), 0.0)
+        drive(s)
+    c = s.stats.counters[True]
+    assert (c.num_requests, c.prompt_tokens, c.cached_tokens, c.generation_tokens, c.verify_calls) == (2, 200, 99, 6, 0)
+
+
+def test_gauges_fold_every_log_interval():
+    s = lin_scheduler(SpecRequest("EAGLE3", 2, 1, 3), 8, decode_log_interval=2)
+    r = GenRequest(999, 100)
+    s.submit(r, 0.0)
+    s.complete(s.next_step(0.0), 1.0)
+    step = s.next_step(1.0)
+    assert s.stats._interval_start_ms == 1.0
+    s.complete(step, 11.0)
+    assert s.stats.decode_steps == 1 and s.stats.gen_throughput == 0.0 and s.stats.avg_spec_accept_length is None
+    step = s.next_step(11.0)
+    s.complete(step, 21.0)  # second decode step: fold
+    st = s.stats
+    assert st.decode_steps == 2 and st.gen_throughput == pytest.approx(6 / 0.020)
+    assert st.spec_accept_length == 3.0 and st.spec_accept_rate == 1.0 and st.avg_spec_accept_length == 3.0
+    assert (st.spec_num_steps, st.spec_num_draft_tokens) == (2, 3)
+    assert st._interval_start_ms == 21.0 and st._interval_tokens == st._interval_verifies == st._interval_correct == 0
+    assert s.decode_log_line() == ("Decode batch, #running-req: 1, accept len: 3.00, accept rate: 1.00, "
+                                   "gen throughput (token/s): 300.00, #queue-req: 0")
+
+
+def test_accept_rate_counts_correct_drafts_over_proposed():
+    p = linear_profile(accept=(1.0, 0.0))
+    s = lin_scheduler(SpecRequest("EAGLE3", 2, 1, 3), 8, profile=p, decode_log_interval=1)
+    s.submit(GenRequest(10, 100), 0.0)
+    s.complete(s.next_step(0.0), 1.0)
+    s.complete(s.next_step(1.0), 3.0)
+    assert s.stats.spec_accept_length == 2.0 and s.stats.spec_accept_rate == 0.5
+    s.complete(s.next_step(3.0), 3.0)  # a step of no duration: no throughput figure
+    assert s.stats.gen_throughput == 0.0
+    assert s.stats.avg_spec_accept_length == 2.0 and s.stats._reset_verifies == 2
+
+
+def test_plain_server_log_line_and_no_spec_gauges():
+    s = lin_scheduler(cap=8, decode_log_interval=1)
+    s.submit(GenRequest(10, 5), 0.0)
+    s.submit(GenRequest(10, 5), 0.0)
+    s.complete(s.next_step(0.0), 1.0)
+    s.complete(s.next_step(1.0), 5.0)
+    assert s.stats.spec_accept_length == 0.0 and s.stats.avg_spec_accept_length is None
+    assert s.decode_log_line() == "Decode batch, #running-req: 2, gen throughput (token/s): 500.00, #queue-req: 0"
+
+
+def test_flush_resets_the_accept_statistics_and_the_cache():
+    s = lin_scheduler(SpecRequest("EAGLE3", 2, 1, 3), 8, decode_log_interval=1)
+    s.submit(GenRequest(10, 100, prompt_key="k"), 0.0)
+    s.complete(s.next_step(0.0), 1.0)
+    s.complete(s.next_step(1.0), 2.0)
+    s.stats._interval_tokens = 5
+    s.reset_accept_stats()
+    st = s.stats
+    assert st.avg_spec_accept_length is None and st.decode_steps == 0 and st._reset_tokens == st._reset_verifies == 0
+    assert st._interval_tokens == st._interval_verifies == st._interval_correct == 0
+    assert s.prefix_cache.cached_tokens("k", 10) == 0
+
+
+def test_closed_loop_on_a_constant_cost_model_exact():
+    # every step costs 3 ms: a 3-token request = prefill + 2 decodes = 9 ms; one client, 2 requests
+    p = linear_profile(forward=((1, 3.0),), prefill=0.0, attention=0.0)
+    sched = BatchScheduler(SchedulerConfig(p, resolve_settings(p, None, 8), jitter_pct=0.0, drift_pct=0.0))
+    r = run_closed_loop(sched, 1, 2, 10, 3)
+    assert (r.concurrency, r.num_requests, r.max_running_requests, r.completion_tokens) == (1, 2, 8, 6)
+    assert r.duration_s == pytest.approx(0.018) and r.output_throughput == pytest.approx(6 / 0.018)
+    assert r.accept_length is None and r.mean_ttft_ms == 3.0 and r.mean_itl_ms == 3.0 and r.mean_e2e_ms == 9.0
+    assert (r.decode_steps, r.prefill_steps) == (4, 2)
+
+
+def test_closed_loop_concurrency_above_the_requests_and_one_token_outputs():
+    p = linear_profile(forward=((1, 3.0),), prefill=0.0, attention=0.0)
+    sched = BatchScheduler(SchedulerConfig(p, resolve_settings(p, None, 8), jitter_pct=0.0, drift_pct=0.0))
+    r = run_closed_loop(sched, 5, 2, 10, 1)  # both at once; one token each: no ITL sample
+    assert r.completion_tokens == 2 and r.duration_s == 0.003 and r.mean_itl_ms == 0.0 and r.prefill_steps == 1
+
+
+def test_closed_loop_speculative_accept_length_and_distinct_prompts():
+    p = linear_profile(forward=((1, 3.0),), prefill=1000.0, attention=0.0)
+    sched = BatchScheduler(SchedulerConfig(p, resolve_settings(p, SpecRequest("EAGLE3", 2, 1, 3), 8),
+                                           jitter_pct=0.0, drift_pct=0.0))
+    r = run_closed_loop(sched, 1, 2, 10, 7, same_prompt=False)
+    # 7 tokens: 1 from the prefill, then verifies of 3, 3: 2 verifies per request
+    assert r.completion_tokens == 14 and r.accept_length == 14 / 4
+    # distinct prompts: both prefills cost 10 uncached tokens x 1 ms + forward 3 ms; a verify costs
+    # forward_ms(3) + 2 x draft_ms(1) = 4 ms
+    assert r.mean_ttft_ms == 13.0 and r.duration_s == pytest.approx(2 * (13.0 + 2 * 4.0) / 1000.0)
+    same = BatchScheduler(SchedulerConfig(p, resolve_settings(p, SpecRequest("EAGLE3", 2, 1, 3), 8),
+                                          jitter_pct=0.0, drift_pct=0.0))
+    cached = run_closed_loop(same, 1, 2, 10, 7)
+    assert cached.duration_s == pytest.approx((13.0 + 8.0 + 4.0 + 8.0) / 1000.0)  # the second prompt is cached
+
+
+def test_closed_loop_refuses_an_empty_run():
+    for c, n in ((0, 1), (1, 0)):
+        with pytest.raises(ValueError) as err:
+            run_closed_loop(lin_scheduler(cap=8), c, n, 10, 3)
+        assert str(err.value) == "concurrency and num_requests must be >= 1"
+
+
+def test_simulate_closed_loop_passes_every_setting_through():
+    p = linear_profile(forward=((1, 3.0),), prefill=0.0, attention=0.0)
+    r = simulate_closed_loop(p, None, 1, 2, 10, 3, max_running_requests=5, step_scale=2.0, speed_factor=4.0)
+    assert r.max_running_requests == 5 and r.duration_s == pytest.approx(0.009)
+    r = simulate_closed_loop(p, SpecRequest("EAGLE3", 2, 1, 3), 1, 1, 10, 4, accept_length=1.0)
+    assert r.accept_length == 4 / 3 and r.max_running_requests == 48
+    r = simulate_closed_loop(p, None, 4, 4, 10, 2, dp_size=2, max_running_requests=1)
+    assert r.max_running_requests == 2
+    r = simulate_closed_loop(p, None, 4, 4, 10, 2, attn_dp_size=2, max_running_requests=4)
+    assert r.max_running_requests == 4
+
+
+def test_simulate_closed_loop_uses_cuda_graph_padding_for_adaptive_routing(tmp_path):
+    path = tmp_path / "a.json"
+    path.write_text(_json.dumps({"1": {"candidate_steps": [0]}, "2": {"candidate_steps": [2]}}))
+    p = linear_profile(forward=((1, 3.0),), prefill=0.0, attention=0.0)
+    spec = SpecRequest("EAGLE3", 0, 1, adaptive=True, adaptive_config=str(path))
+    plain = simulate_closed_loop(p, spec, 1, 1, 10, 5)
+    assert plain.accept_length == 5 / 4  # batch 1 -> slot 1 -> 0 steps: 4 one-token verifies after the prefill
+    padded = simulate_closed_loop(p, spec, 1, 1, 10, 5, cuda_graph_bs=[2, 4])
+    assert padded.accept_length == 5 / 2  # pads to 2 -> slot 2 -> 2 steps, all accepted: 4 tokens in 2 verifies
+
+
+def test_closed_loop_throughput_of_sub_millisecond_and_zero_cost_runs():
+    fast = linear_profile(forward=((1, 0.5),), prefill=0.0, attention=0.0)
+    r = run_closed_loop(BatchScheduler(SchedulerConfig(fast, resolve_settings(fast, None, 8), jitter_pct=0.0,
+                                                       drift_pct=0.0)), 1, 1, 10, 1)
+    assert r.duration_s == 0.0005 and r.output_throughput == 2000.0
+    free = linear_profile(forward=((1, 0.0),), prefill=0.0, attention=0.0)
+    r = run_closed_loop(BatchScheduler(SchedulerConfig(free, resolve_settings(free, None, 8), jitter_pct=0.0,
+                                                       drift_pct=0.0)), 1, 1, 10, 1)
+    assert r.duration_s == 0.0 and r.output_throughput == 0.0
+
+
+def noisy_linear_profile(**kw) -> EmulatorProfile:
+    p = linear_profile(forward=((1, 3.0),), prefill=1000.0, attention=0.0, **kw)
+    return EmulatorProfile(**{**p.__dict__, "jitter_pct": 5.0, "drift_pct": 5.0})
+
+
+def test_simulate_closed_loop_defaults_noise_off_one_speed_seed_zero_same_prompt():
+    p = noisy_linear_profile()
+    r = simulate_closed_loop(p, None, 1, 2, 10, 3)
+    # noise off, speed 1: prefill 3 + 10 ms of 10 uncached tokens, 2 decodes of 3 ms; the second prompt is cached
+    assert r.duration_s == pytest.approx((13.0 + 6.0 + 4.0 + 6.0) / 1000.0, rel=1e-12)
+    distinct = simulate_closed_loop(p, None, 1, 2, 10, 3, same_prompt=False)
+    assert distinct.duration_s == pytest.approx(2 * 19.0 / 1000.0, rel=1e-12)
+    noisy = simulate_closed_loop(p, None, 1, 2, 10, 3, jitter_pct=None, drift_pct=None)
+    assert noisy == simulate_closed_loop(p, None, 1, 2, 10, 3, jitter_pct=None, drift_pct=None, seed=0)
+    assert noisy.duration_s != r.duration_s
+    only_drift = simulate_closed_loop(p, None, 1, 2, 10, 3, jitter_pct=0.0, drift_pct=None)
+    only_jitter = simulate_closed_loop(p, None, 1, 2, 10, 3, jitter_pct=None, drift_pct=0.0)
+    assert len({only_drift.duration_s, only_jitter.duration_s, r.duration_s}) == 3
+    assert simulate_closed_loop(p, None, 4, 4, 10, 2, attn_dp_size=2, max_running_requests=3).max_running_requests == 2
+
+
+def test_closed_loop_two_token_outputs_have_an_itl_and_one_token_spec_runs_no_accept_length():
+    p = linear_profile(forward=((1, 3.0),), prefill=0.0, attention=0.0)
+    r = simulate_closed_loop(p, None, 1, 1, 10, 2)
+    assert r.mean_itl_ms == 3.0
+    assert simulate_closed_loop(p, SpecRequest("EAGLE3", 2, 1, 3), 1, 1, 10, 1).accept_length is None
+
+
+def test_acceptance_draws_come_from_the_seeded_stream_one_uniform_per_request():
+    p = linear_profile(accept=(0.5, 0.5))
+    s = lin_scheduler(SpecRequest("EAGLE3", 2, 1, 3), 8, profile=p, seed=11, jitter=3.0)
+    for _ in range(5):
+        s.submit(GenRequest(10, 1000), 0.0)
+    s.complete(s.next_step(0.0), 1.0)
+    rng = np.random.default_rng([11, 1])
+    want = (rng.random(5)[:, None] < np.array([0.5, 0.25])).sum(axis=1) + 1
+    assert s.next_step(1.0).grants == want.tolist()
+    assert s.settings is s.config.settings
+
+
+def test_one_step_speculation_draws_its_one_position():
+    s = lin_scheduler(SpecRequest("EAGLE3", 1, 1, 2), 8)
+    s.submit(GenRequest(10, 10), 0.0)
+    s.complete(s.next_step(0.0), 1.0)
+    assert s.next_step(1.0).grants == [2]
+
+
+def test_counters_and_accepted_drafts_add_up_over_requests_and_steps():
+    s = lin_scheduler(SpecRequest("EAGLE3", 2, 1, 3), 8)
+    reqs = [GenRequest(100, 7, prompt_key="k") for _ in range(3)]
+    for r in reqs:
+        s.submit(r, 5.0)
+        drive(s, 10.0)
+    c = s.stats.counters[True]
+    # each: prefill 1 token, then verifies of 3 and 3: 2 verifies, 4 accepted drafts
+    assert reqs[0].accepted_drafts == 4 and reqs[0].verify_ct == 2
+    assert (c.num_requests, c.cached_tokens, c.verify_calls, c.spec_requests) == (3, 198, 6, 3)
+    # arrival 5 ms, the run starts at 10 ms: TTFT and E2E count from the arrival
+    assert c.ttft.sum_s == pytest.approx(sum(r.first_token_ms - 5.0 for r in reqs) / 1000.0)
+    assert c.e2e.sum_s == pytest.approx(sum(r.finish_ms - 5.0 for r in reqs) / 1000.0)
+
+
+def test_gen_throughput_of_a_sub_millisecond_interval():
+    p = linear_profile(forward=((1, 0.25),), prefill=0.0, attention=0.0)
+    s = lin_scheduler(cap=8, profile=p, decode_log_interval=1)
+    s.submit(GenRequest(10, 5), 0.0)
+    s.complete(s.next_step(0.0), 0.25)
+    s.complete(s.next_step(0.25), 0.75)
+    assert s.stats.gen_throughput == pytest.approx(1 / 0.0005)
+
+
+def test_accept_rate_of_one_proposed_draft_and_of_none(tmp_path):
+    s = lin_scheduler(SpecRequest("EAGLE3", 1, 1, 2), 8, decode_log_interval=1)
+    s.submit(GenRequest(10, 10), 0.0)
+    s.complete(s.next_step(0.0), 1.0)
+    s.complete(s.next_step(1.0), 2.0)
+    assert s.stats.spec_accept_rate == 1.0  # 1 correct of 1 proposed
+    path = tmp_path / "a.json"
+    path.write_text(_json.dumps({"1": {"candidate_steps": [0]}}))
+    z = lin_scheduler(SpecRequest("EAGLE3", 0, 1, adaptive=True, adaptive_config=str(path)), 8, decode_log_interval=1)
+    z.submit(GenRequest(10, 10), 0.0)
+    z.complete(z.next_step(0.0), 1.0)
+    z.complete(z.next_step(1.0), 2.0)
+    assert z.stats.spec_accept_rate == 0.0 and z.stats.spec_accept_length == 1.0  # nothing proposed at 0 steps
+
+
+def test_adaptive_steps_follow_the_verified_acceptance(tmp_path):
+    # every draft accepted at 1 step: after the 10 warm-up batches and one 5-batch interval the slot moves up to 3
+    path = tmp_path / "a.json"
+    path.write_text(_json.dumps({"1": {"candidate_steps": [1, 3]}}))
+    s = lin_scheduler(SpecRequest("EAGLE3", 1, 1, adaptive=True, adaptive_config=str(path)), 8)
+    s.submit(GenRequest(10, 1000), 0.0)
+    now = 0.0
+    for _ in range(16):
+        step = s.next_step(now)
+        now += step.duration_ms
+        s.complete(step, now)
+    assert s.current_steps == 3
+    dp = lin_scheduler(SpecRequest("EAGLE3", 1, 1, adaptive=True, adaptive_config=str(path)), 8, dp_size=2)
+    dp.submit(GenRequest(10, 5), 0.0)
+    drive(dp)  # replicas route the verify by the largest replica batch
+    assert dp.stats.decode_steps == 2 and dp.stats.counters[True].generation_tokens == 5  # 1 + 2 + 2
+
+
+def test_a_full_rank_ahead_in_the_queue_does_not_hold_back_another_rank():
+    s = lin_scheduler(cap=2, attn_dp_size=2)  # one running request per rank
+    r0, r1, r2, r3 = (GenRequest(10, 50) for _ in range(4))
+    s.submit(r0, 0.0)
+    s.submit(r1, 0.0)
+    s.complete(s.next_step(0.0), 1.0)
+    s.submit(r2, 1.0)  # rank 0 (full)
+    s.submit(r3, 1.0)  # rank 1
+    s.abort(r1)  # frees rank 1
+    step = s.next_step(1.0)
+    assert step.kind == "prefill" and step.requests == [r3] and list(s.waiting) == [r2]
+
+
+def test_prefix_cache_default_holds_4096_prompts():
+    cache = PrefixCache()
+    for k in range(4096):
+        cache.cached_tokens(k, 10)
+    assert cache.cached_tokens(0, 10) == 9  # still there (and now the newest)
+    cache.cached_tokens("new", 10)  # the 4097th evicts the oldest, 1
+    assert cache.cached_tokens(1, 10) == 0
+
+
+def test_prefill_steps_are_counted_one_by_one():
+    s = lin_scheduler(cap=1)
+    for _ in range(2):
+        s.submit(GenRequest(10, 1), 0.0)
+    drive(s)
+    assert s.stats.prefill_steps == 2 and s.stats.decode_steps == 0
+
+
+def _two_slot_scheduler(tmp_path, **kw) -> BatchScheduler:
+    path = tmp_path / "a.json"
+    path.write_text(_json.dumps({"1": {"candidate_steps": [1]}, "2": {"candidate_steps": [1]}}))
+    return lin_scheduler(SpecRequest("EAGLE3", 1, 1, adaptive=True, adaptive_config=str(path)), 4, **kw)
+
+
+def test_a_verify_is_folded_into_the_slot_of_the_batch_that_ran_it(tmp_path):
+    s = _two_slot_scheduler(tmp_path)
+    short, long_ = GenRequest(10, 2), GenRequest(10, 100)  # short finishes in the first decode step
+    s.submit(short, 0.0)
+    s.submit(long_, 0.0)
+    s.complete(s.next_step(0.0), 1.0)
+    s.complete(s.next_step(1.0), 2.0)
+    assert short.finished and (s.adaptive.slots[2].batches, s.adaptive.slots[1].batches) == (1, 0)
+
+
+def test_replicas_fold_a_verify_into_the_slot_of_the_largest_replica_batch(tmp_path):
+    s = _two_slot_scheduler(tmp_path, dp_size=2)
+    for _ in range(2):
+        s.submit(GenRequest(10, 100), 0.0)  # one per replica
+    s.complete(s.next_step(0.0), 1.0)
+    s.complete(s.next_step(1.0), 2.0)
+    assert s.running_per_rank == [1, 1] and (s.adaptive.slots[1].batches, s.adaptive.slots[2].batches) == (1, 0)

@@ -132,7 +132,24 @@ def test_final_failures_lets_stage_two_supersede_an_inconclusive_stage_one():
     stage2 = [_result("throughput", "eagle3", 16, 0.4, PASS, stage=2)]
     failing = final_failures(stage1, stage2, tol, GateDesign())
     assert [(r.config, r.stage) for r in failing] == [("mtp", 1)]
-    assert GateDesign().stage_alpha(0.01) == 0.005 and GateDesign(relaunch="off").stage_alpha(0.01) == 0.01
+    halves = GateDesign(stage_alpha_rule="halves")
+    assert halves.stage_alpha(0.01) == 0.005 and halves.holm_alpha(0.01) == 0.005
+    assert GateDesign().stage_alpha(0.01) == 0.01 and GateDesign().holm_alpha(0.01) == 0.01  # "screen", the default
+    assert GateDesign(relaunch="off", stage_alpha_rule="halves").stage_alpha(0.01) == 0.01
+
+
+def test_screen_rule_lets_the_pooled_decision_supersede_a_stage_one_fail():
+    # "screen": stage 1 spends no alpha where a relaunch happened; the pooled stage-2 decision is
+    # the test's only verdict, a stage-1 fail included (its p < alpha_cell <= relaunch_p relaunched it).
+    tol = Tolerances()
+    stage1 = [_result("throughput", "eagle3", 16, 1e-6, FAIL), _result("throughput", "mtp", 16, 0.3, PASS)]
+    stage2 = [_result("throughput", "eagle3", 16, 0.2, PASS, stage=2)]
+    assert final_failures(stage1, stage2, tol, GateDesign()) == []
+    assert [(r.config, r.stage) for r in final_failures(stage1, [], tol, GateDesign())] == [("eagle3", 1)]  # attach mode
+    with pytest.raises(ValueError, match="relaunch_p 0.001 is below family_alpha 0.01"):
+        final_failures(stage1, stage2, tol, GateDesign(suspicion_p=0.001))
+    with pytest.raises(ValueError, match="stage alpha rule"):
+        GateDesign(stage_alpha_rule="thirds")
 
 
 def test_crossover_is_interpolated_on_log_concurrency_with_an_interval():
@@ -157,3 +174,60 @@ def test_suite_keys_for_launches_and_relaunch_are_checked(tmp_path):
         parse_suite({**raw, "sweep": {"launches": 0}}, tmp_path / "s.toml")
     ok = parse_suite({**raw, "sweep": {"launches": 2, "relaunch": "off"}}, tmp_path / "s.toml")
     assert ok.sweep.launches == 2
+
+
+def test_family_alphas_split_the_family_by_gate_weight_and_skip_report_only_tests():
+    from specguard.decide.gates import family_alphas
+
+    tests = [("throughput", True)] * 12 + [("accept_length", True)] * 8 + [("speculation", True)] * 6 \
+        + [("speculation", False)] * 2
+    equal = family_alphas(tests, 0.01, GateDesign(gate_weights=(("throughput", 1.0), ("accept_length", 1.0),
+                                                                ("speculation", 1.0))))
+    assert equal[0] == pytest.approx(0.01 / 26) and equal[-1] == pytest.approx(0.01 / 26)  # 26 tests can fail
+    a = family_alphas(tests, 0.01)  # the default weights: throughput 1, accept length 0.25, must-win speculation 2
+    total = 12 + 8 * 0.25 + 6 * 2.0
+    assert a[0] == pytest.approx(0.01 / total) and a[12] == pytest.approx(0.0025 / total)
+    assert a[20] == pytest.approx(0.02 / total)
+    assert sum(x for x, (_, enforced) in zip(a, tests) if enforced) == pytest.approx(0.01)  # the family bound
+
+
+def test_cell_spread_pool_uses_the_cells_history_and_the_pooled_spread_only_to_check_the_prior():
+    hist = [[100.0, 100.1, 99.9], [100.2, 100.3, 100.1], [99.9, 100.0, 99.8], [100.1, 100.0, 100.2], [100.0, 99.9, 100.1]]
+    kw = dict(tolerance=0.03, prior_between_sd=0.005, alpha_cell=0.001, rule="significant")
+    loud = SpreadEstimate(4e-4, 12.0)  # the session's other cells spread 2 %
+    plain = launch_history_gate("throughput", "b", 4, [[99.0, 99.1, 98.9]], hist, **kw)
+    checked = launch_history_gate("throughput", "b", 4, [[99.0, 99.1, 98.9]], hist, spread=loud,
+                                  design=GateDesign(prior_check="pooled"), **kw)
+    as_estimate = launch_history_gate("throughput", "b", 4, [[99.0, 99.1, 98.9]], hist, spread=loud,
+                                      design=GateDesign(spread_pool="suite", prior_check="pooled"), **kw)
+    unchecked = launch_history_gate("throughput", "b", 4, [[99.0, 99.1, 98.9]], hist, spread=loud,
+                                    design=GateDesign(prior_check="off"), **kw)
+    assert "prior raised to the history's spread" in checked.estimate.between_source
+    assert unchecked.estimate.between_sd == pytest.approx(plain.estimate.between_sd)  # the pool was not used
+    # the raised prior (2 %, 8 pseudo dof) and this cell's quiet history (4 dof) against the pool as the estimate
+    assert plain.estimate.between_sd < checked.estimate.between_sd < as_estimate.estimate.between_sd + 1e-12
+
+
+def test_must_win_gate_uses_the_pairs_histories_when_given():
+    rng = np.random.default_rng(4)
+    spec_hist = [list(110 * np.exp(rng.normal(0, 0.03) + rng.normal(0, 0.002, 3))) for _ in range(5)]
+    ref_hist = [list(100 * np.exp(rng.normal(0, 0.03) + rng.normal(0, 0.002, 3))) for _ in range(5)]
+    tol = Tolerances()
+    kw = dict(must_win=True, tol=tol, alpha_cell=0.001, design=GateDesign(prior_check="off"))
+    prior_only = must_win_gate("eagle3", 16, [[104.0, 104.2, 103.9]], [[100.0, 100.1, 99.9]], "baseline", **kw)
+    paired = must_win_gate("eagle3", 16, [[104.0, 104.2, 103.9]], [[100.0, 100.1, 99.9]], "baseline",
+                           pair_histories=(spec_hist, ref_hist), **kw)
+    assert paired.estimate.between_sd > 1.5 * prior_only.estimate.between_sd  # histories that spread 3 % widen it
+    assert _width(paired.estimate) > _width(prior_only.estimate)
+
+
+def test_the_cell_prior_check_raises_a_prior_its_history_contradicts_and_names_it():
+    rng = np.random.default_rng(6)
+    hist = [list(100 * np.exp(rng.normal(0, 0.03) + rng.normal(0, 0.002, 3))) for _ in range(5)]  # 3 % spread
+    kw = dict(tolerance=0.03, prior_between_sd=0.005, alpha_cell=0.001, rule="significant")
+    checked = launch_history_gate("throughput", "b", 4, [[99.0, 99.1, 98.9]], hist, **kw)
+    off = launch_history_gate("throughput", "b", 4, [[99.0, 99.1, 98.9]], hist, design=GateDesign(prior_check="off"), **kw)
+    assert "prior raised to the history's spread (history of 5 sessions)" in checked.estimate.between_source
+    assert checked.estimate.between_sd > 2 * off.estimate.between_sd  # 16 pseudo dof at 0.5 % no longer drown 3 %
+    with pytest.raises(ValueError, match="prior check 'sometimes'; use one of cell, pooled, off"):
+        launch_history_gate("throughput", "b", 4, [[99.0, 99.1]], hist, design=GateDesign(prior_check="sometimes"), **kw)

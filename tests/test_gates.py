@@ -286,8 +286,9 @@ def test_must_win_gate_fields_and_reference_sources():
         must_win_gate("eagle3", 4, [[110, 111]], None, "baseline", must_win=True, tol=tol, alpha_cell=0.01)
 
 
-def test_final_failures_halves_the_family_alpha_only_for_the_sequential_design():
+def test_final_failures_halves_the_family_alpha_only_for_the_sequential_halves_rule():
     r = _result(INCONCLUSIVE, e=est(0.95, threshold=0.97, p_value=0.007))
     tol = Tolerances(family_alpha=0.01)
     assert final_failures([r], [], tol, GateDesign(relaunch="off")) == [r]  # 0.007 < 0.01
-    assert final_failures([r], [], tol, GateDesign(relaunch="on-suspicion")) == []  # 0.007 >= 0.005
+    assert final_failures([r], [], tol, GateDesign(relaunch="on-suspicion", stage_alpha_rule="halves")) == []  # >= 0.005
+    assert final_failures([r], [], tol, GateDesign(relaunch="on-suspicion")) == [r]  # "screen": Holm at the family alpha

@@ -11,16 +11,13 @@ sets it and also fails on a skip.
 
 from __future__ import annotations
 
-import json
 import os
 import re
-import subprocess
-import sys
-import time
-import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+import real_suite_runs
+from real_suite_runs import engine_python, tiny_models
 
 pytestmark = pytest.mark.real_engine
 REPO = Path(__file__).resolve().parents[1]
@@ -42,40 +39,13 @@ EXPECTED_ACCEPT = {"ngram": (4.95, 5.0001), "draft70": (3.15, 3.40), "weakdraft"
 
 def vllm_env() -> dict[str, str]:
     """The environment the suite needs; a set-but-broken one fails (only an unset one skips)."""
-    python = os.environ.get("SPECGUARD_VLLM_PYTHON")
-    if not python:
-        pytest.skip("SPECGUARD_VLLM_PYTHON is not set: run .ci/run_real_engine.sh, or .ci/setup_vllm.sh and "
-                    "export SPECGUARD_VLLM_PYTHON=<its VLLM_PYTHON>")
-    python = os.path.expanduser(python)
-    if not os.access(python, os.X_OK):
-        pytest.fail(f"SPECGUARD_VLLM_PYTHON={python} is not an executable; rerun .ci/setup_vllm.sh")
-    models = Path(os.path.expanduser(os.environ.get("SPECGUARD_TINY_MODELS", "~/.cache/specguard/tiny-models")))
-    missing = [m for m in MODELS if not (models / m / "config.json").is_file()]
-    if missing:
-        pytest.fail(f"tiny models {missing} missing in {models}; run {python} tools/build_tiny_models.py --out {models}")
+    python = engine_python("SPECGUARD_VLLM_PYTHON", ".ci/setup_vllm.sh", ".ci/run_real_engine.sh")
+    models = tiny_models("SPECGUARD_TINY_MODELS", "~/.cache/specguard/tiny-models", MODELS, python)
     return {**os.environ, "SPECGUARD_VLLM_PYTHON": python, "SPECGUARD_TINY_MODELS": str(models)}
 
 
 def run_suite(work: Path, baselines: Path, tag: str, env: dict[str, str], *args: str) -> tuple[int, str, dict[str, str], dict]:
-    """One `pytest perf_tests` session; returns exit code, output, {test id: message or 'passed'}
-    and the results JSON. The output's specguard summary is kept in `work/<tag>-summary.txt`."""
-    junit, results = work / f"{tag}-junit.xml", work / f"{tag}-results.json"
-    cmd = [sys.executable, "-m", "pytest", str(REPO / "perf_tests"), "-p", "no:cacheprovider", "-q",
-           "--suite", str(SUITE), "--baseline-dir", str(baselines), "--junitxml", str(junit),
-           "--results-json", str(results), "--server-log-dir", str(work / "logs"), "--benchmark-disable", *args]
-    started = time.monotonic()
-    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=RUN_TIMEOUT_S, env=env)
-    out = proc.stdout + proc.stderr
-    summary = out[out.find("specguard summary"):] if "specguard summary" in out else out[-4000:]
-    (work / f"{tag}-summary.txt").write_text(f"$ {' '.join(cmd[2:])}\n({time.monotonic() - started:.0f} s, exit {proc.returncode})\n"
-                                             + summary)
-    outcomes: dict[str, str] = {}
-    if junit.exists():
-        for case in ET.parse(junit).getroot().iter("testcase"):
-            bad = next((c for c in case if c.tag in ("failure", "error", "skipped")), None)
-            outcomes[case.get("name")] = "passed" if bad is None else f"{bad.tag}: {bad.get('message', '')}"
-    doc = json.loads(results.read_text()) if results.exists() else {}
-    return proc.returncode, out, outcomes, doc
+    return real_suite_runs.run_suite(SUITE, work, baselines, tag, env, *args, timeout_s=RUN_TIMEOUT_S)
 
 
 def verdicts(doc: dict, gate: str) -> dict[tuple[str, int], str]:

@@ -209,3 +209,549 @@ def test_attention_dp_results_get_no_adaptive_table():
     doc["servers"]["mtp"]["effective_args"]["attn_dp_size"] = 2  # adaptive_unsupported_reason: attention DP
     sg = recommend(doc).sglang
     assert not sg["applies"] and "attention DP (2 ranks)" in sg["reason"]
+
+
+# -- one behaviour per test, exact values (issue 17: each kills a class of mutants) ---------------
+# Curves are built by hand (RatioEstimate values given, not computed), so these tests pin the
+# recommendation logic itself, independent of the gate statistics in decide/stats.py.
+from specguard.decide.stats import RatioEstimate  # noqa: E402
+from specguard.report import recommend as rm  # noqa: E402
+from specguard.report.recommend import Band, Crossing, LevelRatio, Recommendation  # noqa: E402
+
+
+def loglog(c0: float, c1: float, v0: float, v1: float) -> float:
+    """Where the straight line through (log c0, log v0), (log c1, log v1) meets log v = 0."""
+    return c0 * (c1 / c0) ** (math.log(v0) / math.log(v0 / v1))
+
+
+def est(ratio: float, low: float, high: float) -> RatioEstimate:
+    return RatioEstimate(ratio=ratio, low=low, high=high, threshold=1.0, p_value=0.5, dof=4.0, confidence=0.95,
+                         between_sd=0.01, between_source="prior")
+
+
+def curve(*points: tuple[int, float, float, float]) -> list[LevelRatio]:
+    return [LevelRatio(c, est(r, lo, hi)) for c, r, lo, hi in points]
+
+
+def settings(algo="EAGLE3", steps=3, topk=1, tokens=4, cap=None, engine="sglang", graphs=None, dp=None, eff=None):
+    return {"engine": engine, "speculative_algorithm": algo, "cuda_graph_bs": graphs, "attn_dp_size": dp,
+            "effective_algorithm": eff if eff is not None else algo, "num_steps": steps, "eagle_topk": topk,
+            "num_draft_tokens": tokens, "max_running_requests": cap, "draft_model_path": None}
+
+
+NONE = Crossing(None, None, None, None, None, False, False, True)
+
+
+def make_rec(bands, sets, *, disable_at=None, crossover=NONE, ratios=None, lighter=None, switch=None, notes=None):
+    return Recommendation(source={"file": "r.json"}, reference="base", speculative="spec", lighter=lighter,
+                          confidence=0.95, ratios=ratios or {"spec": curve((1, 2.0, 1.5, 2.5), (4, 1.5, 1.2, 1.8))},
+                          crossover_config=lighter or "spec", crossover=crossover, lighter_switch=switch,
+                          disable_speculation_at=disable_at, bands=bands, settings=sets, sglang={}, notes=notes or [])
+
+
+def test_interpolation_is_exact_on_log_log_axes():
+    # log v falls from log 2 to log 0.25 (3 units of log 2) over log 1 .. log 8: zero a third of the way: c = 2
+    assert rm._interpolated([1, 8], [2.0, 0.25], 0) == pytest.approx(2.0, rel=1e-12)
+    assert rm._interpolated([2, 4, 32], [9.0, 2.0, 0.25], 1) == pytest.approx(8.0, rel=1e-12)
+    assert first_crossing([1, 8], [2.0, 0.25]) == pytest.approx(2.0, rel=1e-12)
+    assert first_crossing([2, 4, 32], [3.0, 2.0, 0.25]) == pytest.approx(8.0, rel=1e-12)
+    assert first_crossing([2, 4, 32], [0.5, 2.0, 0.25]) == 2.0  # already below at the first level
+    assert first_crossing([], []) is None and first_crossing([3], [1.0]) is None
+
+
+def test_crossing_confidently_between_two_levels():
+    c = curve((1, 2.0, 1.5, 2.5), (4, 1.2, 1.1, 1.3), (16, 0.6, 0.5, 0.7), (64, 0.4, 0.3, 0.5))
+    x = rm.crossing(c)
+    e = loglog(4, 16, 1.2, 0.6)
+    assert x.estimate == pytest.approx(e, rel=1e-12)
+    assert x.low == pytest.approx(loglog(4, 16, 1.1, 0.5), rel=1e-12) and x.low < e
+    assert x.high == pytest.approx(loglog(4, 16, 1.3, 0.7), rel=1e-12) and x.high > e
+    assert (x.last_ahead, x.first_behind, x.confident, x.below_range, x.above_range) == (4, 16, True, False, False)
+
+
+def test_crossing_not_confident_when_the_last_level_ahead_is_tied():
+    # c4's interval straddles 1: the lower bound's interval starts after c1, the last confident level
+    c = curve((1, 2.0, 1.5, 2.5), (4, 1.2, 0.9, 1.5), (16, 0.6, 0.5, 0.7))
+    x = rm.crossing(c)
+    assert x.low == pytest.approx(loglog(1, 4, 1.5, 0.9), rel=1e-12)
+    assert x.high == pytest.approx(loglog(4, 16, 1.5, 0.7), rel=1e-12)
+    assert (x.last_ahead, x.first_behind, x.confident) == (4, 16, False)
+    tied_behind = rm.crossing(curve((1, 2.0, 1.5, 2.5), (4, 0.9, 0.8, 1.05)))
+    assert tied_behind.confident is False and tied_behind.high is None and tied_behind.first_behind == 4
+    exactly_one = rm.crossing(curve((1, 2.0, 1.0, 2.5), (4, 0.5, 0.4, 0.6)))
+    assert exactly_one.confident is False and exactly_one.low is None  # a low of exactly 1 is not ahead
+    high_one = rm.crossing(curve((1, 2.0, 1.5, 2.5), (4, 0.5, 0.4, 1.0)))
+    assert high_one.confident is False and high_one.high is None  # a high of exactly 1 is not behind
+
+
+def test_crossing_lower_bound_is_capped_at_the_estimate():
+    # the lower bounds fall slowly (1.01 -> 0.98): their own crossing (~6.3) lies beyond the estimate (~4.4)
+    c = curve((1, 2.0, 1.5, 2.5), (4, 1.05, 1.01, 1.1), (16, 0.5, 0.98, 0.6))
+    x = rm.crossing(c)
+    e = loglog(4, 16, 1.05, 0.5)
+    assert loglog(4, 16, 1.01, 0.98) > e and x.low == x.estimate == pytest.approx(e, rel=1e-12)
+
+
+def test_crossing_already_behind_at_the_first_level():
+    x = rm.crossing(curve((2, 0.8, 0.7, 0.9), (8, 0.6, 0.5, 0.7)))
+    assert x == Crossing(estimate=2.0, low=None, high=2.0, last_ahead=None, first_behind=2, confident=False,
+                         below_range=True, above_range=False)
+
+
+def test_crossing_behind_from_the_second_level_takes_the_interpolated_high():
+    x = rm.crossing(curve((2, 1.1, 0.9, 1.3), (8, 0.8, 0.7, 0.9), (32, 0.5, 0.4, 0.6)))
+    assert x.high == pytest.approx(loglog(2, 8, 1.3, 0.9), rel=1e-12) and x.low is None
+    assert x.estimate == pytest.approx(loglog(2, 8, 1.1, 0.8), rel=1e-12)
+    assert (x.last_ahead, x.first_behind, x.confident, x.below_range) == (2, 8, False, False)
+
+
+def test_crossing_above_the_range_keeps_the_lower_bounds_crossing():
+    x = rm.crossing(curve((1, 2.0, 1.5, 2.5), (4, 1.5, 1.2, 1.8), (16, 1.1, 0.9, 1.3)))
+    assert x.estimate is None and x.high is None and x.above_range and not x.below_range
+    assert x.low == pytest.approx(loglog(4, 16, 1.2, 0.9), rel=1e-12)
+    assert (x.last_ahead, x.first_behind, x.confident) == (None, None, False)
+    all_confident = rm.crossing(curve((1, 2.0, 1.5, 2.5), (4, 1.5, 1.2, 1.8)))
+    assert all_confident.low is None  # nothing measured after the last confident level
+    assert rm.crossing([]) == Crossing(None, None, None, None, None, False, False, True)
+
+
+def test_switch_point_rounds_up_to_a_whole_concurrency_of_at_least_one():
+    def at(e):
+        return rm._switch_point(Crossing(e, None, None, None, None, False, False, e is None))
+
+    assert at(None) is None
+    assert (at(36.2), at(37.0), at(37.0 + 1e-12), at(0.3), at(1.0)) == (37, 37, 37, 1, 1)
+
+
+def test_bands_from_the_switch_points():
+    B = Band
+    assert rm._bands("p", None, None, None) == [B(1, None, "p")]
+    assert rm._bands("p", None, None, 37) == [B(1, 37, "p"), B(37, None, None)]
+    assert rm._bands("p", "l", 8, 37) == [B(1, 8, "p"), B(8, 37, "l"), B(37, None, None)]
+    assert rm._bands("p", "l", 8, None) == [B(1, 8, "p"), B(8, None, "l")]
+    assert rm._bands("p", "l", None, 37) == [B(1, 37, "p"), B(37, None, None)]
+    assert rm._bands("p", None, None, 1) == [B(1, None, None)]  # behind from the start
+    assert rm._bands("p", "l", 1, 37) == [B(1, 37, "l"), B(37, None, None)]
+
+
+def test_graph_switch_start_every_branch():
+    g = [1, 8, 16]
+    assert rm.graph_switch_start(5, g) == 2  # 2 is 3 away, 9 is 4 away
+    assert rm.graph_switch_start(6, [1, 9]) == 10  # 2 and 10 both 4 away: the later one
+    assert rm.graph_switch_start(9, g) == 9  # exactly one past a graph size
+    assert rm.graph_switch_start(16, g) == 17  # the largest size itself is padded: 9 is 7 away, 17 is 1
+    assert rm.graph_switch_start(17, g) == 17 and rm.graph_switch_start(200, g) == 200
+    assert rm.graph_switch_start(3, [4, 8]) == 5  # no size below: 1 and 5 both 2 away
+    assert rm.graph_switch_start(2, [4, 8]) == 1
+    assert rm.graph_switch_start(1, g) == 1 and rm.graph_switch_start(5, []) == 5
+
+
+def test_later_treats_no_crossing_as_infinitely_late():
+    def x(e):
+        return Crossing(e, None, None, None, None, False, False, e is None)
+
+    assert rm._later(x(None), x(40.0)) and not rm._later(x(40.0), x(None)) and not rm._later(x(None), x(None))
+    assert rm._later(x(41.0), x(40.0)) and not rm._later(x(40.0), x(40.0)) and not rm._later(x(39.0), x(40.0))
+
+
+def test_sglang_table_flags_and_notes_exact():
+    sets = {"spec": settings(steps=3, cap=48, graphs=[1, 8, 16, 32, 64]), "light": settings(steps=1, tokens=2, cap=48)}
+    rec = make_rec([Band(1, 12, "spec"), Band(12, 20, "light"), Band(20, None, None)], sets, disable_at=20)
+    configs = [{"name": "other", "max_running_requests": 7}, {"name": "base", "max_running_requests": 256}]
+    sg = rm.sglang_adaptive(rec, 64, configs)
+    assert sg["applies"] is True and sg["reason"] is None
+    assert sg["speculative_adaptive_config"] == {"1": {"candidate_steps": [3]}, "9": {"candidate_steps": [1]},
+                                                 "17": {"candidate_steps": [0]}}
+    assert sg["launch_flags"] == ["--speculative-num-steps", "3", "--speculative-eagle-topk", "1",
+                                  "--speculative-adaptive", "--speculative-adaptive-config", "speculative_adaptive.json"]
+    g = "[1, 8, 16, 32, 64]"
+    assert sg["notes"] == [
+        "keys are running batch sizes of one server (per DP rank); in a closed loop below the server's running-request "
+        "cap they equal client concurrency",
+        f"the switch measured at 12 is keyed 9: batches are padded to the decode CUDA-graph sizes {g} before the "
+        "lookup, so 9 is the nearest batch size a key takes effect at",
+        f"the switch measured at 20 is keyed 17: batches are padded to the decode CUDA-graph sizes {g} before the "
+        "lookup, so 17 is the nearest batch size a key takes effect at",
+        "spec ran with max_running_requests=48 (SGLang's default under speculation when not set); speculation "
+        "switched off adaptively keeps that cap, so launch with --max-running-requests 256 to serve higher "
+        "concurrency at the reference's speed"]
+
+
+def test_sglang_notes_without_graphs_and_beyond_the_cap():
+    rec = make_rec([Band(1, 60, "spec"), Band(60, None, None)], {"spec": settings(steps=2, cap=48)}, disable_at=60)
+    sg = rm.sglang_adaptive(rec, 64, [{"name": "base"}])  # the reference has no cap of its own
+    assert sg["speculative_adaptive_config"] == {"1": {"candidate_steps": [2]}, "60": {"candidate_steps": [0]}}
+    assert sg["notes"][1:] == [
+        "decode CUDA-graph sizes unknown (the results carry no decode_cuda_graph_bs): SGLang pads a batch to the next "
+        "captured size before the lookup, so a switch can happen up to one graph bucket before its key",
+        "spec ran with max_running_requests=48 (SGLang's default under speculation when not set); speculation "
+        "switched off adaptively keeps that cap, so launch with --max-running-requests 64 to serve higher "
+        "concurrency at the reference's speed",
+        "the switch-off point 60 is above the cap 48: no batch reaches it, so the table cannot express it; raise "
+        "--max-running-requests and measure again"]
+    no_ref = rm.sglang_adaptive(rec, 64, [])
+    assert "--max-running-requests 64 to serve" in no_ref["notes"][2]
+
+
+def test_sglang_no_cap_notes_when_the_cap_covers_the_sweep():
+    at_cap = make_rec([Band(1, 48, "spec"), Band(48, None, None)], {"spec": settings(cap=48, graphs=[1, 48])},
+                      disable_at=48)
+    assert len(rm.sglang_adaptive(at_cap, 48, [])["notes"]) == 2  # the roles note and the keyed-49 note only
+    no_cap = make_rec([Band(1, None, "spec")], {"spec": settings(cap=None, graphs=[1, 4])})
+    sg = rm.sglang_adaptive(no_cap, 64, [])
+    assert sg["speculative_adaptive_config"] == {"1": {"candidate_steps": [3]}} and len(sg["notes"]) == 1
+    zero_steps = make_rec([Band(1, None, "spec")], {"spec": settings(steps=0, graphs=[1])})
+    assert rm.sglang_adaptive(zero_steps, 8, [])["launch_flags"][:2] == ["--speculative-num-steps", "0"]
+
+
+@pytest.mark.parametrize("sets,reason", [
+    (settings(engine="vllm"), "vLLM has no adaptive speculation mode: apply the policy's concurrency bands (e.g. route "
+                              "by concurrency between a speculative and a plain server)"),
+    (settings(algo="NGRAM"), "spec runs NGRAM; SGLang's adaptive mode supports EAGLE/EAGLE3 (and NEXTN, run as EAGLE) only"),
+    (settings(algo=None, eff="standalone"), "spec runs STANDALONE; SGLang's adaptive mode supports EAGLE/EAGLE3 (and "
+                                            "NEXTN, run as EAGLE) only"),
+    (settings(algo=None, eff=""), "spec runs ; SGLang's adaptive mode supports EAGLE/EAGLE3 (and NEXTN, run as EAGLE) only"),
+    (settings(topk=2), "spec runs topk 2; SGLang's adaptive mode needs topk 1"),
+    (settings(dp=2), "spec runs attention DP (2 ranks); SGLang 0.5.23 turns adaptive speculation off under attention DP"),
+    (settings(steps=-1), "spec's num_steps is not known (-1); SGLang's candidate_steps must be non-negative ints"),
+    (settings(steps=True), "spec's num_steps is not known (True); SGLang's candidate_steps must be non-negative ints"),
+    (settings(steps=2.0), "spec's num_steps is not known (2.0); SGLang's candidate_steps must be non-negative ints"),
+])
+def test_sglang_not_applicable_reasons_exact(sets, reason):
+    rec = make_rec([Band(1, None, "spec")], {"spec": sets})
+    assert rm.sglang_adaptive(rec, 16, []) == {"applies": False, "reason": reason, "notes": []}
+
+
+def test_sglang_applies_to_nextn_eagle_and_topk_none_and_one_dp_rank():
+    for sets in (settings(algo="NEXTN", eff="EAGLE"), settings(algo="eagle"), settings(algo=None, eff="EAGLE3"),
+                 settings(topk=None), settings(dp=1), settings(dp="2")):
+        assert rm.sglang_adaptive(make_rec([Band(1, None, "spec")], {"spec": sets}), 16, [])["applies"] is True
+    never = make_rec([Band(1, None, None)], {"spec": settings()})
+    assert rm.sglang_adaptive(never, 16, []) == {"applies": False, "reason": "speculation does not pay at any measured "
+                                                 "concurrency: launch without speculation", "notes": []}
+
+
+def _scenario():
+    spec = curve((1, 2.0, 1.5, 2.5), (4, 1.2, 1.1, 1.3), (16, 0.6, 0.5, 0.7))
+    x = rm.crossing(spec)
+    sets = {"spec": settings(algo="NEXTN", steps=1, tokens=2, cap=48, eff="EAGLE")}
+    rec = make_rec([Band(1, 6, "spec"), Band(6, None, None)], sets, disable_at=6, crossover=x, ratios={"spec": spec},
+                   notes=["n1"])
+    rec.sglang = rm.sglang_adaptive(rec, 16, [{"name": "base", "max_running_requests": 512}])
+    return rec, x
+
+
+def test_to_json_every_field():
+    rec, x = _scenario()
+    out = to_json(rec)
+    assert out == {
+        "schema": "specguard-recommendation", "schema_version": 1, "source": {"file": "r.json"},
+        "reference": "base", "speculative": "spec", "lighter": None, "confidence": 0.95, "disable_speculation_at": 6,
+        "crossover": {"config": "spec", "estimate": round(x.estimate, 2), "interval": [round(x.low, 2), round(x.high, 2)],
+                      "between": [4, 16], "confident": True, "below_range": False, "above_range": False},
+        "lighter_switch": None,
+        "policy": [{"from": 1, "to": 6, "speculation": "spec", "speculative_algorithm": "NEXTN", "num_steps": 1,
+                    "eagle_topk": 1, "num_draft_tokens": 2},
+                   {"from": 6, "to": None, "speculation": None}],
+        "ratios": {"spec": [{"concurrency": 1, "ratio": 2.0, "low": 1.5, "high": 2.5},
+                            {"concurrency": 4, "ratio": 1.2, "low": 1.1, "high": 1.3},
+                            {"concurrency": 16, "ratio": 0.6, "low": 0.5, "high": 0.7}]},
+        "sglang": rec.sglang, "notes": ["n1"]}
+    assert out["crossover"]["estimate"] == 5.76 and out["crossover"]["interval"] == [4.73, 7.2]  # 4 x 1.2^2
+
+
+def test_to_json_open_crossing_and_lighter_switch():
+    sw = Crossing(7.123, 5.4321, 9.876, None, 8, False, True, False)
+    rec = make_rec([Band(1, 7, "spec"), Band(7, 30, "light"), Band(30, None, None)],
+                   {"spec": settings(), "light": settings(steps=1, tokens=2)}, lighter="light", switch=sw, disable_at=30)
+    out = to_json(rec)
+    assert out["crossover"] == {"config": "light", "estimate": None, "interval": [None, None], "between": [None, None],
+                                "confident": False, "below_range": False, "above_range": True}
+    assert out["lighter_switch"] == {"use_lighter_from": 7, "estimate": 7.12, "interval": [5.43, 9.88],
+                                     "between": [None, 8], "confident": False, "below_range": True, "above_range": False}
+    assert out["lighter"] == "light" and out["policy"][1]["num_steps"] == 1
+
+
+def test_render_text_exact():
+    rec, x = _scenario()
+    flags = "--speculative-num-steps 1 --speculative-eagle-topk 1 --speculative-adaptive --speculative-adaptive-config"
+    assert render_text(rec).split("\n") == [
+        "spec (NEXTN, steps 1, topk 1, 2 draft tokens, cap 48) vs base: tok/s ratio per concurrency (95% CI)",
+        "  c1      2.000 [1.500, 2.500]  ahead",
+        "  c4      1.200 [1.100, 1.300]  ahead",
+        "  c16     0.600 [0.500, 0.700]  behind",
+        f"crossover (spec vs base): c~{x.estimate:.1f} (95% CI {x.low:.0f}-{x.high:.0f}), between measured c4 and c16",
+        "policy:",
+        "  concurrency 1-5        spec (NEXTN, steps 1, topk 1, 2 draft tokens, cap 48)",
+        "  concurrency >= 6       no speculation",
+        "disable_speculation_at: 6",
+        f"SGLang: {flags} speculative_adaptive.json where speculative_adaptive.json is",
+        '  {"1": {"candidate_steps": [1]}, "6": {"candidate_steps": [0]}}',
+        *(f"  note: {n}" for n in rec.sglang["notes"]),
+        "note: n1"]
+    assert "c~5.8 (95% CI 5-7)" in render_text(rec)
+
+
+def test_render_text_ties_open_intervals_lighter_and_no_table():
+    spec = curve((2, 1.1, 0.95, 1.2), (8, 0.9, 0.8, 1.0))
+    light = curve((2, 1.05, 0.99, 1.1), (8, 0.95, 0.9, 1.01))
+    x = Crossing(4.0, None, None, None, 2, False, False, False)
+    sw = Crossing(3.0, None, None, None, 8, False, False, False)
+    rec = make_rec([Band(1, 3, "spec"), Band(3, 4, "light"), Band(4, None, None)],
+                   {"spec": settings(engine="vllm"), "light": settings(steps=1, tokens=2, engine="vllm")},
+                   ratios={"spec": spec, "light": light}, crossover=x, lighter="light", switch=sw, disable_at=4)
+    rec.sglang = rm.sglang_adaptive(rec, 8, [])
+    lines = render_text(rec).split("\n")
+    assert lines[:6] == [
+        "spec (EAGLE3, steps 3, topk 1, 4 draft tokens) vs base: tok/s ratio per concurrency (95% CI)",
+        "  c2      1.100 [0.950, 1.200]  tied",
+        "  c8      0.900 [0.800, 1.000]  tied",
+        "light (EAGLE3, steps 1, topk 1, 2 draft tokens) vs base:",
+        "  c2      1.050 [0.990, 1.100]  tied",
+        "  c8      0.950 [0.900, 1.010]  tied"]
+    assert lines[6:] == [
+        "crossover (light vs base): c~4.0 (95% CI below c2-beyond c8), at or below the lowest measured level c2, "
+        "not confidently resolved",
+        "light overtakes spec at c~3.0 (95% CI below c2-beyond c8)",
+        "policy:",
+        "  concurrency 1-2        spec (EAGLE3, steps 3, topk 1, 4 draft tokens)",
+        "  concurrency 3-3        light (EAGLE3, steps 1, topk 1, 2 draft tokens)",
+        "  concurrency >= 4       no speculation",
+        "disable_speculation_at: 4",
+        "SGLang adaptive config: not applicable: vLLM has no adaptive speculation mode: apply the policy's concurrency "
+        "bands (e.g. route by concurrency between a speculative and a plain server)"]
+
+
+def test_render_text_without_a_crossing():
+    rec = make_rec([Band(1, None, "spec")], {"spec": settings()})
+    rec.sglang = {"applies": False, "reason": "r"}
+    lines = render_text(rec).split("\n")
+    assert lines[3:] == ["crossover: none in the measured range (spec ahead throughout)", "policy:",
+                         "  concurrency >= 1       spec (EAGLE3, steps 3, topk 1, 4 draft tokens)",
+                         "disable_speculation_at: None", "SGLang adaptive config: not applicable: r"]
+    rec.lighter_switch = NONE  # a switch with no crossing of its own is not printed
+    assert "overtakes" not in render_text(rec)
+
+
+def test_ratio_curve_needs_two_runs_on_both_sides_at_a_shared_level():
+    a = {1: [10.0, 10.2], 4: [20.0, 20.4], 16: [30.0], 64: [5.0, 5.0]}
+    b = {1: [5.0, 5.1], 4: [10.0], 16: [15.0, 15.3], 32: [1.0, 1.0]}
+    out = rm.ratio_curve(a, b, launch_sd=0.01, confidence=0.9)
+    assert [r.concurrency for r in out] == [1]
+    assert out[0].estimate.ratio == pytest.approx(2.0, rel=1e-3) and out[0].estimate.confidence == 0.9
+    b[4] = [10.0, 10.2]
+    assert [r.concurrency for r in rm.ratio_curve(a, b, launch_sd=0.01, confidence=0.9)] == [1, 4]
+
+
+def test_settings_read_effective_args_first_and_sort_graphs():
+    doc = seed_a_doc()
+    doc["servers"]["mtp"]["effective_args"].update(decode_cuda_graph_bs=[8, 1, 4], attn_dp_size=1,
+                                                   draft_model_path="/d")
+    s = rm._settings(doc, "mtp")
+    assert s == {"engine": "emulator", "speculative_algorithm": "NEXTN", "cuda_graph_bs": [1, 4, 8], "attn_dp_size": 1,
+                 "effective_algorithm": "EAGLE", "num_steps": 1, "eagle_topk": 1, "num_draft_tokens": 2,
+                 "max_running_requests": 48, "draft_model_path": "/d"}
+    doc["servers"]["mtp"]["effective_args"]["decode_cuda_graph_bs"] = None
+    doc["servers"]["mtp"]["effective_args"]["cuda_graph_bs_decode"] = [16, 2]  # the other spelling
+    assert rm._settings(doc, "mtp")["cuda_graph_bs"] == [2, 16]
+    doc["servers"]["mtp"]["effective_args"]["cuda_graph_bs_decode"] = []
+    assert rm._settings(doc, "mtp")["cuda_graph_bs"] is None
+
+
+def _three(tokens_a=4, tokens_b=2, **extra_b):
+    heavy = {"speculative_algorithm": "EAGLE3", "effective_algorithm": "EAGLE3", "num_steps": 3, "eagle_topk": 1,
+             "num_draft_tokens": tokens_a, "max_running_requests": 128}
+    light = {**heavy, "num_steps": 1, "num_draft_tokens": tokens_b, **extra_b}
+    return make_doc({"baseline": {1: 100, 4: 350, 16: 1000, 32: 1600, 64: 2400},
+                     "a": {1: 180, 4: 500, 16: 1100, 32: 1400, 64: 1700},
+                     "b": {1: 150, 4: 460, 16: 1150, 32: 1700, 64: 2100}}, {"a": heavy, "b": light})
+
+
+def test_primary_is_the_most_draft_tokens_then_the_first_listed():
+    assert rm._pick_primary(_three(4, 2), None) == "a" and rm._pick_primary(_three(2, 4), None) == "b"
+    assert rm._pick_primary(_three(4, 4), None) == "a"
+    assert rm._pick_primary(_three(4, 2), "b") == "b"
+    assert rm._candidates(_three()) == ["a", "b"]
+
+
+def test_lighter_options_need_the_same_reference_algorithm_and_draft_model():
+    assert rm._lighter_options(_three(4, 2), "a") == ["b"]
+    assert rm._lighter_options(_three(4, 2), "b") == []
+    assert rm._lighter_options(_three(4, 4), "a") == []  # not fewer draft tokens
+    assert rm._lighter_options(_three(4, 2, effective_algorithm="EAGLE"), "a") == []
+    doc = _three(4, 2)
+    doc["servers"]["b"]["effective_args"]["draft_model_path"] = "/other"
+    assert rm._lighter_options(doc, "a") == []
+    doc = _three(4, 2)
+    doc["configs"][2]["reference"] = "a"
+    assert rm._lighter_options(doc, "a") == []
+    doc = _three(4, None)  # unknown draft tokens count as 0: lighter
+    assert rm._lighter_options(doc, "a") == ["b"]
+
+
+def test_recommend_errors_exact():
+    doc = _three()
+    with pytest.raises(RecommendError) as err:
+        recommend(doc, config="zzz")
+    assert str(err.value) == "no configuration 'zzz' in the results; it has baseline, a, b"
+    with pytest.raises(RecommendError) as err:
+        recommend(doc, config="baseline")
+    assert str(err.value) == ("'baseline' is not a speculative configuration measured together with its reference "
+                              "(error-free cells on both sides are needed)")
+    with pytest.raises(RecommendError) as err:
+        recommend(make_doc({"baseline": {1: 100}}))
+    assert str(err.value) == ("the results have no speculative configuration measured together with its reference; "
+                              "run the sweep with both selected (e.g. pytest perf_tests -k \"mtp or baseline\")")
+    with pytest.raises(RecommendError) as err:
+        recommend(make_doc({"baseline": {1: 100, 4: 300}, "mtp": {1: 150}}, {"mtp": dict(MTP)}))
+    assert str(err.value) == "mtp and baseline share fewer than 2 measured concurrency levels; a crossover needs a sweep"
+
+
+def test_recommend_names_the_other_candidates_and_the_source():
+    doc = _three(4, 2, effective_algorithm="EAGLE")  # b is not a lighter option of a: only listed
+    rec = recommend(doc, source="res.json", confidence=0.9)
+    assert rec.source == {"file": "res.json", "session_id": "synthetic", "created": "2026-11-29T00:00:00+00:00",
+                          "suite": "synthetic.toml"}
+    assert rec.confidence == 0.9 and rec.speculative == "a" and rec.reference == "baseline" and rec.lighter is None
+    assert list(rec.ratios) == ["a"] and list(rec.settings) == ["a"]
+    assert "other speculative configurations in the results: b (specguard recommend --config NAME)" in rec.notes
+    assert rec.ratios["a"][0].estimate.confidence == 0.9
+
+
+def test_recommend_notes_exact_for_the_edge_cases():
+    ahead = recommend(make_doc({"baseline": {1: 100, 4: 300}, "mtp": {1: 150, 4: 400}}, {"mtp": dict(MTP)}))
+    assert ahead.notes == ["mtp is ahead of baseline up to the highest measured concurrency (4); measure higher "
+                           "concurrency to find where it stops paying"]
+    behind = recommend(make_doc({"baseline": {4: 100, 16: 300}, "mtp": {4: 60, 16: 200}}, {"mtp": dict(MTP)}))
+    assert behind.notes == [
+        "mtp is already behind baseline at the lowest measured concurrency (4): speculation does not pay on this sweep",
+        "the measured levels around the crossover are not confidently resolved at 95%; more repeats or levels between "
+        "them narrow it"]
+    assert recommend(seed_a_doc()).notes == []  # confident crossing inside the range
+
+
+def test_recommend_middle_band_records_the_lighter_switch():
+    rec = recommend(_three(4, 2))
+    assert rec.lighter == "b" and rec.crossover_config == "b" and rec.lighter_switch is not None
+    assert list(rec.ratios) == ["a", "b"] and set(rec.settings) == {"a", "b"}
+    assert rec.disable_speculation_at == rm._switch_point(rm.crossing(rec.ratios["b"]))
+    assert rec.bands[1].start == rm._switch_point(rec.lighter_switch)
+    assert rec.notes == []
+
+
+def test_recommend_drops_a_lighter_switch_at_or_after_its_own_switch_off():
+    # b overtakes a late (c~40) but falls behind the baseline earlier (c~20): no middle band
+    heavy = {"speculative_algorithm": "EAGLE3", "effective_algorithm": "EAGLE3", "num_steps": 3, "eagle_topk": 1,
+             "num_draft_tokens": 4, "max_running_requests": 128}
+    doc = make_doc({"baseline": {1: 100, 4: 350, 16: 1000, 32: 1600, 64: 2400},
+                    "a": {1: 180, 4: 500, 16: 1100, 32: 1500, 64: 1900},
+                    "b": {1: 150, 4: 460, 16: 1050, 32: 1450, 64: 2000}},
+                   {"a": heavy, "b": {**heavy, "num_steps": 1, "num_draft_tokens": 2}})
+    rec = recommend(doc)
+    assert rec.lighter is None and rec.lighter_switch is None and rec.crossover_config == "a"
+    assert rec.notes[0] == ("b (fewer draft tokens) does not take over from a before speculation stops paying "
+                            "against baseline; no middle band")
+
+
+def test_candidates_need_cells_on_both_sides():
+    doc = _three()
+    doc["cells"] = [c for c in doc["cells"] if c["config"] != "b"]  # b configured but never measured
+    assert rm._candidates(doc) == ["a"]
+    doc["configs"][1]["reference"] = "missing"  # a's reference has no cells
+    assert rm._candidates(doc) == []
+    for cell in doc["cells"]:
+        cell["error"] = "boom" if cell["config"] == "a" else None
+    doc["configs"][1]["reference"] = "baseline"
+    assert rm._candidates(doc) == []  # only failed cells
+
+
+def test_the_lighter_option_that_stays_ahead_longest_is_chosen():
+    heavy = {"speculative_algorithm": "EAGLE3", "effective_algorithm": "EAGLE3", "num_steps": 3, "eagle_topk": 1,
+             "num_draft_tokens": 4, "max_running_requests": 128}
+    doc = make_doc({"baseline": {1: 100, 4: 350, 16: 1000, 32: 1600, 64: 2400},
+                    "a": {1: 180, 4: 500, 16: 1100, 32: 1400, 64: 1700},
+                    "b": {1: 150, 4: 460, 16: 1150, 32: 1700, 64: 2100},   # ahead up to c32
+                    "c": {1: 140, 4: 420, 16: 950, 32: 1300, 64: 1500}},   # behind the baseline from c16
+                   {"a": heavy, "b": {**heavy, "num_steps": 1, "num_draft_tokens": 2},
+                    "c": {**heavy, "num_steps": 2, "num_draft_tokens": 3}})
+    rec = recommend(doc)
+    assert rm._lighter_options(doc, "a") == ["b", "c"]
+    assert rec.lighter == "b" and [b.config for b in rec.bands] == ["a", "b", None]
+    assert list(rec.ratios) == ["a", "b", "c"]
+
+
+
+def test_a_lighter_option_that_never_falls_behind_is_preferred():
+    heavy = {"speculative_algorithm": "EAGLE3", "effective_algorithm": "EAGLE3", "num_steps": 3, "eagle_topk": 1,
+             "num_draft_tokens": 4, "max_running_requests": 128}
+    doc = make_doc({"baseline": {1: 100, 4: 350, 16: 1000, 32: 1600},
+                    "a": {1: 180, 4: 500, 16: 1100, 32: 1400},
+                    "b": {1: 140, 4: 420, 16: 950, 32: 1300},     # behind from c16
+                    "c": {1: 150, 4: 460, 16: 1150, 32: 1700}},   # ahead of the baseline throughout
+                   {"a": heavy, "b": {**heavy, "num_steps": 2, "num_draft_tokens": 3},
+                    "c": {**heavy, "num_steps": 1, "num_draft_tokens": 2}})
+    rec = recommend(doc)
+    assert rm._lighter_options(doc, "a") == ["b", "c"]  # the better one listed second
+    assert rec.lighter == "c" and rec.crossover_config == "c" and rec.disable_speculation_at is None
+
+
+def test_interval_text_names_the_first_and_last_measured_levels():
+    c3 = curve((2, 1.0, 0.9, 1.1), (8, 1.0, 0.9, 1.1), (32, 1.0, 0.9, 1.1))
+    assert rm._interval(Crossing(5.0, None, None, None, None, False, False, False), c3) == "below c2-beyond c32"
+    assert rm._interval(Crossing(5.0, 3.4, 12.6, None, None, False, False, False), c3) == "3-13"
+
+
+def test_draft_token_counts_unknown_count_as_zero():
+    assert rm._lighter_options(_three(1, None), "a") == ["b"]  # 0 < 1
+    assert rm._lighter_options(_three(None, 0), "a") == []  # 0 < 0 is false
+    assert rm._pick_primary(_three(None, 1), None) == "b"  # 1 draft token beats an unknown count
+
+
+def test_a_curve_starting_exactly_at_one_is_not_below_the_range():
+    x = rm.crossing(curve((1, 1.0, 0.9, 1.1), (4, 0.5, 0.4, 0.6)))
+    assert x.below_range is False and x.first_behind == 4 and x.last_ahead == 1
+    assert x.estimate == pytest.approx(1.0)
+
+
+def test_crossing_high_when_the_upper_bounds_rise_after_the_first_level():
+    # behind from the first level: the interval's top is that level, whatever the later bounds do
+    x = rm.crossing(curve((2, 0.4, 0.3, 0.5), (8, 0.8, 0.7, 0.9)))
+    assert x.high == 2.0 and x.estimate == 2.0 and x.below_range
+
+
+def test_graph_switch_start_at_a_graph_size_just_above_another():
+    assert rm.graph_switch_start(2, [1, 2, 4]) == 2  # 2 pads to 2 and 1 to 1: a key 2 applies exactly at 2
+
+
+def test_ratio_curve_tests_against_one():
+    out = rm.ratio_curve({1: [10.0, 10.2]}, {1: [5.0, 5.1]}, launch_sd=0.01, confidence=0.9)
+    assert out[0].estimate.threshold == 1.0
+
+
+def test_recommend_source_file_defaults_to_empty():
+    assert recommend(seed_a_doc()).source["file"] == ""
+
+
+def test_recommend_notes_name_the_highest_level_and_every_other_candidate():
+    ahead = recommend(make_doc({"baseline": {1: 100, 4: 300, 16: 800}, "mtp": {1: 150, 4: 400, 16: 1000}},
+                               {"mtp": dict(MTP)}))
+    assert ahead.notes[0].startswith("mtp is ahead of baseline up to the highest measured concurrency (16);")
+    other = {"speculative_algorithm": "NGRAM", "effective_algorithm": "NGRAM", "num_steps": 1, "eagle_topk": 10,
+             "num_draft_tokens": 2}
+    doc = make_doc({"baseline": {1: 100, 4: 300, 16: 800}, "mtp": {1: 150, 4: 400, 16: 700},
+                    "x": {1: 120, 4: 310, 16: 700}, "y": {1: 110, 4: 320, 16: 700}},
+                   {"mtp": {**MTP, "num_draft_tokens": 4}, "x": other, "y": other})
+    assert recommend(doc).notes[-1] == "other speculative configurations in the results: x, y (specguard recommend --config NAME)"
+
+
+def test_render_text_a_lower_bound_of_exactly_one_is_tied():
+    rec = make_rec([Band(1, None, "spec")], {"spec": settings()},
+                   ratios={"spec": curve((1, 1.5, 1.0, 2.0), (4, 1.2, 1.1, 1.3))})
+    rec.sglang = {"applies": False, "reason": "r"}
+    assert render_text(rec).split("\n")[1:3] == ["  c1      1.500 [1.000, 2.000]  tied", "  c4      1.200 [1.100, 1.300]  ahead"]
+
+
+def test_to_json_a_switch_without_a_band_of_its_own():
+    sw = Crossing(7.0, None, None, None, 8, False, False, False)
+    rec = make_rec([Band(1, None, "spec")], {"spec": settings()}, lighter="light", switch=sw)
+    assert to_json(rec)["lighter_switch"]["use_lighter_from"] is None

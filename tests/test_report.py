@@ -280,3 +280,22 @@ def test_recommend_prints_the_adaptive_config_file_it_wrote(tmp_path, capsys):
     # seed A's MTP (NEXTN) applies: the printed flags and sentence name the file written
     assert target.exists() and f"--speculative-adaptive-config {target} where {target} is" in out, out
     assert "speculative_adaptive.json" not in out
+
+
+def test_a_reference_the_attached_server_cannot_serve_reads_not_measured_with_the_fix():
+    """A bare --server-url on an EAGLE3 server: `baseline` is skipped (the server speculates), which
+    is not an error of the server; the note says how to measure it as eagle3's reference."""
+    from specguard.report.terminal import notes
+    doc = seed_a_doc()
+    doc["configs"] = [{"name": "baseline", "reference": None}, {"name": "eagle3", "reference": "baseline"}]
+    doc["servers"] = {
+        "baseline": {"checks": [], "mode": "", "failure": "server runs EAGLE3; config baseline needs no speculation",
+                     "failure_skipped": True},
+        "eagle3": {"checks": [], "mode": "attached", "failure": None},
+    }
+    lines = notes(doc)
+    assert ("baseline: not measured (server runs EAGLE3; config baseline needs no speculation); eagle3 needs it as "
+            "reference: give it its own server with --server-url baseline=URL") in lines
+    assert not any("ERROR" in line for line in lines)
+    doc["servers"]["baseline"]["failure_skipped"] = False  # a real failure stays an error
+    assert "baseline: ERROR: server runs EAGLE3; config baseline needs no speculation" in notes(doc)

@@ -27,7 +27,7 @@ from specguard.decide.baselines import BaselineStore, Fingerprint, RunSample, Se
 from specguard.engines import EffectiveArgs, get_engine
 from specguard.measure.metrics import RunMetrics
 from specguard.measure.sweep import CellMeasurement
-from specguard.server import ServerHandle, free_port
+from specguard.server import ServerHandle
 from specguard.session import (ERROR, SKIP, BaselineStage, ConfigUnavailable, PlannedTest, RunOptions, ServerState,
                                SpecguardSession, attach_differences, commit_baseline_stages, is_speculative_field)
 
@@ -80,7 +80,13 @@ def test_plan_counts_the_selected_family_and_the_references_it_needs(tmp_path):
     tests = [PlannedTest("eagle3", c, g) for c in (1, 4) for g in ("throughput", "accept_length", "speculation")]
     plan = sg.plan(tests)
     assert plan.family_size == 6
-    assert sg.alpha_cell == pytest.approx(sg.suite.tolerances.family_alpha / 6)
+    # weighted Bonferroni (gates.family_alphas): throughput 1, accept length 0.25, must-win
+    # speculation 2 (eagle3 must win up to c4 in this suite): 2 + 0.5 + 4 = 6.5 shares
+    fam = sg.suite.tolerances.family_alpha
+    assert sg.alpha_cell == pytest.approx(fam / 6.5)
+    assert plan.alpha_for("accept_length", "eagle3", 4) == pytest.approx(fam * 0.25 / 6.5)
+    assert plan.alpha_for("speculation", "eagle3", 1) == pytest.approx(fam * 2 / 6.5)
+    assert sum(plan.alphas.values()) == pytest.approx(fam)
     assert plan.reference_cells == {("baseline", 1): ["eagle3"], ("baseline", 4): ["eagle3"]}
     assert plan.selected_cells == [("eagle3", 1), ("eagle3", 4)]
     # only the c1 speculation test selected: only baseline c1 travels with it
@@ -385,34 +391,46 @@ def test_a_suspicious_speculation_cell_relaunches_both_configurations_and_decide
     assert len(samples) == 4 and len({s.launch_id for s in samples}) == 2
 
 
-@pytest.fixture
-def emulator(tmp_path):
-    """Emulators started by hand, as a user starts SGLang; stopped by the test."""
-    procs = []
+def _decision(gate: str, config: str, c: int, p: float, verdict: str, stage: int) -> "GateResult":
+    from specguard.decide.gates import GateResult
+    from specguard.decide.stats import RatioEstimate
+    est = RatioEstimate(ratio=0.95, low=0.90, high=1.002, threshold=0.97, p_value=p, dof=10.0, confidence=0.99,
+                        between_sd=0.01, between_source="prior", test_at=1.0)
+    return GateResult(gate, config, c, verdict, f"{gate} {config} c{c}", est, stage=stage)
 
-    def start(*flags: str) -> str:
-        port = free_port()
-        log = open(tmp_path / f"emulator-{port}.log", "wb")
-        proc = subprocess.Popen([sys.executable, "-m", "specguard.emulator.launch_server", "--port", str(port),
-                                 "--model-path", "/models/specguard-fast", "--emulator-profile", "fast", *flags],
-                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        procs.append(proc)
-        url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(url + "/health_generate", timeout=2).status_code == 200:
-                    return url
-            except httpx.HTTPError:
-                pass
-            assert proc.poll() is None, (tmp_path / f"emulator-{port}.log").read_text()
-            time.sleep(0.2)
-        raise AssertionError("emulator did not become ready")
 
-    yield start
-    for proc in procs:
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(timeout=15)
+def test_holm_uses_each_tests_final_decision_so_the_family_test_and_the_cells_agree(tmp_path):
+    # issue 14: eagle3 c1 looked suspicious at stage 1 (p = 0.0004: Holm over 4 tests rejects it,
+    # 4 x 0.0004 < 0.01, though the cell alone did not fail), was relaunched and its pooled stage-2
+    # decision passes (p = 0.4). Its test reports stage 2, so the family test must not fail on the
+    # superseded stage-1 p-value: results JSON's holm_failures and the family_holm test agree with it.
+    from specguard.report.results import family_holm, results_document
+    sg = make_session(tmp_path)
+    assert sg.design.sequential
+    holm_alpha = sg.design.holm_alpha(sg.suite.tolerances.family_alpha)
+    stage1 = [_decision("throughput", "eagle3", 1, 0.0004, "inconclusive", 1),
+              _decision("throughput", "eagle3", 4, 0.3, "pass", 1),
+              _decision("throughput", "baseline", 1, 0.5, "pass", 1),
+              _decision("throughput", "baseline", 4, 0.5, "pass", 1)]
+    assert 4 * 0.0004 < holm_alpha
+    sg.stage1_results.extend(stage1)
+    stage2 = _decision("throughput", "eagle3", 1, 0.4, "pass", 2)
+    sg.stage2_results.append(stage2)
+    sg.results.extend([stage2, *stage1[1:]])  # what the four tests reported
+    final = sg.final_results()
+    assert len(final) == 4 and stage2 in final and stage1[0] not in final
+    assert sg.final_failures() == []
+    doc = results_document(sg)
+    assert doc["holm_failures"] == [] and family_holm(doc)["outcome"] == "passed"
+    # a final decision Holm rejects still fails the family test, naming the decision the cell reports
+    p = holm_alpha / 4 * 0.8
+    sg.stage2_results[0] = sg.results[0] = _decision("throughput", "eagle3", 1, p, "inconclusive", 2)
+    assert sg.final_failures() == [sg.stage2_results[0]]
+    doc = results_document(sg)
+    assert [(d["config"], d["concurrency"], d["stage"]) for d in doc["holm_failures"]] == [("eagle3", 1, 2)]
+    assert family_holm(doc)["outcome"] == "failed" and "4 gate tests" in family_holm(doc)["message"]
+    sg.stage2_results[0] = sg.results[0] = _decision("throughput", "eagle3", 1, holm_alpha / 4 * 1.2, "inconclusive", 2)
+    assert sg.final_failures() == []
 
 
 EAGLE_5_4_8_CAP_256 = ("--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", "/models/d",

@@ -337,3 +337,108 @@ def test_pool_spreads_weights_by_dof_and_skips_empty_estimates():
     assert pooled == SpreadEstimate(pytest.approx(2e-4), 3.0, "2 cells' histories")
     assert pool_spreads([SpreadEstimate(1e-4, 2.0), SpreadEstimate(4e-4, 1.0)], dof_cap=1.5).dof == 1.5
     assert pool_spreads([None]) is None
+
+
+# -- pass is an equivalence claim at its own level (Tolerances.pass_confidence) -----------------
+from specguard.decide.stats import compare_launches  # noqa: E402
+
+
+def _steady_case():
+    """A 1 % drop with launch spread 1 %: far from failing, but the family-level interval (99.97 %)
+    is too wide to call it within a 3 % tolerance."""
+    history = [[100.0, 100.4, 99.6], [101.0, 100.6, 101.4], [99.0, 99.3, 98.7]]
+    current = [[99.0, 99.2, 98.8]]
+    return current, history
+
+
+def test_pass_uses_the_one_sided_pass_level_not_the_family_interval():
+    current, history = _steady_case()
+    common = dict(threshold=0.97, prior_between_sd=0.01, confidence=1 - 2 * 0.00017, rule="significant")
+    strict = compare_launches(current, history, **common)
+    tost = compare_launches(current, history, **common, pass_confidence=0.95)
+    # the same estimate and fail interval either way
+    assert (strict.ratio, strict.low, strict.high, strict.p_value) == (tost.ratio, tost.low, tost.high, tost.p_value)
+    assert strict.low < 0.97 and strict.outcome() == INCONCLUSIVE
+    assert tost.pass_low >= 0.97 and tost.outcome() == PASS
+    # the pass bound is the 95 % one-sided t bound of the same standard error and dof
+    q = sps.t.ppf(0.5 + tost.confidence / 2, tost.dof)
+    se = (math.log(tost.high) - math.log(tost.low)) / (2 * q)
+    assert tost.pass_low == pytest.approx(math.exp(math.log(tost.ratio) - sps.t.ppf(0.95, tost.dof) * se), rel=1e-9)
+
+
+def test_pass_level_never_turns_a_fail_into_a_pass():
+    history = [[100.0, 100.2, 99.8], [100.5, 100.3, 100.7], [99.5, 99.7, 99.3]]
+    est = compare_launches([[90.0, 90.1, 89.9]], history, threshold=0.97, prior_between_sd=0.005,
+                           confidence=0.999, rule="significant", pass_confidence=0.6)
+    assert est.outcome() == FAIL and est.pass_low < 0.97
+
+
+def test_pass_confidence_outside_a_one_sided_level_is_refused():
+    current, history = _steady_case()
+    with pytest.raises(ValueError, match="pass confidence 1.2"):
+        compare_launches(current, history, threshold=0.97, prior_between_sd=0.01, confidence=0.99,
+                         pass_confidence=1.2)
+
+
+def test_results_without_a_pass_bound_keep_the_fail_interval_rule():
+    est = RatioEstimate(ratio=0.99, low=0.96, high=1.02, threshold=0.97, p_value=0.2, dof=10, confidence=0.99,
+                        between_sd=0.01, between_source="prior")
+    assert est.outcome() == INCONCLUSIVE
+    assert RatioEstimate(**{**est.__dict__, "pass_low": 0.975, "pass_confidence": 0.95}).outcome() == PASS
+
+
+# -- weighted Holm and the checked prior (issue 14, second round) -------------------------------
+from specguard.decide.stats import checked_prior  # noqa: E402
+
+
+def test_weighted_holm_first_step_is_the_weighted_bonferroni_and_equal_weights_are_holm():
+    p = [0.004, 0.03, 0.2, 0.001]
+    assert holm_adjust(p, [1, 1, 1, 1]) == pytest.approx(holm_adjust(p))
+    # weights 3:1:1:1 (sum 6): test 0 is compared with alpha * 3/6, i.e. adjusted p = 0.004 * 6 / 3
+    adj = holm_adjust(p, [3, 1, 1, 1])
+    assert adj[3] == pytest.approx(0.001 * 6)  # smallest p / w first: 0.001 / 1 < 0.004 / 3
+    assert adj[0] == pytest.approx(max(0.006, 0.004 / 3 * 5))  # then the remaining weight is 5
+    assert adj[1] == pytest.approx(0.03 * 2) and adj[2] == pytest.approx(max(0.06, 0.2))
+    with pytest.raises(ValueError, match="one positive weight per p-value"):
+        holm_adjust(p, [1, 1, 0, 1])
+
+
+def test_weighted_holm_keeps_the_family_error_under_the_global_null():
+    rng = np.random.default_rng(5)
+    w = [0.25] * 8 + [1.0] * 12 + [2.0] * 6
+    hits = sum(min(holm_adjust(list(rng.uniform(size=26)), w)) < 0.05 for _ in range(4000))
+    assert hits / 4000 < 0.05 + 3 * math.sqrt(0.05 * 0.95 / 4000)
+
+
+def test_checked_prior_is_raised_only_when_the_pooled_history_contradicts_it():
+    assert checked_prior(0.01, None) == (0.01, "prior")
+    assert checked_prior(0.01, SpreadEstimate(0.8e-4, 12.0)) == (0.01, "prior")  # quieter: never lowered
+    assert checked_prior(0.01, SpreadEstimate(1.5e-4, 12.0))[0] == 0.01  # 12 * 1.5 = 18 < chi2(12) 95 % = 21.0
+    sd, source = checked_prior(0.005, SpreadEstimate(1e-4, 12.0))  # prior at half: 12 * 4 = 48 > 21.0
+    assert sd == pytest.approx(0.01) and "raised to the history's spread" in source
+    # one dof: the statistic 1 * S^2 / prior^2 against chi2(1) 95 % = 3.84
+    assert checked_prior(0.005, SpreadEstimate(0.95e-4, 1.0))[0] == 0.005  # 3.8 < 3.84
+    assert checked_prior(0.005, SpreadEstimate(0.97e-4, 1.0))[0] == pytest.approx(math.sqrt(0.97e-4))  # 3.88 > 3.84
+
+
+def test_checked_prior_false_alarm_rate_is_its_level_when_the_prior_is_right():
+    rng = np.random.default_rng(9)
+    raised = sum(checked_prior(0.01, SpreadEstimate(1e-4 * rng.chisquare(12) / 12, 12.0))[0] > 0.01 for _ in range(4000))
+    assert abs(raised / 4000 - 0.05) < 3 * math.sqrt(0.05 * 0.95 / 4000)
+
+
+def test_a_half_prior_checked_against_the_pool_keeps_false_fails_at_alpha():
+    # prior declared at 0.5 % while sessions spread 1 %: without the check the prior's 8 pseudo
+    # dof pull the cell's spread down and unchanged code fails too often.
+    rng = np.random.default_rng(11)
+    alpha, n = 0.01, 1500
+    fails = {True: 0, False: 0}
+    for _ in range(n):
+        hist = [list(100 * np.exp(rng.normal(0, 0.01) + rng.normal(0, 0.003, 3))) for _ in range(5)]
+        cur = [list(100 * np.exp(rng.normal(0, 0.01) + rng.normal(0, 0.003, 3)))]
+        pool = SpreadEstimate(1e-4 * rng.chisquare(12) / 12, 12.0)  # the other cells' histories
+        for check in (True, False):
+            e = compare_launches(cur, hist, threshold=1.0, prior_between_sd=0.005, confidence=1 - 2 * alpha,
+                                 pool=pool if check else None)
+            fails[check] += e.outcome() == FAIL
+    assert fails[True] / n < alpha + 3 * math.sqrt(alpha / n) < fails[False] / n

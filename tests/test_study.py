@@ -1,6 +1,7 @@
 """The gate study: simulated launches, sessions decided by the suite's own gates, noise spreads."""
 
 import json
+from dataclasses import replace
 import math
 
 import numpy as np
@@ -131,3 +132,42 @@ def test_cli_writes_the_headline_keys(tiny, tmp_path, capsys):
     emulator, gpu = doc["studies"]["emulator"]["noise"], doc["studies"]["gpu"]["noise"]
     assert emulator["between"]["1"] == gpu["between"]["4"] == pytest.approx(0.005) and not math.isnan(doc["false_fail_rate"])
     assert emulator["stall_rate"] > 0 and gpu["stall_rate"] == study.GPU_STALL_RATE and gpu["within"]["1"] == study.GPU_WITHIN
+
+
+def test_rescaling_a_trial_to_another_launch_spread_equals_simulating_it(tiny):
+    # The 0.5 % and 2 % rows of the study are the 1 % trials rescaled (rescale_trial): exact only
+    # if drift and day are all that differ and the virtual-time loop has no other clock.
+    changes = [study.Change("slow", "eagle3", step_scale=1.05)]
+    gpu, quiet, drift2 = (study.preset(n, tiny.sweep.concurrency) for n in ("gpu", "gpu-quiet", "gpu-drift2"))
+    assert study.rescalable(gpu, quiet) and study.rescalable(gpu, drift2)
+    assert not study.rescalable(gpu, replace(quiet, stall_rate=0.0))
+    base = study.simulate_trial(tiny, 3, 7, 2, 2, gpu, changes, 2)
+    for target in (quiet, drift2):
+        direct = study.simulate_trial(tiny, 3, 7, 2, 2, target, changes, 2)
+        got = study.rescale_trial(tiny, base, 3, 7, gpu, target, changes)
+        for a, b in ((got.history[1]["eagle3"], direct.history[1]["eagle3"]), (got.current["baseline"], direct.current["baseline"]),
+                     (got.changed["slow"], direct.changed["slow"]), (got.more["eagle3"][0], direct.more["eagle3"][0]),
+                     (got.changed_more["slow"][0], direct.changed_more["slow"][0])):
+            for c in tiny.sweep.concurrency:
+                assert a[c][0] == pytest.approx(b[c][0], rel=1e-9) and a[c][1] == b[c][1]
+        assert got.current["eagle3"][4][0] != pytest.approx(base.current["eagle3"][4][0], rel=1e-4)  # it did move
+
+
+def test_emulator_noise_presets_are_the_committed_measurements():
+    """EMULATOR_QUIET / EMULATOR_BUSY are the noise.json of the 8 real sessions each in
+    docs/evidence/noise/ (tools/measure_noise.py), rounded to 4 decimals."""
+    import json
+    from pathlib import Path
+
+    from specguard.decide.study import EMULATOR_BUSY, EMULATOR_QUIET
+
+    evidence = Path(__file__).resolve().parents[1] / "docs" / "evidence" / "noise"
+    for label, noise in (("quiet", EMULATOR_QUIET), ("busy", EMULATOR_BUSY)):
+        measured = json.loads((evidence / label / "noise.json").read_text())
+        preset = measured["preset"]
+        assert len(list((evidence / label).glob("session-*.json"))) == measured["report"]["real_sessions"] == 8
+        for key in ("within", "between"):
+            assert {int(c): v for c, v in preset[key].items()} == pytest.approx(getattr(noise, key), abs=5e-5), (label, key)
+        assert noise.bias == pytest.approx(preset["bias"], abs=5e-5), label
+        assert noise.stall_rate == pytest.approx(preset["stall_rate"], abs=5e-5), label
+        assert noise.stall_factors == pytest.approx(tuple(preset["stall_factors"]), abs=5e-5), label

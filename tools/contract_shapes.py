@@ -30,12 +30,13 @@ httpx, which specguard already requires.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import re
 import sys
 import threading
 import time
-from typing import Any
+from typing import Any, Iterator
 
 import httpx
 
@@ -204,8 +205,10 @@ def _flush_when_idle(client: httpx.Client, wait_s: float = 60.0) -> dict[str, An
         time.sleep(0.5)
 
 
-def _flush_while_busy(base_url: str, headers: dict[str, str], input_ids: list[int]) -> dict[str, Any]:
-    """/flush_cache while a request of another client is streaming (it must be refused)."""
+@contextlib.contextmanager
+def foreign_stream(base_url: str, headers: dict[str, str], input_ids: list[int]) -> Iterator[bool]:
+    """A long streaming /generate from another client while the block runs (yields whether it
+    started streaming within 60 s); closing its connection at the end aborts it."""
     started = threading.Event()
     stop = threading.Event()
 
@@ -222,7 +225,16 @@ def _flush_while_busy(base_url: str, headers: dict[str, str], input_ids: list[in
     t = threading.Thread(target=foreign, daemon=True)
     t.start()
     try:
-        if not started.wait(60.0):
+        yield started.wait(60.0)
+    finally:
+        stop.set()
+        t.join(120.0)
+
+
+def _flush_while_busy(base_url: str, headers: dict[str, str], input_ids: list[int]) -> dict[str, Any]:
+    """/flush_cache while a request of another client is streaming (it must be refused)."""
+    with foreign_stream(base_url, headers, input_ids) as streaming:
+        if not streaming:
             return {"status": "foreign request never streamed"}
         time.sleep(0.2)
         with httpx.Client(base_url=base_url, headers=headers) as c:
@@ -232,9 +244,6 @@ def _flush_while_busy(base_url: str, headers: dict[str, str], input_ids: list[in
             out["timeout=1 status"] = r.status_code
             out["timeout=1 body_first_line"] = r.text.splitlines()[0] if r.text else ""
             return out
-    finally:
-        stop.set()
-        t.join(60.0)
 
 
 def probe(base_url: str, input_ids: list[int], *, api_key: str | None = None, output_len: int = 16) -> dict[str, Any]:

@@ -23,7 +23,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
-from specguard.measure.metrics import RunMetrics
+from specguard.measure.metrics import RunMetrics, RunSeries
 
 SCHEMA = "specguard-baseline"
 SCHEMA_VERSION = 1
@@ -79,16 +79,24 @@ class RunSample:
     failed: int
     accept_length: float | None
     total_verify_ct: int
+    # Per prompt category (workloads whose prompts carry one): name -> {"accept_length",
+    # "output_throughput", "output_tokens", "total_verify_ct"}; the per-category accept-length gates.
+    categories: dict[str, dict[str, Any]] = field(default_factory=dict)
+    request_goodput: float | None = None  # good requests/s under the suite's [sweep] slo (None: no SLO)
 
     @classmethod
     def from_metrics(cls, m: RunMetrics, run_index: int, launch_id: str) -> "RunSample":
+        cats = {name: {"accept_length": c.accept_length, "output_throughput": c.output_throughput,
+                       "output_tokens": c.output_tokens, "total_verify_ct": c.total_verify_ct}
+                for name, c in sorted(m.categories.items())}
         return cls(run_index=run_index, launch_id=launch_id, output_throughput=m.output_throughput,
                    total_output_tokens=m.total_output_tokens, duration_s=m.duration_s, completed=m.completed,
-                   failed=m.failed, accept_length=m.accept_length, total_verify_ct=m.total_verify_ct)
+                   failed=m.failed, accept_length=m.accept_length, total_verify_ct=m.total_verify_ct, categories=cats,
+                   request_goodput=m.request_goodput)
 
 
 @dataclass
-class Session:
+class Session(RunSeries):
     """One stored sweep of one cell."""
 
     session_id: str
@@ -96,13 +104,10 @@ class Session:
     provenance: dict[str, Any]
     runs: list[RunSample] = field(default_factory=list)
 
-    @property
-    def throughputs(self) -> list[float]:
-        return [r.output_throughput for r in self.runs]
-
-    @property
-    def accept_lengths(self) -> list[float]:
-        return [r.accept_length for r in self.runs if r.accept_length is not None]
+    def category_accept_lengths(self, category: str) -> list[float]:
+        """Per-run accept lengths of one prompt category (runs stored without it are left out)."""
+        values = [(r.categories.get(category) or {}).get("accept_length") for r in self.runs]
+        return [v for v in values if isinstance(v, (int, float))]
 
 
 @dataclass
@@ -111,13 +116,18 @@ class StagedWrite:
 
     config: str
     fingerprint: Fingerprint
-    cells: dict[int, Session]
+    cells: dict[int | str, Session]  # concurrency, or "r8" for a request-rate level (cell_key)
 
 
 @dataclass
 class CellHistory:
     fingerprint: Fingerprint
     sessions: list[Session]
+
+
+def cell_key(level: int | str) -> str:
+    """A cell's key in a file: "c16" for concurrency 16; a request-rate level comes as "r8"."""
+    return level if isinstance(level, str) else f"c{level}"
 
 
 def now_iso() -> str:
@@ -156,7 +166,7 @@ class BaselineStore:
         entry = doc["entries"].get(fingerprint.key)
         if entry is None:
             return None
-        cell = entry["cells"].get(f"c{concurrency}")
+        cell = entry["cells"].get(cell_key(concurrency))
         if not cell:
             return None
         sessions = [_session_from_json(s) for s in cell["sessions"]]
@@ -204,8 +214,8 @@ class BaselineStore:
                 for w in group:
                     entry = doc["entries"].setdefault(w.fingerprint.key, {"fingerprint": w.fingerprint.fields, "cells": {}})
                     entry["updated"] = now_iso()
-                    for concurrency, session in sorted(w.cells.items()):
-                        cell = entry["cells"].setdefault(f"c{concurrency}", {"sessions": []})
+                    for concurrency, session in sorted(w.cells.items(), key=lambda kv: cell_key(kv[0])):
+                        cell = entry["cells"].setdefault(cell_key(concurrency), {"sessions": []})
                         cell["sessions"].append(asdict(session))
                         cell["sessions"] = cell["sessions"][-keep:]
                 docs[config] = (doc, replaced)
@@ -333,6 +343,8 @@ def _session_from_json(s: Any) -> Session:
             raise ValueError(f"output_throughput must be a positive number, got {sample.output_throughput!r}")
         if sample.accept_length is not None and (not isinstance(sample.accept_length, (int, float)) or sample.accept_length <= 0):
             raise ValueError(f"accept_length must be a positive number or null, got {sample.accept_length!r}")
+        if not isinstance(sample.categories, dict) or not all(isinstance(v, dict) for v in sample.categories.values()):
+            raise ValueError("categories must map a category name to an object")
         runs.append(sample)
     if not runs:
         raise ValueError("a session needs at least one run")

@@ -55,6 +55,8 @@ def gate_confidence(alpha_cell: float) -> float:
 def _line(gate: str, config: str, c: int, unit: str, cur: float, ref: float, ref_name: str,
           est: RatioEstimate, tol_text: str, verdict: str) -> str:
     ci = f"{est.confidence * 100:.2f}% CI"
+    if verdict == PASS and est.pass_low is not None and est.pass_confidence is not None:
+        verdict += f" ({est.pass_confidence:.0%} lower bound {est.pass_low:.3f} >= {est.threshold:.2f})"
     return (f"{gate} {config} c{c}: {cur:.4g}{unit} vs {ref_name} {ref:.4g}{unit}, ratio {est.describe()} ({ci}, "
             f"between-launch sd {est.between_sd:.1%} from {est.between_source}), {tol_text} -> {verdict.upper()}")
 
@@ -103,7 +105,10 @@ def holm_failures(results: Sequence[GateResult], family_alpha: float) -> list[Ga
     """Enforced results that Holm rejects at the family level but the per-cell test passed
     (rejected = significantly below the tested ratio, with the estimate beyond the threshold)."""
     tested = [r for r in results if r.estimate is not None and r.enforced]
-    adjusted = holm_adjust([r.estimate.p_value for r in tested])
+    # Weighted Holm with weights = the per-test alphas (a weighted Bonferroni split, ``family_alphas``);
+    # equal alphas (or any unknown) give the ordinary Holm.
+    weights = [r.alpha for r in tested] if all(r.alpha for r in tested) else None
+    adjusted = holm_adjust([r.estimate.p_value for r in tested], weights)
     return [r for r, p in zip(tested, adjusted)
             if p < family_alpha and r.estimate.ratio < r.estimate.threshold and r.verdict != FAIL]
 
@@ -130,28 +135,65 @@ __all__ = ["ERROR", "FAIL", "INCONCLUSIVE", "PASS", "SKIP", "GateResult", "count
 
 
 # -- launches, relaunch on suspicion and the speculation gate (issue 14, docs/statistics.md) ----
+STAGE_ALPHA_RULES = ("screen", "halves")
+
+
 @dataclass(frozen=True)
 class GateDesign:
     """How a session replicates and decides: ``launches`` per configuration (fixed), and with
     ``relaunch = "on-suspicion"`` a second launch of each configuration whose stage-1 cell looked
-    suspicious (one-sided p < ``suspicion_p``). Stage 1 and stage 2 each get half of every cell's
-    alpha (and half the family alpha for Holm), so the pair keeps the family bound."""
+    suspicious (one-sided p < ``suspicion_p``).
+
+    How the alpha is shared between the stages (``stage_alpha_rule``):
+
+    - "screen" (default): stage 1 only screens. Every cell whose configuration could be relaunched
+      is decided on the pooled launches (stage 2) at the cell's whole alpha; a stage-1 verdict
+      stands only where no relaunch happened: its p >= suspicion_p >= family alpha there, so it
+      cannot fail, except in attach mode (nothing can be relaunched: stage 1 is the only test, at
+      the whole alpha). Each test's final p-value is valid below suspicion_p, so per-cell alpha
+      and Holm at the family alpha over the final decisions keep the family bound.
+    - "halves" (the earlier rule): each stage at half the cell alpha, Holm at half the family
+      alpha, union bound over the two stages.
+    """
 
     launches: int = 1
     relaunch: str = "on-suspicion"  # or "off"
     suspicion_p: float = 0.05
+    stage_alpha_rule: str = "screen"  # or "halves" (STAGE_ALPHA_RULES)
     prior_day_sd: float = 0.005  # share of prior_between_sd common to every launch of one session
-    prior_dof: float = 8.0  # weight of prior_between_sd, in pseudo degrees of freedom
+    prior_dof: float = 16.0  # weight of prior_between_sd, in pseudo degrees of freedom (Tolerances.prior_between_dof)
     spread_rule: str = "pooled-t"  # or "max-known" (the earlier rule)
-    spread_pool: str = "cell"  # the cell's own history (K - 1 dof); "config": pooled over its levels; "suite"
+    # Which history estimates a cell's spread: "cell" = its own (K - 1 dof; the pooled ``spread`` a
+    # caller passes then only checks the prior); "suite"/"config" = the ``spread`` passed, as is.
+    spread_pool: str = "cell"
+    # Raise the prior where a history contradicts it (stats.checked_prior): "cell" = the cell's own
+    # history (the pair's, for speculation), "pooled" = the session's pooled ``spread``, "off".
+    prior_check: str = "cell"
+    # Weighted Bonferroni (``family_alphas``): a test's share of the family alpha is proportional to
+    # its gate's weight; report-only speculation tests weigh 0 (they cannot fail). Fixed in advance.
+    gate_weights: tuple[tuple[str, float], ...] = (("throughput", 1.0), ("accept_length", 0.25), ("speculation", 2.0))
+    pass_confidence: float | None = 0.95  # one-sided level of a pass (equivalence); None: the fail interval's
 
     @property
     def sequential(self) -> bool:
         return self.relaunch == "on-suspicion"
 
+    def __post_init__(self) -> None:
+        if self.stage_alpha_rule not in STAGE_ALPHA_RULES:
+            raise ValueError(f"stage alpha rule {self.stage_alpha_rule!r}; use one of {', '.join(STAGE_ALPHA_RULES)}")
+
     def stage_alpha(self, alpha_cell: float) -> float:
-        """Per-cell alpha of one stage."""
-        return alpha_cell / 2 if self.sequential else alpha_cell
+        """Per-cell alpha of a stage's decisions (the same for both stages)."""
+        return alpha_cell / 2 if self.sequential and self.stage_alpha_rule == "halves" else alpha_cell
+
+    def holm_alpha(self, family_alpha: float) -> float:
+        """The alpha Holm runs at over the session's final decisions."""
+        return family_alpha / 2 if self.sequential and self.stage_alpha_rule == "halves" else family_alpha
+
+    def screen_is_valid(self, family_alpha: float) -> bool:
+        """"screen" needs suspicion_p >= family alpha: a configuration that was not relaunched then
+        has no cell whose p-value a per-cell test or Holm could reject."""
+        return self.stage_alpha_rule != "screen" or not self.sequential or self.suspicion_p >= family_alpha
 
 
 def design_of(suite: "Suite") -> GateDesign:  # noqa: F821 - config.Suite, imported lazily by callers
@@ -162,7 +204,8 @@ def design_of(suite: "Suite") -> GateDesign:  # noqa: F821 - config.Suite, impor
                       suspicion_p=getattr(sw, "relaunch_p", d.suspicion_p),
                       prior_day_sd=getattr(tol, "prior_day_sd", d.prior_day_sd),
                       prior_dof=getattr(tol, "prior_between_dof", d.prior_dof),
-                      spread_rule=getattr(tol, "spread_rule", d.spread_rule))
+                      spread_rule=getattr(tol, "spread_rule", d.spread_rule),
+                      pass_confidence=getattr(tol, "pass_confidence", d.pass_confidence))
 
 
 def session_spread(cell_histories: dict[tuple[str, int], Sequence[Sequence[float]]]) -> SpreadEstimate | None:
@@ -179,20 +222,35 @@ def session_spread(cell_histories: dict[tuple[str, int], Sequence[Sequence[float
     return pool_spreads(ests, dof_cap=float(sum(per_config.values())))
 
 
+PRIOR_CHECKS = ("cell", "pooled", "off")
+
+
+def _check_pool(design: GateDesign, pooled: SpreadEstimate | None, own: SpreadEstimate | None) -> SpreadEstimate | None:
+    """The history the prior is checked against (``design.prior_check``)."""
+    if design.prior_check not in PRIOR_CHECKS:
+        raise ValueError(f"prior check {design.prior_check!r}; use one of {', '.join(PRIOR_CHECKS)}")
+    return {"cell": own, "pooled": pooled, "off": None}[design.prior_check]
+
+
 def launch_history_gate(gate: str, config: str, concurrency: int, launches: Sequence[Sequence[float]],
                         history: Sequence[Sequence[float]], *, tolerance: float, prior_between_sd: float,
                         alpha_cell: float, rule: str, design: GateDesign = GateDesign(),
                         spread: SpreadEstimate | None = None, prior_day_sd: float | None = None,
                         stage: int = 1) -> GateResult:
     """``history_gate`` with the launch as the unit: ``launches`` holds one list of runs per server
-    launch of this session. ``alpha_cell`` is the stage's alpha (``design.stage_alpha``)."""
+    launch of this session. ``alpha_cell`` is the stage's alpha (``design.stage_alpha``).
+    ``spread``: the metric's spread pooled over the session's cells (``session_spread``); under
+    ``design.spread_pool = "cell"`` the cell's own history is the estimate and ``spread`` only
+    checks the prior."""
     runs = [v for l in launches for v in l]
     if len(runs) < 2:
         return GateResult(gate, config, concurrency, ERROR, f"{gate} {config} c{concurrency}: only {len(runs)} samples; need >= 2")
     day = design.prior_day_sd if prior_day_sd is None else prior_day_sd
     est = compare_launches(launches, history, threshold=1 - tolerance, prior_between_sd=prior_between_sd,
                            prior_day_sd=min(day, prior_between_sd), confidence=gate_confidence(alpha_cell), rule=rule,
-                           spread=spread, prior_dof=design.prior_dof, spread_rule=design.spread_rule)
+                           spread=None if design.spread_pool == "cell" else spread, prior_dof=design.prior_dof,
+                           spread_rule=design.spread_rule, pass_confidence=design.pass_confidence,
+                           pool=_check_pool(design, spread, history_spread(history)))
     verdict = est.outcome()
     unit = " tok/s" if gate == "throughput" else ""
     base_mean = _mean([v for s in history for v in s])
@@ -208,7 +266,8 @@ def must_win_gate(config: str, concurrency: int, spec: Sequence[Sequence[float]]
                   reference: Sequence[Sequence[float]] | None, reference_name: str, *, must_win: bool,
                   tol: Tolerances, alpha_cell: float, design: GateDesign = GateDesign(),
                   spread: SpreadEstimate | None = None, reference_history: Sequence[Sequence[float]] | None = None,
-                  stage: int = 1) -> GateResult:
+                  stage: int = 1,
+                  pair_histories: tuple[Sequence[Sequence[float]], Sequence[Sequence[float]]] | None = None) -> GateResult:
     """Speculation vs its reference at one concurrency, launches as units.
 
     Hypothesis tested where speculation must win: H0 "spec/reference >= 1 + speculation_min_gain"
@@ -220,12 +279,19 @@ def must_win_gate(config: str, concurrency: int, spec: Sequence[Sequence[float]]
 
     ``reference``: the reference's launches in this session (the day cancels); else
     ``reference_history``: all K stored sessions of the reference with this fingerprint.
+    ``spread``: the session's pooled tok/s spread (``session_spread``); ``pair_histories``: the
+    speculative configuration's and the reference's stored sessions at this level, whose spreads
+    (pooled, ``pair_spread``) are the estimate under ``design.spread_pool = "cell"`` (else, or
+    without them, ``spread`` is).
     """
     threshold = 1 + tol.speculation_min_gain
     day = min(design.prior_day_sd, tol.prior_between_sd)
+    own = pair_spread(*pair_histories) if pair_histories is not None and design.spread_pool == "cell" else None
     common = dict(threshold=threshold, prior_between_sd=tol.prior_between_sd, prior_day_sd=day,
-                  confidence=gate_confidence(alpha_cell), rule="significant", spread=spread,
-                  prior_dof=design.prior_dof, spread_rule=design.spread_rule)
+                  confidence=gate_confidence(alpha_cell), rule="significant", spread=own if own is not None else spread,
+                  prior_dof=design.prior_dof, spread_rule=design.spread_rule, pass_confidence=design.pass_confidence,
+                  pool=_check_pool(design, spread, own if own is not None else (
+                      history_spread(reference_history) if not reference and reference_history else None)))
     if reference:
         est = compare_launch_sets(spec, reference, **common)
         ref_runs = [v for l in reference for v in l]
@@ -265,28 +331,49 @@ def relaunch_plan(stage1: Sequence[GateResult], references: dict[str, str | None
     return plan
 
 
+def family_alphas(tests: Sequence[tuple[str, bool]], family_alpha: float,
+                  design: GateDesign = GateDesign()) -> list[float]:
+    """Per-test alpha of a session's family: (gate, enforced) for every selected gate test.
+
+    Weighted Bonferroni: test i gets family_alpha * w_i / sum(w), w_i its gate's weight
+    (``design.gate_weights``), 0 for a test that cannot fail (report-only speculation), so the
+    alphas of the tests that can fail sum to the family alpha. Holm over them is the weighted
+    Holm (``holm_failures`` takes each result's alpha as its weight). Before the stage rule
+    (``design.stage_alpha``)."""
+    weights = dict(design.gate_weights)
+    w = [weights.get(gate, 1.0) if enforced else 0.0 for gate, enforced in tests]
+    total = sum(w)
+    if total <= 0:
+        return [family_alpha / max(len(tests), 1)] * len(tests)
+    # a report-only test still reports an interval: it gets the smallest enforced alpha's level
+    floor = min((x for x in w if x > 0), default=1.0)
+    return [family_alpha * (x if x > 0 else floor) / total for x in w]
+
+
+def final_results(stage1: Sequence[GateResult], stage2: Sequence[GateResult]) -> list[GateResult]:
+    """Each test's final decision: its stage-2 result where its configuration was relaunched
+    (that supersedes the stage-1 verdict, a fail included), else its stage-1 result."""
+    out: dict[tuple[str, str, int], GateResult] = {}
+    for r in [*stage1, *stage2]:
+        key = (r.gate, r.config, r.concurrency)
+        if key not in out or r.stage >= out[key].stage:
+            out[key] = r
+    return list(out.values())
+
+
 def final_failures(stage1: Sequence[GateResult], stage2: Sequence[GateResult], tol: Tolerances,
                    design: GateDesign = GateDesign()) -> list[GateResult]:
-    """Every enforced failure of a session: per-cell verdicts and Holm, per stage.
-
-    Non-sequential designs: ``stage2`` is empty and Holm runs at the family alpha. Sequential:
-    stage-1 cells fail at half the cell alpha, Holm over stage 1 at half the family alpha; the
-    relaunched configurations' pooled cells (``stage2``) likewise with the other half. A stage-1
-    "inconclusive" of a relaunched configuration is superseded by its stage-2 verdict.
-    """
-    relaunched = {(r.gate, r.config, r.concurrency) for r in stage2}
-    fam = tol.family_alpha / 2 if design.sequential else tol.family_alpha
-    out = [r for r in stage1 if counts_as_failure(r, tol)
-           and not ((r.gate, r.config, r.concurrency) in relaunched and r.verdict == INCONCLUSIVE)]
-    out += holm_failures(stage1, fam)
-    if stage2:
-        out += [r for r in stage2 if counts_as_failure(r, tol)]
-        merged = [r for r in stage1 if (r.gate, r.config, r.concurrency) not in relaunched] + list(stage2)
-        out += [r for r in holm_failures(merged, fam) if r.stage == 2]
-    return out
+    """Every enforced failure of a session: per-cell verdicts and Holm over each test's final
+    decision (``final_results``), Holm at ``design.holm_alpha`` (the family alpha under the
+    "screen" rule, half of it under "halves"). Non-sequential designs: ``stage2`` is empty."""
+    if not design.screen_is_valid(tol.family_alpha):
+        raise ValueError(f"relaunch_p {design.suspicion_p:g} is below family_alpha {tol.family_alpha:g}: the "
+                         f"\"screen\" stage rule needs relaunch_p >= family_alpha (docs/statistics.md)")
+    final = final_results(stage1, stage2)
+    return [r for r in final if counts_as_failure(r, tol)] + holm_failures(final, design.holm_alpha(tol.family_alpha))
 
 
-__all__ += ["GateDesign", "design_of", "final_failures", "launch_history_gate", "must_win_gate", "relaunch_plan",
+__all__ += ["GateDesign", "design_of", "family_alphas", "final_failures", "final_results", "launch_history_gate", "must_win_gate", "relaunch_plan",
             "session_spread"]
 
 

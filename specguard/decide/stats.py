@@ -9,6 +9,7 @@ and otherwise comes from a declared prior instead of being assumed zero.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Sequence
@@ -38,12 +39,18 @@ class RatioEstimate:
     between_sd: float  # the between-session spread used (log scale)
     between_source: str  # "prior" or "history of K sessions"
     test_at: float | None = None  # None (older results files): the threshold
+    # "pass" is an equivalence claim (a one-sided test that the ratio is above the threshold, TOST),
+    # made at its own level: a wrong pass misses a regression in one cell, a wrong fail is a false
+    # alarm of the whole gate, so only the fail side needs the family's (Holm's) tiny per-cell alpha.
+    # None (older results files): pass needs ``low``, the fail interval's bound.
+    pass_low: float | None = None
+    pass_confidence: float | None = None
 
     def outcome(self) -> str:
         tested_at = self.threshold if self.test_at is None else self.test_at
         if self.high < tested_at and self.ratio < self.threshold:  # significant, and beyond the threshold
             return FAIL
-        if self.low >= self.threshold:
+        if (self.low if self.pass_low is None else self.pass_low) >= self.threshold:
             return PASS
         return INCONCLUSIVE
 
@@ -75,8 +82,10 @@ def null_ratio(threshold: float, rule: str) -> float:
 
 
 def _finish(diff: float, var_parts: list[tuple[float, float]], threshold: float, confidence: float,
-            between_sd: float, between_source: str, test_at: float) -> RatioEstimate:
-    """CI and p-value from a log difference and (variance, dof) parts (Welch-Satterthwaite)."""
+            between_sd: float, between_source: str, test_at: float,
+            pass_confidence: float | None = None) -> RatioEstimate:
+    """CI and p-value from a log difference and (variance, dof) parts (Welch-Satterthwaite), and
+    with ``pass_confidence`` the one-sided lower bound a pass needs."""
     var = sum(v for v, _ in var_parts)
     if var <= 0:
         var = 1e-12
@@ -91,10 +100,16 @@ def _finish(diff: float, var_parts: list[tuple[float, float]], threshold: float,
         q, p = float(special.stdtrit(dof, 0.5 + confidence / 2)), float(special.stdtr(dof, z))
     else:
         q, p = float(special.ndtri(0.5 + confidence / 2)), float(special.ndtr(z))
+    pass_low = None
+    if pass_confidence is not None:
+        if not 0.5 <= pass_confidence < 1:
+            raise ValueError(f"pass confidence {pass_confidence}; use a one-sided level in [0.5, 1), e.g. 0.95")
+        q1 = float(special.stdtrit(dof, pass_confidence)) if math.isfinite(dof) else float(special.ndtri(pass_confidence))
+        pass_low = math.exp(diff - q1 * se)
     return RatioEstimate(
         ratio=math.exp(diff), low=math.exp(diff - q * se), high=math.exp(diff + q * se), threshold=threshold,
         p_value=p, dof=dof, confidence=confidence, between_sd=between_sd, between_source=between_source,
-        test_at=test_at,
+        test_at=test_at, pass_low=pass_low, pass_confidence=pass_confidence,
     )
 
 
@@ -141,15 +156,23 @@ def compare_sessions(a: Sequence[float], b: Sequence[float], *, threshold: float
                    null_ratio(threshold, rule))
 
 
-def holm_adjust(p_values: Sequence[float]) -> list[float]:
-    """Holm step-down adjusted p-values (family-wise error control, any dependence)."""
+def holm_adjust(p_values: Sequence[float], weights: Sequence[float] | None = None) -> list[float]:
+    """Holm step-down adjusted p-values (family-wise error control, any dependence); with
+    ``weights``, the weighted Holm procedure (Holm 1979): a test's p is compared with
+    alpha * w_i / (sum of the remaining weights), so with weights proportional to the per-test
+    alphas of a weighted Bonferroni split its first step is exactly the per-test decision."""
     m = len(p_values)
-    order = sorted(range(m), key=lambda i: p_values[i])
+    w = [1.0] * m if weights is None else [float(x) for x in weights]
+    if len(w) != m or any(not x > 0 for x in w):
+        raise ValueError(f"holm_adjust: need one positive weight per p-value, got {list(w)} for {m}")
+    order = sorted(range(m), key=lambda i: p_values[i] / w[i])
+    remaining = sum(w)
     adjusted = [0.0] * m
     running = 0.0
-    for rank, i in enumerate(order):
-        running = max(running, min(1.0, (m - rank) * p_values[i]))
+    for i in order:
+        running = max(running, min(1.0, p_values[i] / w[i] * remaining))
         adjusted[i] = running
+        remaining -= w[i]
     return adjusted
 
 
@@ -171,6 +194,19 @@ class SpreadEstimate:
 def history_spread(history: Sequence[Sequence[float]]) -> SpreadEstimate | None:
     """Between-session variance of one cell's stored sessions (K - 1 dof), less the share the
     runs' own spread explains; None with fewer than 2 sessions."""
+    try:
+        return _history_spread_cached(tuple(tuple(float(v) for v in s) for s in history))
+    except TypeError:  # not hashable after all: compute directly
+        return _history_spread(history)
+
+
+@functools.lru_cache(maxsize=4096)
+def _history_spread_cached(history: tuple[tuple[float, ...], ...]) -> SpreadEstimate | None:
+    """The study decides the same stored sessions many times (stages, gates, grid points)."""
+    return _history_spread(history)
+
+
+def _history_spread(history: Sequence[Sequence[float]]) -> SpreadEstimate | None:
     sessions = [_logs(s, "baseline") for s in history if len(s)]
     if len(sessions) < 2:
         return None
@@ -218,15 +254,44 @@ def between_variance(prior_sd: float, measured: SpreadEstimate | None, prior_dof
     return (prior_dof * p2 + measured.dof * measured.var) / dof, dof, f"prior + {measured.source}"
 
 
+PRIOR_CHECK_P = 0.05  # a pooled history whose spread exceeds the prior's at this level contradicts the prior
+
+
+def checked_prior(prior_sd: float, pool: SpreadEstimate | None, p: float = PRIOR_CHECK_P) -> tuple[float, str]:
+    """The prior between-session sd, unless the session's pooled history contradicts it.
+
+    A prior set too small (half the true spread, say) would otherwise pull every cell's estimate
+    down with its pseudo dof and fail unchanged code. Under "the prior is right" the pooled
+    statistic dof * S^2 / prior^2 is chi^2 with dof degrees of freedom; above its 1 - p quantile
+    the prior is replaced by the pooled estimate S (only ever raised, never lowered: the check
+    is one-sided). With a right prior this happens in about p of the sessions and only widens
+    their intervals."""
+    if pool is None or pool.dof <= 0 or not math.isfinite(pool.dof) or pool.var <= prior_sd**2:
+        return prior_sd, "prior"
+    if prior_sd <= 0 or pool.dof * pool.var / prior_sd**2 > float(special.chdtri(pool.dof, p)):
+        return math.sqrt(pool.var), f"prior raised to the history's spread ({pool.source})"
+    return prior_sd, "prior"
+
+
 STALL_MADS = 5.0  # a run this many robust sds below its launch's median is a stall (kept, reported, not Gaussian)
 # Variance of the median of n normal values, over sigma^2 / n (n = 3: 0.449 sigma^2; large n: pi / 2).
 _MEDIAN_VAR = {1: 1.0, 2: 1.0, 3: 1.35, 4: 1.19, 5: 1.43}
 
 
+def _median(g: np.ndarray) -> float:
+    """np.median of a small 1-d array, the same value (the middle one, or the mean of the two
+    middle ones), without numpy's per-call overhead: the study calls it ~10^7 times."""
+    s = sorted(g.tolist())
+    n = len(s)
+    if n == 0:
+        return math.nan
+    return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2
+
+
 def _loc(g: np.ndarray) -> float:
     """A launch's (or stored session's) location: the median of its runs' logs, so that one
     stalled run of three does not move it; equal to the mean for two runs."""
-    return float(np.median(g))
+    return _median(g)
 
 
 def _loc_var_factor(n: float) -> float:
@@ -236,10 +301,10 @@ def _loc_var_factor(n: float) -> float:
 def _robust_within_var(groups: Sequence[np.ndarray]) -> tuple[float, float]:
     """Pooled within-launch variance of logs with stalls set aside: runs more than STALL_MADS
     robust sds (pooled over all groups) below their group's median do not enter it."""
-    resid = np.concatenate([g - np.median(g) for g in groups if g.size > 1]) if any(g.size > 1 for g in groups) else np.array([])
+    resid = np.concatenate([g - _median(g) for g in groups if g.size > 1]) if any(g.size > 1 for g in groups) else np.array([])
     nonzero = np.abs(resid[resid != 0])
-    rsd = 1.4826 * float(np.median(nonzero)) if nonzero.size else 0.0
-    kept = [g[g >= np.median(g) - STALL_MADS * rsd] if rsd > 0 else g for g in groups]
+    rsd = 1.4826 * _median(nonzero) if nonzero.size else 0.0
+    kept = [g[g >= _median(g) - STALL_MADS * rsd] if rsd > 0 else g for g in groups]
     return _pooled_within_var(kept)
 
 
@@ -281,7 +346,8 @@ def _combine(a: tuple[float, float], b: SpreadEstimate | None) -> tuple[float, f
 def compare_launches(current: Sequence[Sequence[float]], history: Sequence[Sequence[float]], *, threshold: float,
                      prior_between_sd: float, prior_day_sd: float = 0.0, confidence: float,
                      rule: str = "significant", spread: SpreadEstimate | None = None, prior_dof: float = 8.0,
-                     spread_rule: str = "pooled-t") -> RatioEstimate:
+                     spread_rule: str = "pooled-t", pass_confidence: float | None = None,
+                     pool: SpreadEstimate | None = None) -> RatioEstimate:
     """This session's L launches (runs of each) against K stored sessions; the launch is the unit.
 
     The between-session variance sb2 (of a one-launch session) splits into a day part shared by
@@ -291,7 +357,8 @@ def compare_launches(current: Sequence[Sequence[float]], history: Sequence[Seque
         Var(log ratio) = sd2 + sl2 / L + sw2 / n_c  +  (sb2 + sw2 / n_h) / K
 
     sb2 from ``between_variance`` (prior and the history's spread, ``spread`` if the session pooled
-    it over cells, else this cell's); sl2 also learns from the L launches' own spread.
+    it over cells, else this cell's); sl2 also learns from the L launches' own spread. ``pool``:
+    the session's spread pooled over its cells, checking the prior (``checked_prior``).
     """
     cur = _launch_logs(current, "current")
     sessions = [_logs(s, "baseline") for s in history if len(s)]
@@ -299,8 +366,10 @@ def compare_launches(current: Sequence[Sequence[float]], history: Sequence[Seque
         raise ValueError("no baseline sessions to compare with")
     sw2, dof_w = _robust_within_var([*cur, *sessions])
     measured = spread if spread is not None else history_spread(history)
-    sb2, dof_b, source = between_variance(prior_between_sd, measured, prior_dof, spread_rule)
     day_frac = min(prior_day_sd**2 / prior_between_sd**2, 1.0) if prior_between_sd > 0 else 0.0
+    prior_sd, checked = checked_prior(prior_between_sd, pool)
+    sb2, dof_b, source = between_variance(prior_sd, measured, prior_dof, spread_rule)
+    source = source.replace("prior", checked, 1)
     sd2 = day_frac * sb2
     sl2, dof_l = _combine(((1 - day_frac) * sb2, dof_b), _launch_spread(cur, sw2))
     k, n_l = len(sessions), len(cur)
@@ -311,13 +380,15 @@ def compare_launches(current: Sequence[Sequence[float]], history: Sequence[Seque
     parts = [(within, dof_w), (sd2 * (1 + 1 / k) + sb2 * (1 - day_frac) / k, dof_b),
              (sl2 / n_l, dof_l)]
     src = source if n_l == 1 else f"{source}, {n_l} launches"
-    return _finish(diff, parts, threshold, confidence, math.sqrt(sb2), src, null_ratio(threshold, rule))
+    return _finish(diff, parts, threshold, confidence, math.sqrt(sb2), src, null_ratio(threshold, rule),
+                   pass_confidence)
 
 
 def compare_launch_sets(a: Sequence[Sequence[float]], b: Sequence[Sequence[float]], *, threshold: float,
                         prior_between_sd: float, prior_day_sd: float = 0.0, confidence: float,
                         rule: str = "significant", spread: SpreadEstimate | None = None, prior_dof: float = 8.0,
-                        spread_rule: str = "pooled-t") -> RatioEstimate:
+                        spread_rule: str = "pooled-t", pass_confidence: float | None = None,
+                        pool: SpreadEstimate | None = None) -> RatioEstimate:
     """a / b for two configurations launched in the same session (La and Lb launches).
 
     The day part is shared by both and cancels; each launch carries its own offset (launch part
@@ -328,8 +399,10 @@ def compare_launch_sets(a: Sequence[Sequence[float]], b: Sequence[Sequence[float
     la, lb = _launch_logs(a, "a"), _launch_logs(b, "b")
     sw2a, dofa = _robust_within_var(la)
     sw2b, dofb = _robust_within_var(lb)
-    sb2, dof_b, source = between_variance(prior_between_sd, spread, prior_dof, spread_rule)
     day_frac = min(prior_day_sd**2 / prior_between_sd**2, 1.0) if prior_between_sd > 0 else 0.0
+    prior_sd, checked = checked_prior(prior_between_sd, pool)
+    sb2, dof_b, source = between_variance(prior_sd, spread, prior_dof, spread_rule)
+    source = source.replace("prior", checked, 1)
     sl = ((1 - day_frac) * sb2, dof_b)
     sl = _combine(sl, _launch_spread(la, sw2a))
     sl2, dof_l = _combine(sl, _launch_spread(lb, sw2b))
@@ -338,4 +411,5 @@ def compare_launch_sets(a: Sequence[Sequence[float]], b: Sequence[Sequence[float
     parts = [(_loc_var_factor(ra) * sw2a / (ra * len(la)), max(dofa, 1.0)),
              (_loc_var_factor(rb) * sw2b / (rb * len(lb)), max(dofb, 1.0)), (sl2 * (1 / len(la) + 1 / len(lb)), dof_l)]
     src = f"{source}; {len(la)}+{len(lb)} launches"
-    return _finish(diff, parts, threshold, confidence, math.sqrt(sl2), src, null_ratio(threshold, rule))
+    return _finish(diff, parts, threshold, confidence, math.sqrt(sl2), src, null_ratio(threshold, rule),
+                   pass_confidence)

@@ -30,7 +30,7 @@ from specguard.emulator.model import BatchScheduler, SchedulerConfig, run_closed
 from specguard.emulator.profile import EmulatorProfile, load_profile
 from specguard.emulator.spec import SpecRequest, resolve_settings
 from specguard.decide.crossover import CrossoverEstimate, estimate_crossover, first_crossing, within_factor
-from specguard.decide.gates import (GateDesign, GateResult, counts_as_failure, crossover, final_failures, history_gate,
+from specguard.decide.gates import (GateDesign, GateResult, counts_as_failure, crossover, family_alphas, final_failures, history_gate,
                                     holm_failures, launch_history_gate, must_win_gate, relaunch_plan, session_spread,
                                     speculation_gate)
 from specguard.decide.stats import INCONCLUSIVE, MIN_SESSIONS_FOR_SPREAD
@@ -65,22 +65,22 @@ class Noise:
 
 
 # The default suite's real-time client on top of the model, measured by ``measure_noise`` from 8
-# real sessions (5 repeats each) on the shared 2-core machine (docs/gate-study.md; re-measure
-# with --noise-from). Quiet: the shipped client, load average 0.4-2.4. Busy: the earlier
-# httpx-aiohttp client while other jobs kept the load average at 2-7.
+# real sessions (5 repeats each) of the shipped client on the 2-core machine, committed with their
+# manifests in docs/evidence/noise/<label>/ (`tools/measure_noise.py --label quiet|busy`, 30 Nov
+# 2026; tests/test_study.py checks these constants against the committed noise.json files).
+# Quiet: load average 0.5-1.7 (nothing else running). Busy: 2.1-2.7 (other sessions' jobs).
 EMULATOR_QUIET = Noise(
-    within={1: 0.0, 4: 0.0070, 16: 0.0052, 64: 0.0065}, between={1: 0.0, 4: 0.0, 16: 0.0, 64: 0.0},
-    stall_rate=0.010, stall_factors=(0.775, 0.886, 0.937, 0.940, 0.945),
-    bias={"baseline c1": 0.987, "baseline c4": 0.974, "baseline c16": 0.967, "baseline c64": 0.962,
-          "eagle3 c1": 0.993, "eagle3 c4": 0.978, "eagle3 c16": 0.989, "eagle3 c64": 0.998,
-          "mtp c1": 0.978, "mtp c4": 0.967, "mtp c16": 0.984, "mtp c64": 0.984})
+    within={1: 0.0, 4: 0.0, 16: 0.0016, 64: 0.0033}, between={1: 0.0109, 4: 0.0094, 16: 0.0, 64: 0.0061},
+    stall_rate=0.0146, stall_factors=(0.9234, 0.9376, 0.9393, 0.9587, 0.9666, 0.9675, 0.9692),
+    bias={"baseline c1": 0.9911, "baseline c4": 0.9784, "baseline c16": 0.9775, "baseline c64": 0.9694,
+          "eagle3 c1": 0.9973, "eagle3 c4": 0.9788, "eagle3 c16": 0.9936, "eagle3 c64": 0.9946,
+          "mtp c1": 0.9794, "mtp c4": 0.9728, "mtp c16": 0.9842, "mtp c64": 0.9908})
 EMULATOR_BUSY = Noise(
-    within={1: 0.0, 4: 0.0121, 16: 0.0170, 64: 0.0242}, between={1: 0.0131, 4: 0.0179, 16: 0.0236, 64: 0.0306},
-    stall_rate=0.042, stall_factors=(0.434, 0.566, 0.627, 0.695, 0.740, 0.745, 0.748, 0.789, 0.794, 0.809,
-                                     0.815, 0.822, 0.823, 0.828, 0.834, 0.840, 0.845, 0.847, 0.856, 0.862),
-    bias={"baseline c1": 0.963, "baseline c4": 0.933, "baseline c16": 0.883, "baseline c64": 0.846,
-          "eagle3 c1": 0.916, "eagle3 c4": 0.950, "eagle3 c16": 0.940, "eagle3 c64": 0.940,
-          "mtp c1": 0.924, "mtp c4": 0.918, "mtp c16": 0.926, "mtp c64": 0.906})
+    within={1: 0.0, 4: 0.0071, 16: 0.0039, 64: 0.0062}, between={1: 0.0186, 4: 0.0, 16: 0.0014, 64: 0.0},
+    stall_rate=0.0042, stall_factors=(0.8877, 0.9659),
+    bias={"baseline c1": 0.9867, "baseline c4": 0.9721, "baseline c16": 0.9691, "baseline c64": 0.9593,
+          "eagle3 c1": 0.9809, "eagle3 c4": 0.976, "eagle3 c16": 0.9873, "eagle3 c64": 0.9899,
+          "mtp c1": 0.9843, "mtp c4": 0.9822, "mtp c16": 0.9911, "mtp c64": 0.9957})
 
 
 @dataclass(frozen=True)
@@ -108,6 +108,8 @@ class GateSettings:
     tolerances: Tolerances  # history_sessions = K, the stored baseline sessions compared with
     design: str = "legacy"  # one of DESIGNS
     spread_pool: str = "cell"  # GateDesign.spread_pool
+    overrides: tuple[tuple[str, Any], ...] = ()  # further GateDesign fields, e.g. (("stage_alpha_rule", "halves"),)
+    pair_histories: bool = True  # the must-win gate gets both configurations' histories at its level
 
     def label(self) -> str:
         t = self.tolerances
@@ -118,15 +120,21 @@ class GateSettings:
         """The decide/ design this grid point runs (``legacy`` has none: the earlier gates)."""
         t = self.tolerances
         fixed = {"launches=1": 1, "launches=2": 2, "launches=3": 3}.get(self.design, 1)
-        return GateDesign(launches=fixed, relaunch="on-suspicion" if self.design == "on-suspicion" else "off",
-                          prior_day_sd=t.prior_day_sd, prior_dof=t.prior_between_dof, spread_rule=t.spread_rule,
-                          spread_pool=self.spread_pool)
+        earlier = EARLIER_RULES if self.design == "on-suspicion-r1" else {}
+        return replace(GateDesign(launches=fixed, relaunch="on-suspicion" if self.design.startswith("on-suspicion") else "off",
+                                  prior_day_sd=t.prior_day_sd, prior_dof=t.prior_between_dof, spread_rule=t.spread_rule,
+                                  spread_pool=self.spread_pool, pass_confidence=t.pass_confidence),
+                       **{**earlier, **dict(self.overrides)})
 
 
 # legacy: the gates before issue 14 (one launch, spread as known, speculation against the prior
 # only); launches=L: L launches per configuration, pooled; on-suspicion: one launch, a second for
 # every configuration with a suspicious stage-1 cell (GateDesign).
-DESIGNS = ("legacy", "launches=1", "launches=2", "on-suspicion")
+DESIGNS = ("legacy", "launches=1", "launches=2", "on-suspicion", "on-suspicion-r1")
+# on-suspicion-r1: the first issue-14 design (docs/gate-study.md, first round): each stage at half the
+# cell alpha, the prior never checked against the pooled history, every gate the same weight.
+EARLIER_RULES: dict[str, Any] = {"stage_alpha_rule": "halves", "prior_check": "off", "prior_dof": 8.0,
+                                 "gate_weights": (("throughput", 1.0), ("accept_length", 1.0), ("speculation", 1.0))}
 
 
 # -- simulation --------------------------------------------------------------------------------
@@ -234,6 +242,53 @@ def simulate_trial(suite: Suite, index: int, base_seed: int, max_history: int, r
                  {n: l[1:] for n, l in cur.items()}, {k: l[1:] for k, l in changed.items()})
 
 
+def rescalable(a: Noise, b: Noise) -> bool:
+    """Whether trials simulated under ``a`` give exactly those under ``b`` by ``rescale_trial``: the
+    two differ only in the per-launch drift and the day's sd, both present in each."""
+    def rest(n: Noise) -> Noise:
+        return replace(n, drift_pct=None, day_pct=0.0)
+    return (rest(a) == rest(b) and all(x is not None and x > 0 for x in (a.drift_pct, b.drift_pct))
+            and (a.day_pct > 0) == (b.day_pct > 0))
+
+
+def rescale_trial(suite: Suite, trial: Trial, index: int, base_seed: int, frm: Noise, to: Noise,
+                  changes: Sequence[Change]) -> Trial:
+    """``trial`` (simulated under ``frm``) as ``simulate_trial`` would have simulated it under ``to``.
+
+    Exact, not an approximation: a launch's drift is the first draw of its scheduler's noise
+    stream (``BatchScheduler``: exp(N(-d^2/2, d)), d = drift_pct / 100), every step's cost is
+    multiplied by it and the closed loop in virtual time has no other clock, so tok/s scales by
+    drift_frm / drift_to; the day offsets are day_pct / 100 times one stream of standard normals.
+    Accept lengths do not depend on either. The tests check it against direct simulation. This
+    is what lets the study measure 0.5 %, 1 % and 2 % launch spread on one simulation."""
+    if not rescalable(frm, to):
+        raise ValueError("rescale_trial: the noises differ in more than drift and day")
+    names = list(suite.servers)
+    k = len(trial.history)
+    zd = (np.random.default_rng([base_seed, index, 11]).standard_normal(k + 1) if frm.day_pct > 0
+          else np.zeros(k + 1))
+    da, db = frm.drift_pct / 100, to.drift_pct / 100
+
+    def scaled(launch: Launch, seed: int, day_z: float) -> Launch:
+        z = float(np.random.default_rng([seed, 2]).standard_normal())
+        f = math.exp((-da * da / 2 + da * z) - (-db * db / 2 + db * z) + (to.day_pct - frm.day_pct) / 100 * day_z)
+        return {c: ([t * f for t in tok], list(acc)) for c, (tok, acc) in launch.items()}
+
+    def cur(n: str, l: int, launch: Launch) -> Launch:
+        return scaled(launch, _seed(base_seed, index, 2, l, names.index(n)), float(zd[0]))
+
+    changed_cfg = {ch.name: ch.config for ch in changes}
+    missing = [ch for ch in trial.changed if ch not in changed_cfg]
+    if missing:
+        raise ValueError(f"rescale_trial: no change named {', '.join(missing)} among the scenarios")
+    hist = [{n: scaled(h[n], _seed(base_seed, index, 1, i, j), float(zd[i + 1])) for j, n in enumerate(names)}
+            for i, h in enumerate(trial.history)]
+    return Trial(hist, {n: cur(n, 0, l) for n, l in trial.current.items()},
+                 {ch: cur(changed_cfg[ch], 0, l) for ch, l in trial.changed.items()},
+                 {n: [cur(n, i + 1, l) for i, l in enumerate(ls)] for n, ls in trial.more.items()},
+                 {ch: [cur(changed_cfg[ch], i + 1, l) for i, l in enumerate(ls)] for ch, ls in trial.changed_more.items()})
+
+
 # -- deciding one session, as the pytest session does ---------------------------------------------
 def gate_tests(suite: Suite) -> int:
     """Number of gate tests in a full run: throughput per cell, accept length and speculation per
@@ -241,6 +296,26 @@ def gate_tests(suite: Suite) -> int:
     levels = len(suite.sweep.concurrency)
     spec = sum(1 for s in suite.servers.values() if s.speculative)
     return levels * (len(suite.servers) + 2 * spec)
+
+
+def suite_alphas(suite: Suite, family_alpha: float, design: GateDesign) -> dict[str, float]:
+    """Gate -> per-test alpha of a full run (``gates.family_alphas`` over every gate test, as the
+    session splits it), with "speculation, report only" for levels where speculation need not win."""
+    tests: list[tuple[str, bool]] = []
+    for cfg in suite.servers.values():
+        for c in suite.sweep.concurrency:
+            tests.append(("throughput", True))
+            if cfg.speculative:
+                limit = cfg.speculation_must_win_up_to
+                tests += [("accept_length", True), ("speculation", limit is not None and c <= limit)]
+    alphas = family_alphas(tests, family_alpha, design)
+    out: dict[str, float] = {}
+    for (gate, enforced), a in zip(tests, alphas):
+        out[gate if enforced else f"{gate}, report only"] = a
+    out.setdefault("speculation", out.get("speculation, report only", family_alpha / max(len(tests), 1)))
+    out.setdefault("speculation, report only", out["speculation"])
+    out.setdefault("accept_length", family_alpha / max(len(tests), 1))
+    return out
 
 
 @dataclass
@@ -311,20 +386,12 @@ def _spec_ratios(results: Sequence[GateResult]) -> dict[str, dict[int, Any]]:
     return out
 
 
-def _pair_spread(spreads: dict[Any, Any], a: str, b: str, c: int, hist_a: Any, hist_b: Any) -> Any:
-    """The launch spread behind a speculation ratio: both configurations' estimates pooled."""
-    from specguard.decide.stats import history_spread, pool_spreads
-
-    ea = spreads.get(("tok", a, c)) if ("tok", a, c) in spreads else history_spread(hist_a)
-    eb = spreads.get(("tok", b, c)) if ("tok", b, c) in spreads else history_spread(hist_b)
-    return pool_spreads([ea, eb])
-
-
 def _decide_cells(suite: Suite, settings: GateSettings, design: GateDesign, launches: dict[str, list[Launch]],
-                  hist: Sequence[dict[str, Launch]], alpha: float, stage: int, spreads: dict[Any, Any],
+                  hist: Sequence[dict[str, Launch]], alpha: dict[str, float], stage: int, spreads: dict[Any, Any],
                   only: set[str] | None = None, spec_only: set[str] | None = None) -> list[GateResult]:
     """Every gate of the session's cells (``only``: these configurations' cells; ``spec_only``:
-    only the speculation cells of these)."""
+    only the speculation cells of these); ``alpha``: gate -> the stage's per-test alpha
+    ("speculation" where it must win, "speculation, report only" elsewhere)."""
     tol = settings.tolerances
     out: list[GateResult] = []
     for name, cfg in suite.servers.items():
@@ -334,46 +401,46 @@ def _decide_cells(suite: Suite, settings: GateSettings, design: GateDesign, laun
         for c in suite.sweep.concurrency:
             tok = [l[c][0] for l in launches[name]]
             if not full:
-                limit = cfg.speculation_must_win_up_to
-                out.append(must_win_gate(name, c, tok, [l[c][0] for l in launches[cfg.reference]], cfg.reference,
-                                         must_win=limit is not None and c <= limit, tol=tol, alpha_cell=alpha,
-                                         design=design, spread=_pair_spread(spreads, name, cfg.reference, c,
-                                                                            [h[name][c][0] for h in hist],
-                                                                            [h[cfg.reference][c][0] for h in hist]),
-                                         stage=stage))
+                out.append(_must_win(settings, design, name, cfg, c, tok, launches, hist, alpha, stage, spreads))
                 continue
             tok = [l[c][0] for l in launches[name]]
             out.append(launch_history_gate("throughput", name, c, tok, [h[name][c][0] for h in hist],
                                            tolerance=tol.throughput, prior_between_sd=tol.prior_between_sd,
-                                           alpha_cell=alpha, rule=tol.fail_rule, design=design, spread=spreads.get(("tok", name, c)),
+                                           alpha_cell=alpha["throughput"], rule=tol.fail_rule, design=design, spread=spreads.get(("tok", name, c)),
                                            stage=stage))
             if not cfg.speculative:
                 continue
             out.append(launch_history_gate("accept_length", name, c, [l[c][1] for l in launches[name]],
                                            [h[name][c][1] for h in hist], tolerance=tol.accept_length,
-                                           prior_between_sd=tol.prior_between_sd_accept, alpha_cell=alpha,
+                                           prior_between_sd=tol.prior_between_sd_accept, alpha_cell=alpha["accept_length"],
                                            rule=tol.fail_rule, design=design, spread=spreads.get(("acc", name, c)), prior_day_sd=0.0,
                                            stage=stage))
-            limit = cfg.speculation_must_win_up_to
-            out.append(must_win_gate(name, c, tok, [l[c][0] for l in launches[cfg.reference]], cfg.reference,
-                                     must_win=limit is not None and c <= limit, tol=tol, alpha_cell=alpha,
-                                     design=design, spread=_pair_spread(spreads, name, cfg.reference, c,
-                                                                        [h[name][c][0] for h in hist],
-                                                                        [h[cfg.reference][c][0] for h in hist]),
-                                     stage=stage))
+            out.append(_must_win(settings, design, name, cfg, c, tok, launches, hist, alpha, stage, spreads))
     return out
 
 
+def _must_win(settings: GateSettings, design: GateDesign, name: str, cfg: ServerConfig, c: int, tok: list[list[float]],
+              launches: dict[str, list[Launch]], hist: Sequence[dict[str, Launch]], alpha: dict[str, float], stage: int,
+              spreads: dict[Any, Any]) -> GateResult:
+    """The speculation gate of one cell, called as the session calls it."""
+    limit = cfg.speculation_must_win_up_to
+    pair = ([h[name][c][0] for h in hist], [h[cfg.reference][c][0] for h in hist]) if settings.pair_histories else None
+    must_win = limit is not None and c <= limit
+    return must_win_gate(name, c, tok, [l[c][0] for l in launches[cfg.reference]], cfg.reference,
+                         must_win=must_win, tol=settings.tolerances,
+                         alpha_cell=alpha["speculation" if must_win else "speculation, report only"],
+                         design=design, spread=spreads.get(("tok", name, c)), stage=stage, pair_histories=pair)
+
+
 def _spreads(suite: Suite, hist: Sequence[dict[str, Launch]], pool: str) -> dict[tuple[str, str, int], Any]:
-    """(metric, config, C) -> the spread estimate the gate uses: pooled over the suite's cells, over
-    the configuration's levels, or the cell's own (None: the gate takes the cell's history)."""
+    """(metric, config, C) -> the pooled spread the gate is passed, as the session passes it: pooled
+    over the suite's cells (pools "cell" and "suite"; under "cell" the gate uses the cell's own
+    history and the pooled spread checks the prior) or over the configuration's levels ("config")."""
     cells = [(n, c) for n in suite.servers for c in suite.sweep.concurrency]
     out: dict[tuple[str, str, int], Any] = {}
     for m, metric in ((0, "tok"), (1, "acc")):
         use = [(n, c) for n, c in cells if m == 0 or suite.servers[n].speculative]
-        if pool == "cell":
-            continue
-        groups = {"": use} if pool == "suite" else {n: [(x, c) for x, c in use if x == n] for n in suite.servers}
+        groups = {"": use} if pool in ("suite", "cell") else {n: [(x, c) for x, c in use if x == n] for n in suite.servers}
         for key, members in groups.items():
             est = session_spread({(n, c): [h[n][c][m] for h in hist] for n, c in members}) if members else None
             for n, c in members:
@@ -388,11 +455,12 @@ def decide_design(suite: Suite, settings: GateSettings, launches: dict[str, list
     ``launches`` holds at least as many launches per configuration as the design may use."""
     tol = settings.tolerances
     design = settings.gate_design()
-    alpha = design.stage_alpha(tol.family_alpha / gate_tests(suite))
+    alpha = {g: design.stage_alpha(a) for g, a in suite_alphas(suite, tol.family_alpha, design).items()}
     r = settings.repeats
     hist = [{n: _cut(l, r) for n, l in h.items()} for h in history[: tol.history_sessions]]
     first = {n: [_cut(l, r) for l in ls[: design.launches]] for n, ls in launches.items()}
-    spreads = _spreads(suite, hist, design.spread_pool)
+    # the pooled spreads are only read to check the prior, or as the estimate under "suite"/"config"
+    spreads = _spreads(suite, hist, design.spread_pool) if design.prior_check == "pooled" or design.spread_pool != "cell" else {}
     stage1 = _decide_cells(suite, settings, design, first, hist, alpha, 1, spreads)
     used = {n: len(ls) for n, ls in first.items()}
     plan: dict[str, list[str]] = {}
@@ -519,10 +587,11 @@ class StudyPlan:
     noise: Noise
     seed: int
     cache_dir: Path | None = None  # simulated trials are kept here and reused (they do not depend on the grid)
+    sim_noise: Noise | None = None  # simulate under this noise and rescale to ``noise`` (``rescale_trial``)
 
 
 def _max_launches(grid: Sequence[GateSettings]) -> int:
-    return max(GateSettings.gate_design(g).launches + (1 if g.design == "on-suspicion" else 0)
+    return max(GateSettings.gate_design(g).launches + (1 if g.design.startswith("on-suspicion") else 0)
                if g.design != "legacy" else 1 for g in grid)
 
 
@@ -533,16 +602,30 @@ def _trial_outcomes(plan: StudyPlan, index: int) -> list[list[dict[str, Any]]]:
     return decide_trial(plan, cached_trial(plan, index, max_k, max_r, _max_launches(plan.grid)))
 
 
+def trial_key(plan: StudyPlan, index: int, max_k: int, max_r: int, max_l: int) -> str:
+    """The cache key of a simulated trial: what the simulation reads of the suite (its servers,
+    sweep and workload; not its tolerances, which only the decisions read), the noise, the
+    changes, seed, index, depth, repeats and launches."""
+    import hashlib
+
+    sim = repr((sorted(asdict(plan.suite)["servers"].items()), asdict(plan.suite.sweep), asdict(plan.suite.workload)))
+    return hashlib.sha256(repr((sim, asdict(plan.noise), plan.changes, plan.seed, index, max_k, max_r,
+                                max_l)).encode()).hexdigest()[:24]
+
+
 def cached_trial(plan: StudyPlan, index: int, max_k: int, max_r: int, max_l: int) -> Trial:
     """``simulate_trial``, kept in ``plan.cache_dir`` under a hash of everything it depends on
-    (suite file text, noise, changes, seed, index, depth, repeats, launches)."""
+    (suite file text, noise, changes, seed, index, depth, repeats, launches). With
+    ``plan.sim_noise`` the trial is simulated (and kept) under that noise and rescaled."""
+    if plan.sim_noise is not None and plan.sim_noise != plan.noise:
+        base = cached_trial(replace(plan, noise=plan.sim_noise, sim_noise=None), index, max_k, max_r, max_l)
+        return rescale_trial(plan.suite, base, index, plan.seed, plan.sim_noise, plan.noise, plan.changes)
     if plan.cache_dir is None:
         return simulate_trial(plan.suite, index, plan.seed, max_k, max_r, plan.noise, plan.changes, max_l)
     import hashlib
     import pickle
 
-    text = Path(plan.suite.path).read_text(encoding="utf-8") if Path(plan.suite.path).exists() else str(plan.suite)
-    key = hashlib.sha256(repr((text, asdict(plan.noise), plan.changes, plan.seed, index, max_k, max_r, max_l)).encode()).hexdigest()[:24]
+    key = trial_key(plan, index, max_k, max_r, max_l)
     path = Path(plan.cache_dir) / f"trial-{key}.pkl"
     if path.exists():
         return pickle.loads(path.read_bytes())
@@ -824,7 +907,8 @@ def render_table(result: dict[str, Any]) -> str:
             own = row.get(f"{c['isolates']}_fail_rate") if c.get("isolates") else None
             return f"{row['fail_rate']:.2f}" + (f" ({own:.2f})" if own is not None else "")
 
-        dof = "" if st.get("design", "legacy") == "legacy" else f" ({st.get('prior_between_dof', ''):g}, {st.get('spread_rule', '')}, {st.get('spread_pool', '')})"
+        pdof = EARLIER_RULES["prior_dof"] if st.get("design") == "on-suspicion-r1" else st.get("prior_between_dof", "")
+        dof = "" if st.get("design", "legacy") == "legacy" else f" ({pdof:g}, {st.get('spread_rule', '')}, {st.get('spread_pool', '')})"
         cells = [st.get("design", "legacy"), st.get("fail_rule", "beyond-tolerance"), str(st["repeats"]), str(st["history_sessions"]),
                  f"{st['prior_between_sd']:g}{dof}", f"{aa['fail_rate']:.1%} ({lo:.1%}-{hi:.1%})",
                  f"{aa.get('launches_per_config', 1):.2f}", f"{aa.get('runs_per_session', 0):.0f}",
@@ -840,7 +924,7 @@ def _crossover_session(suite: Suite, noise: Noise, designs: Sequence[GateSetting
     spec_name = next(n for n, c in suite.servers.items() if c.speculative)
     ref = suite.servers[spec_name].reference
     day = float(np.random.default_rng([seed, index, 12]).normal(0.0, noise.day_pct / 100)) if noise.day_pct else 0.0
-    max_l = max(1 if g.design in ("legacy", "on-suspicion") else g.gate_design().launches for g in designs)
+    max_l = max(1 if g.design in ("legacy", "on-suspicion", "on-suspicion-r1") else g.gate_design().launches for g in designs)
     runs = {n: [simulate_launch(suite, n, _seed(seed, index, 5, l, j), designs[0].repeats, noise, None, day)
                 for l in range(max_l)] for j, n in enumerate(names) if n in (spec_name, ref)}
     alpha = suite.tolerances.family_alpha / gate_tests(suite)
@@ -1005,7 +1089,9 @@ def run(args: argparse.Namespace) -> int:
     studies = {}
     for name in args.noise:
         noise = _noise(name, args, suite, measured)
-        plan = StudyPlan(suite, grid, scenarios(suite, config, noise), noise, args.seed, args.cache)
+        sim = _noise("gpu", args, suite, measured) if name.startswith("gpu") else None
+        plan = StudyPlan(suite, grid, scenarios(suite, config, noise), noise, args.seed, args.cache,
+                         sim if sim is not None and rescalable(sim, noise) else None)
         studies[name] = {"noise": asdict(noise), **run_study(plan, args.sessions, args.jobs)}
         print(f"\nnoise {name}:\n{render_table(studies[name])}")
     target = suite.tolerances if args.headline == "suite" else Tolerances()

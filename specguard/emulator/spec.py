@@ -184,7 +184,9 @@ def resolve_settings(
     Raises ValueError where SGLang refuses to start (the message says which flag).
     ``accept_length`` replaces the profile's acceptance model by a uniform one with that mean.
     """
-    if dp_size < 1 or attn_dp_size < 1:
+    if dp_size < 1:
+        raise ValueError(f"--dp-size must be positive (got {dp_size}).")
+    if attn_dp_size < 1:
         raise ValueError(f"--attn-dp-size must be positive (got {attn_dp_size}).")
     if dp_size > 1 and attn_dp_size > 1:
         raise ValueError(

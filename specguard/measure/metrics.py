@@ -187,7 +187,8 @@ def per_token_itl_s(record: RequestRecord) -> np.ndarray:
         tokens = np.asarray(record.event_tokens, dtype=np.float64)[1:]
     gaps = np.diff(times)
     counts = np.maximum(np.rint(tokens).astype(np.int64), 1)
-    return np.repeat(gaps / tokens, counts)
+    # an event that says it carries no token (never sent by SGLang) counts as one: no infinite gap
+    return np.repeat(gaps / np.where(tokens > 0, tokens, 1.0), counts)
 
 
 def summarize_run(run: RunResult, server_accept_length: dict[str, float] | None = None,
@@ -369,3 +370,19 @@ def outliers(values: Sequence[float], k_mad: float = 5.0) -> list[int]:
     if mad == 0:
         return []
     return [i for i, v in enumerate(arr) if abs(v - med) > k_mad * mad]
+
+
+class RunSeries:
+    """The per-run figures the gates compare, for anything holding ``runs`` with
+    ``output_throughput`` and ``accept_length`` (a measured cell, a stored baseline session)."""
+
+    runs: Sequence
+
+    @property
+    def throughputs(self) -> list[float]:
+        return [r.output_throughput for r in self.runs]
+
+    @property
+    def accept_lengths(self) -> list[float]:
+        return [r.accept_length for r in self.runs if r.accept_length is not None]
+

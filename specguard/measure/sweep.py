@@ -21,7 +21,7 @@ from specguard.config import SweepConfig
 from specguard.engines.base import Engine, ServerBusy
 from specguard.measure.generator import LoadGenerator
 from specguard.measure.load import LoadSettings
-from specguard.measure.metrics import RunMetrics, outliers, summarize_run, workload_categories
+from specguard.measure.metrics import RunMetrics, RunSeries, outliers, summarize_run, workload_categories
 from specguard.server import ServerHandle
 from specguard.workload import Workload
 
@@ -33,7 +33,7 @@ FLUSH_TIMEOUT_S = 30.0  # how long a flush waits for the server to go idle befor
 
 
 @dataclass
-class CellMeasurement:
+class CellMeasurement(RunSeries):
     config: str
     concurrency: int
     runs: list[RunMetrics] = field(default_factory=list)  # measured runs, warmup excluded
@@ -42,14 +42,6 @@ class CellMeasurement:
     server_busy: bool = False  # error is "busy with traffic specguard did not send" (ServerBusy)
     warnings: list[str] = field(default_factory=list)
     wall_s: float = 0.0
-
-    @property
-    def throughputs(self) -> list[float]:
-        return [r.output_throughput for r in self.runs]
-
-    @property
-    def accept_lengths(self) -> list[float]:
-        return [r.accept_length for r in self.runs if r.accept_length is not None]
 
     @property
     def failed_requests(self) -> int:

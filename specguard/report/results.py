@@ -61,6 +61,16 @@ def cell_summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
     }
     for key in SUMMARY_LATENCIES:
         out[key] = median([r.get("latency_ms", {}).get(key) for r in runs])
+    if any(r.get("request_goodput") is not None for r in runs):  # [sweep] slo / --slo (bench_serving's key)
+        out["request_goodput"] = median([r.get("request_goodput") for r in runs])
+        out["slo_attainment"] = median([r.get("slo_attainment") for r in runs])
+    models = sorted({r["load_model"] for r in runs if r.get("load_model")})
+    if models:
+        out["load_model"] = models[0] if len(models) == 1 else "; ".join(models)
+    names = sorted({n for r in runs for n in (r.get("categories") or {})})
+    if names:  # per prompt category: medians over the runs (the per-category accept-length gates' figures)
+        out["categories"] = {n: {k: median([((r.get("categories") or {}).get(n) or {}).get(k) for r in runs])
+                                 for k in ("accept_length", "output_throughput", "throughput_share")} for n in names}
     return out
 
 
@@ -85,6 +95,8 @@ def _servers(sg: "SpecguardSession") -> dict[str, Any]:
             "effective_args": h.effective.fingerprint_fields() if h else None,
             "checks": [asdict(c) for c in state.checks],
             "failure": str(state.failure) if state.failure else None,
+            # a skip (this server cannot serve the configuration here) is not an error of the server
+            "failure_skipped": bool(state.failure and state.failure.skip),
             "mode": getattr(state, "mode", "") or ("attached" if h and h.attached else "launched" if h else ""),
             "differences": [asdict(d) if dataclasses.is_dataclass(d) else {"message": str(d)}
                             for d in getattr(state, "differences", [])],
@@ -163,7 +175,7 @@ def holm_decisions(doc: dict[str, Any]) -> list[GateResult]:
     for d in doc["decisions"]:
         if not d.get("estimate") or not d.get("enforced", True):
             continue
-        if updating and d["gate"] in ("throughput", "accept_length"):
+        if updating and d["gate"].partition("[")[0] in ("throughput", "accept_length"):  # per category too
             continue
         out.append(decision_result(d))
     return out
@@ -237,7 +249,7 @@ def _family_extra(sg: "SpecguardSession", doc: dict[str, Any]) -> list[GateResul
     updating = sg.options.update_baselines
     out: dict[tuple[str, str, int], GateResult] = {}
     for r in final():
-        if counts_as_failure(r, sg.suite.tolerances) or (updating and r.gate in ("throughput", "accept_length")):
+        if counts_as_failure(r, sg.suite.tolerances) or (updating and r.gate.partition("[")[0] in ("throughput", "accept_length")):
             continue
         out.setdefault((r.gate, r.config, r.concurrency), r)
     return list(out.values())

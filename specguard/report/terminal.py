@@ -19,6 +19,12 @@ HISTORY_GATES = ("throughput", "accept_length")
 VERDICT_ORDER = ["FAIL", "ERROR", "skip", "inconclusive", "behind (info)", "recorded"]
 
 
+def short_gate(gate: str) -> str:
+    """'tput', 'accept', or 'accept[code]' for one prompt category's accept-length gate."""
+    base, sep, rest = gate.partition("[")
+    return GATE_SHORT.get(base, base) + sep + rest
+
+
 def fmt(x: float | None, spec: str = ".1f") -> str:
     return "-" if x is None else format(x, spec)
 
@@ -74,7 +80,7 @@ def gate_label(gate: str, decision: dict[str, Any] | None, test: dict[str, Any] 
     if decision is None:
         return None if test is not None else "-"
     v = decision["verdict"]
-    if updating and gate in HISTORY_GATES:
+    if updating and gate.partition("[")[0] in HISTORY_GATES:
         return None if v in ("pass", "skip") else "recorded"
     if not decision["enforced"]:
         return "behind (info)" if v == "fail" else None
@@ -93,7 +99,7 @@ def cell_verdict(cell: dict[str, Any], gates: dict[str, dict[str, Any]], tests: 
     for gate in dict.fromkeys([*gates, *tests]):
         label = gate_label(gate, gates.get(gate), tests.get(gate), updating)
         if label and label != "-":
-            groups.setdefault(label, []).append(GATE_SHORT.get(gate, gate))
+            groups.setdefault(label, []).append(short_gate(gate))
     return "; ".join(f"{label}: {','.join(groups[label])}" for label in VERDICT_ORDER if label in groups) or "pass"
 
 
@@ -116,7 +122,7 @@ def summary_rows(doc: dict[str, Any]) -> list[dict[str, str]]:
         tput, spec = gates.get("throughput"), gates.get("speculation")
         drop = detectable_drop(tput and tput["estimate"], rule)
         rows.append({
-            "config": cell["config"], "concurrency": str(cell["concurrency"]), "tok_s": fmt_num(s["output_throughput"]),
+            "config": cell["config"], "concurrency": level_name(doc, cell["concurrency"]), "tok_s": fmt_num(s["output_throughput"]),
             "vs_baseline": pct_ci(tput and tput["estimate"], tput["verdict"] if tput else "-"),
             "resolves": f">={drop * 100:.1f}%" if drop is not None else "-",
             "accept": fmt(s["accept_length"], ".2f"),
@@ -130,7 +136,7 @@ def summary_rows(doc: dict[str, Any]) -> list[dict[str, str]]:
     if family is not None:
         blank = {key: "" for _, key, _ in COLUMNS}
         verdict = "pass" if family["outcome"] == "passed" else "FAIL: " + ", ".join(
-            f"{d['config']}-c{d['concurrency']} {GATE_SHORT.get(d['gate'], d['gate'])}" for d in doc["holm_failures"])
+            f"{d['config']}-c{d['concurrency']} {short_gate(d['gate'])}" for d in doc["holm_failures"])
         rows.append({**blank, "config": "family", "concurrency": "all", "vs_baseline": "Holm across the session",
                      "verdict": verdict})
     return rows
@@ -172,6 +178,19 @@ def resolution_note(doc: dict[str, Any]) -> str | None:
     return f"{len(inconclusive)} gate(s) inconclusive: {what}: these cells cannot resolve drops below {span}; {fix}"
 
 
+def _failure_note(name: str, server: dict[str, Any], doc: dict[str, Any]) -> str:
+    """A configuration that did not run: an error, or (skipped) a server that does not serve it,
+    with the way to measure it when it is another configuration's reference."""
+    first = server["failure"].splitlines()[0]
+    if not server.get("failure_skipped"):
+        return f"{name}: ERROR: {first}"
+    users = [c["name"] for c in doc.get("configs") or [] if c.get("reference") == name]
+    if users and server.get("mode") != "launched":
+        return (f"{name}: not measured ({first}); {', '.join(users)} need{'s' if len(users) == 1 else ''} it as "
+                f"reference: give it its own server with --server-url {name}=URL")
+    return f"{name}: not measured ({first})"
+
+
 def notes(doc: dict[str, Any]) -> list[str]:
     """Crossovers, server notes, Holm, references, baseline writes: the lines under the table."""
     lines = [f"{name}: {x['text']}" for name, x in doc["crossovers"].items()]
@@ -181,13 +200,14 @@ def notes(doc: dict[str, Any]) -> list[str]:
         for check in server["checks"]:
             lines.append(f"{name}: {'ERROR' if check['blocking'] else 'note'}: {check['message']}")
         if server.get("failure"):
-            lines.append(f"{name}: ERROR: {server['failure'].splitlines()[0]}")
+            lines.append(_failure_note(name, server, doc))
     roles: dict[str, dict[str, list[int]]] = {}
     for r in doc.get("reference_roles") or []:
         roles.setdefault(r["config"], {}).setdefault(", ".join(r["for"]), []).append(r["concurrency"])
     for ref, users in roles.items():
         for who, levels in users.items():
             lines.append(f"{ref}: measured as reference for {who} (c{', c'.join(map(str, sorted(levels)))})")
+    lines += category_lines(doc) + load_lines(doc)
     for name, reasons in (doc.get("relaunches") or {}).items():
         lines.append(f"relaunched {name} (stage 2): {'; '.join(reasons)}")
     family = next((t for t in doc.get("tests") or [] if t.get("gate") == "family_holm"), None)
@@ -198,6 +218,59 @@ def notes(doc: dict[str, Any]) -> list[str]:
         lines.append(resolution)
     lines += [f"baselines: {u}" for u in doc["baseline_updates"]]
     lines += list(doc.get("run_notes") or [])
+    return lines
+
+
+def level_name(doc: dict[str, Any], level: int) -> str:
+    """A level as the table shows it: "16" (clients), or "r8" at request-rate levels (req/s)."""
+    return f"r{level}" if (doc.get("sweep") or {}).get("request_rate") else str(level)
+
+
+def load_lines(doc: dict[str, Any]) -> list[str]:
+    """The load model of the sweep (open loop only) and each configuration's goodput per level."""
+    sweep = doc.get("sweep") or {}
+    lines = []
+    if sweep.get("request_rate"):
+        shape = "Poisson" if sweep.get("burstiness", 1.0) == 1.0 else f"gamma (burstiness {sweep['burstiness']:g})"
+        cap = sweep.get("max_concurrency") or 64
+        lines.append(f"load: open loop, {shape} arrivals at r{', r'.join(map(str, sweep['request_rate']))} req/s, "
+                     f"at most {cap} requests in flight")
+    goodput: dict[str, list[str]] = {}
+    for cell in sorted_cells(doc):
+        g = cell["summary"].get("request_goodput")
+        if g is not None:
+            goodput.setdefault(cell["config"], []).append(
+                f"{level_name(doc, cell['concurrency'])} {fmt(g, '.2f')} ({fmt(cell['summary'].get('slo_attainment'), '.0%')})")
+    if goodput:
+        slo = sweep.get("slo") or "the SLOs"
+        lines += [f"{name} goodput req/s under {slo} (share meeting it): {', '.join(parts)}" for name, parts in goodput.items()]
+    return lines
+
+
+def category_lines(doc: dict[str, Any]) -> list[str]:
+    """One line per cell with per-category accept-length gates: each category's accept length,
+    its change against the baseline and its test's outcome (the overall figure is in the table)."""
+    by_test = tests_by_cell(doc)
+    lines = []
+    for key, gates in decisions_by_cell(doc).items():
+        parts = []
+        for gate, d in sorted(gates.items()):
+            if not gate.startswith("accept_length["):
+                continue
+            label = gate_label(gate, d, by_test.get(key, {}).get(gate), False)
+            change = f" {(d['estimate']['ratio'] - 1) * 100:+.1f}%" if d.get("estimate") else ""
+            parts.append(f"{gate[len('accept_length['):-1]} {fmt(d.get('current'), '.3f')}{change}"
+                         + (f" {label}" if label and label != "-" else ""))
+        if parts:
+            level = level_name(doc, key[1])
+            overall = gates.get("accept_length")
+            whole = ""
+            if overall is not None and overall.get("estimate"):
+                label = gate_label("accept_length", overall, by_test.get(key, {}).get("accept_length"), False)
+                whole = (f"overall {fmt(overall.get('current'), '.3f')} {(overall['estimate']['ratio'] - 1) * 100:+.1f}%"
+                         + (f" {label}" if label and label != "-" else "") + "; ")
+            lines.append(f"{key[0]} {level if level.startswith('r') else 'c' + level} accept length: {whole}"
+                         f"by category: {', '.join(parts)}")
     return lines
 
 

@@ -1,0 +1,66 @@
+"""Test ids the plugin makes from a suite (issue 16): per-category accept-length tests next to the
+overall one, request-rate levels named `r8`, and suites without these keys unchanged. Collection
+only: nothing is launched."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from emulator_suite import emulator_suite_toml
+from specguard.config import load_suite
+from specguard.plugin import _config_of_id, exact_k
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def collect(tmp_path: Path, suite_text: str, *args: str) -> tuple[int, list[str]]:
+    suite = tmp_path / "suite.toml"
+    suite.write_text(suite_text)
+    proc = subprocess.run([sys.executable, "-m", "pytest", str(REPO / "perf_tests"), "-p", "no:cacheprovider",
+                           "--collect-only", "-q", "--suite", str(suite), *args],
+                          cwd=REPO, capture_output=True, text=True, timeout=120)
+    ids = [line.split("::", 1)[1] for line in proc.stdout.splitlines() if "::" in line]
+    return proc.returncode, ids if proc.returncode == 0 else [proc.stdout + proc.stderr]
+
+
+def test_a_categories_workload_adds_one_accept_length_test_per_category(tmp_path):
+    text = emulator_suite_toml(concurrency=(1, 4)).replace('kind = "random-ids"', 'kind = "categories"')
+    code, ids = collect(tmp_path, text)
+    assert code == 0, ids
+    cats = ("chat", "code", "math", "summarisation")
+    assert [i for i in ids if i.startswith("test_accept_length")] == [
+        f"test_accept_length[eagle3-c{c}{suffix}]" for c in (1, 4) for suffix in ("", *(f"-{k}" for k in cats))]
+    assert len([i for i in ids if i.startswith("test_throughput")]) == 4  # throughput and speculation unchanged
+    code, ids = collect(tmp_path, text, "-k", "code")
+    assert ids == ["test_accept_length[eagle3-c1-code]", "test_accept_length[eagle3-c4-code]"], ids
+
+
+def test_request_rate_levels_are_named_r(tmp_path):
+    text = emulator_suite_toml(concurrency=(1,)).replace("concurrency = [1]", "request_rate = [2, 8]")
+    code, ids = collect(tmp_path, text)
+    assert code == 0, ids
+    assert "test_throughput[baseline-r2]" in ids and "test_speculation_beats_baseline[eagle3-r8]" in ids
+    assert not [i for i in ids if "-c" in i], ids
+    code, out = collect(tmp_path, text, "--concurrency", "4")
+    assert code == 4 and "--concurrency 4 (command line)" in out[0] and "request_rate" in out[0], out
+
+
+def test_suites_without_the_new_keys_keep_their_ids(tmp_path):
+    code, ids = collect(tmp_path, (REPO / "perf_tests" / "suite.toml").read_text())
+    assert code == 0, ids
+    expected = [f"{t}[{n}-c{c}]" for t, names in (("test_throughput", ("baseline", "eagle3", "mtp")),
+                                                   ("test_accept_length", ("eagle3", "mtp")),
+                                                   ("test_speculation_beats_baseline", ("eagle3", "mtp")))
+                for n in names for c in (1, 4, 16, 64)]
+    assert sorted(ids) == sorted(expected)
+
+
+def test_xdist_groups_and_record_hints_understand_the_new_ids(tmp_path):
+    (tmp_path / "s.toml").write_text(emulator_suite_toml())
+    suite = load_suite(tmp_path / "s.toml")
+    assert _config_of_id("perf_tests/t.py::test_accept_length[eagle3-c4-code]", suite) == "eagle3"
+    assert _config_of_id("perf_tests/t.py::test_throughput[baseline-r8]", suite) == "baseline"
+    assert _config_of_id("perf_tests/t.py::test_other[x]", suite) is None
+    assert exact_k([("eagle3", 1)], [("eagle3", 1), ("eagle3", 16)], "r") == "eagle3 and r1 and not r16"
