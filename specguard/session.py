@@ -772,14 +772,22 @@ class SpecguardSession:
     def _check_still_serving(self, name: str, handle: ServerHandle) -> None:
         """After a failed cell: if the server is gone, its remaining cells fail at once."""
         reason = detail = None
-        if not handle.alive():
-            code = handle.process.returncode if handle.process else None
-            reason, detail = f"server {name!r} exited (code {code}) during the sweep", f"log tail:\n{handle.log_tail()}"
-        else:
+        if handle.alive():
             try:
                 wait_ready(handle, timeout_s=5.0)
             except ServerStartError:
-                reason = f"server {name!r} stopped answering {handle.engine.readiness_path} during the sweep"
+                # a server that is aborting (e.g. writing a core) stops answering before it exits:
+                # give it a moment, so that its exit code is what the summary reports
+                if handle.process is not None:
+                    try:
+                        handle.process.wait(timeout=5.0)
+                    except subprocess.TimeoutExpired:
+                        pass
+                if handle.alive():
+                    reason = f"server {name!r} stopped answering {handle.engine.readiness_path} during the sweep"
+        if not handle.alive():
+            code = handle.process.returncode if handle.process else None
+            reason, detail = f"server {name!r} exited (code {code}) during the sweep", f"log tail:\n{handle.log_tail()}"
         if reason:
             self.servers[name].failure = ConfigUnavailable(reason, skip=False, detail=detail or "")
 
