@@ -442,3 +442,80 @@ def test_a_half_prior_checked_against_the_pool_keeps_false_fails_at_alpha():
                                  pool=pool if check else None)
             fails[check] += e.outcome() == FAIL
     assert fails[True] / n < alpha + 3 * math.sqrt(alpha / n) < fails[False] / n
+
+
+# -- the launch-level helpers, pinned exactly (mutation survivors of decide/stats.py, run after8) -----
+from specguard.decide import stats as _st  # noqa: E402
+
+
+def test_history_spread_subtracts_the_runs_share_and_never_goes_below_zero():
+    hist = [[100.0, 101.0, 99.0], [110.0, 111.0, 109.0], [90.0, 91.0, 89.0]]
+    logs = [np.log(h) for h in hist]
+    sw2 = sum(float(((g - g.mean()) ** 2).sum()) for g in logs) / 6  # no stall: every run kept
+    means = np.array([np.median(g) for g in logs])
+    want = float(means.var(ddof=1)) - 1.35 * sw2 / 3
+    for fn in (_st.history_spread, _st._history_spread):
+        est = fn(hist)
+        assert est.var == pytest.approx(want, rel=1e-12) and est.dof == 2 and est.source == "history of 3 sessions"
+    same = [[100.0, 101.0, 99.0]] * 3  # identical sessions: all the spread is the runs' own
+    assert _st._history_spread(same).var == 0.0 and _st.history_spread(same).var == 0.0
+    assert _st._history_spread([[100.0]]) is None
+    with pytest.raises(ValueError, match="baseline samples must be positive"):
+        _st._history_spread([[100.0, -1.0], [100.0, 100.0]])
+
+
+def test_median_of_one_two_three_and_none():
+    assert _st._median(np.array([3.0])) == 3.0
+    assert _st._median(np.array([4.0, 2.0])) == 3.0
+    assert _st._median(np.array([5.0, 1.0, 2.0])) == 2.0
+    assert math.isnan(_st._median(np.array([])))
+
+
+def test_robust_within_var_sets_a_stalled_run_aside():
+    steady = np.log(np.array([100.0, 101.0, 99.0, 100.5]))
+    stalled = np.log(np.array([100.0, 100.8, 99.2, 60.0]))  # one run at 0.6x: a stall
+    var, dof = _st._robust_within_var([steady, stalled])
+    kept = [steady, stalled[:3]]
+    want = sum(float(((g - g.mean()) ** 2).sum()) for g in kept) / 5
+    assert (var, dof) == (pytest.approx(want, rel=1e-12), 5.0)
+    assert _st.stalled_runs([100.0, 100.8, 99.2, 60.0], [[100.0, 101.0, 99.0, 100.5]]) == [3]
+
+
+def test_checked_prior_raises_a_contradicted_prior_and_keeps_a_zero_dof_pool_out():
+    big = _st.SpreadEstimate(0.03**2, 10.0, "pool")
+    assert _st.checked_prior(0.01, big)[0] == pytest.approx(0.03)
+    assert _st.checked_prior(0.0, big) == (pytest.approx(0.03), "prior raised to the history's spread (pool)")
+    assert _st.checked_prior(0.01, _st.SpreadEstimate(0.03**2, 0.0, "pool")) == (0.01, "prior")
+    assert _st.checked_prior(0.01, _st.SpreadEstimate(0.0105**2, 10.0, "pool")) == (0.01, "prior")  # not contradicted
+
+
+def test_compare_launches_pools_launches_exactly():
+    history = [[100.0, 100.4, 99.6], [101.0, 100.6, 101.4], [99.0, 99.3, 98.7]]
+    one = _st.compare_launches([[99.0, 99.2, 98.8]], history, threshold=0.97, prior_between_sd=0.01, confidence=0.99)
+    two = _st.compare_launches([[99.0, 99.2, 98.8], [99.5, 99.7, 99.3]], history, threshold=0.97,
+                               prior_between_sd=0.01, confidence=0.99)
+    assert one.between_source == "prior + history of 3 sessions"
+    assert two.between_source == "prior + history of 3 sessions, 2 launches"
+    assert two.ratio == pytest.approx(math.exp((math.log(99.0) + math.log(99.5)) / 2
+                                               - np.mean([np.median(np.log(h)) for h in history])), rel=1e-12)
+    # a zero prior (no declared spread) is allowed: the day share is then 0
+    zero = _st.compare_launches([[99.0, 99.2, 98.8]], history, threshold=0.97, prior_between_sd=0.0, confidence=0.99)
+    assert zero.high > zero.ratio > zero.low > 0
+
+
+def test_compare_launches_within_part_shrinks_with_launches():
+    """With no between-session spread at all, only the runs' part is left: n_r * n_l runs."""
+    history = [[100.0, 101.0, 99.0]] * 3
+    a = [[100.0, 101.0, 99.0]]
+    b = [[100.0, 101.0, 99.0], [100.0, 101.0, 99.0]]
+    kw = dict(threshold=0.97, prior_between_sd=0.0, prior_day_sd=0.0, confidence=0.99)
+    ea, eb = _st.compare_launches(a, history, **kw), _st.compare_launches(b, history, **kw)
+    half = lambda e: math.log(e.high / e.low) / 2  # noqa: E731
+    assert half(eb) < half(ea)
+
+
+def test_launch_sets_name_an_empty_side():
+    with pytest.raises(ValueError, match="no b samples"):
+        _st.compare_launch_sets([[100.0, 101.0]], [[]], threshold=1.0, prior_between_sd=0.01, confidence=0.99)
+    with pytest.raises(ValueError, match="no a samples"):
+        _st.compare_launch_sets([[]], [[100.0, 101.0]], threshold=1.0, prior_between_sd=0.01, confidence=0.99)
