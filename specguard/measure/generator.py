@@ -39,6 +39,13 @@ class LoadGenerator:
         if self._pool is not None:
             self._pool.close()
             return
+        # A run stopped by Ctrl-C leaves its request tasks pending: cancel and await them, as
+        # asyncio.run does, so that closing the loop does not print one warning per task.
+        pending = asyncio.all_tasks(self._loop)
+        for task in pending:
+            task.cancel()
+        if pending:
+            self._loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
         for conn in self._conns:
             conn.close()
         self._loop.run_until_complete(asyncio.sleep(0))  # let the transports finish closing
