@@ -76,7 +76,10 @@ class ServerConfig:
 @dataclass(frozen=True)
 class SweepConfig:
     concurrency: list[int] = field(default_factory=lambda: [1, 4, 16, 64])
-    requests_per_worker: int = 4  # a run is max(C, this * C) requests
+    requests_per_worker: int = 4  # a run is max(C, this * C, min_requests_per_run) requests
+    # A floor on a run's requests: at low concurrency requests_per_worker x C is too few requests to
+    # sample acceptance (accept length, and tok/s with it) within a few %; 0 = no floor.
+    min_requests_per_run: int = 0
     warmup: int = 1  # runs discarded per cell
     repeats: int = 3  # measured runs per cell
     api: str = "native"
@@ -86,6 +89,7 @@ class SweepConfig:
     launches: int = 1  # server launches per configuration, pooled (the launch is the unit of replication)
     relaunch: str = "on-suspicion"  # or "off": relaunch a configuration whose stage-1 cell is suspicious (docs/statistics.md)
     relaunch_p: float = 0.05  # one-sided p below which a stage-1 cell is suspicious
+    max_launches: int = 3  # on suspicion: relaunch while a cell stays suspicious, up to this many launches
     # Open loop (docs/workloads.md): levels are Poisson request rates (req/s) instead of concurrencies;
     # a run is requests_per_worker x rate requests, at most max_concurrency of them in flight.
     request_rate: list[int] = field(default_factory=list)
@@ -94,7 +98,7 @@ class SweepConfig:
     slo: str | None = None  # "ttft_ms=500,tpot_ms=50[,e2e_ms=...]": every run's request_goodput
 
     def num_requests(self, concurrency: int) -> int:
-        return max(concurrency, self.requests_per_worker * concurrency)
+        return max(concurrency, self.requests_per_worker * concurrency, self.min_requests_per_run)
 
     @property
     def rate_cap(self) -> int:
@@ -280,6 +284,8 @@ def validate_suite(suite: Suite, sources: dict[str, str] | None = None) -> None:
         raise ConfigError(f"{at('sweep.repeats', sw.repeats)}: the gates need at least 2 runs per cell to estimate noise; set repeats >= 2")
     if sw.warmup < 0:
         raise ConfigError(f"{at('sweep.warmup', sw.warmup)}: warmup must be >= 0")
+    if sw.min_requests_per_run < 0:
+        raise ConfigError(f"{at('sweep.min_requests_per_run', sw.min_requests_per_run)}: must be >= 0 (0: no floor)")
     if sw.requests_per_worker < 1:
         raise ConfigError(f"{at('sweep.requests_per_worker', sw.requests_per_worker)}: must be >= 1")
     if sw.api not in APIS:
@@ -308,6 +314,9 @@ def validate_suite(suite: Suite, sources: dict[str, str] | None = None) -> None:
         raise ConfigError(f"{at('sweep.launches', sw.launches)}: must be >= 1 (server launches per configuration)")
     if sw.relaunch not in ("off", "on-suspicion"):
         raise ConfigError(f"{at('sweep.relaunch', sw.relaunch)}: use \"off\" or \"on-suspicion\" (docs/statistics.md)")
+    if sw.max_launches < max(sw.launches, 1):
+        raise ConfigError(f"{at('sweep.max_launches', sw.max_launches)}: must be >= sweep.launches ({sw.launches}); "
+                          "2 is one relaunch at most, 3 two (docs/statistics.md)")
     if not 0 < sw.relaunch_p < 1:
         raise ConfigError(f"{at('sweep.relaunch_p', sw.relaunch_p)}: must be in (0, 1), e.g. 0.05")
     if sw.relaunch == "on-suspicion" and sw.relaunch_p < tol.family_alpha:

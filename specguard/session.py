@@ -623,7 +623,8 @@ class SpecguardSession:
         """The sweep settings of one level (--requests replaces requests_per_worker)."""
         sweep = self.suite.sweep
         if self.options.requests_per_run:
-            sweep = replace(sweep, requests_per_worker=max(1, self.options.requests_per_run // concurrency))
+            sweep = replace(sweep, requests_per_worker=max(1, self.options.requests_per_run // concurrency),
+                            min_requests_per_run=0)
         return sweep
 
     def categories_at(self, concurrency: int) -> list[str]:
@@ -705,26 +706,42 @@ class SpecguardSession:
                 break
         if (name, concurrency) not in self.cells:
             raise failure or ConfigUnavailable(f"{name} c{concurrency} not measured", skip=False)
-        stage1 = self._decide(name, stage=1)
+        results = self._decide(name, stage=1)
         if not self.design.sequential or self.servers[name].mode != MODE_LAUNCHED:
             return
         refs = {n: cfg.reference for n, cfg in self.suite.servers.items()}
-        wanted = relaunch_plan(stage1, refs, self.design.suspicion_p)  # name, and its reference if a
-        if not wanted:                                                   # speculation cell was suspicious
-            return
         ref = self.suite.servers[name].reference
-        ref_levels = sorted({r.concurrency for r in stage1 if r.gate == "speculation"})
-        if ref and ref in wanted and ref_levels and self.servers.get(ref) is not None \
-                and self.servers[ref].mode == MODE_LAUNCHED and self.servers[ref].failure is None \
-                and all(self._launches(ref, c) < 2 for c in ref_levels):
-            self.stop_server(name)
-            why = self._add_launch(ref, ref_levels)
-            self.stop_server(ref)
-            self.relaunches[ref] = wanted[ref] + ([f"relaunch failed: {why}"] if why else [])
-        if name in wanted or ref in wanted:
-            why = self._add_launch(name, [c for c in levels if not self._cell_error(name, c)], plain_driver)
-            self.relaunches[name] = wanted.get(name, []) + ([f"relaunch failed: {why}"] if why else [])
-        self._decide(name, stage=2)
+        stage = 1
+        while True:  # one more launch while a cell stays suspicious (gates.GateDesign, "screen")
+            launched = max((self._launches(name, c) for c in levels), default=0)
+            if launched >= self.design.max_launches:
+                return
+            # name, and its reference where a speculation cell was suspicious or leans to a loss
+            wanted = relaunch_plan(results, refs, self.design.suspicion_p, self.design.reference_losing_p)
+            if name not in wanted:
+                return
+            stage += 1
+            ref_levels = sorted({r.concurrency for r in results if r.gate == "speculation"})
+            if ref and ref in wanted and ref_levels and self.servers.get(ref) is not None \
+                    and self.servers[ref].mode == MODE_LAUNCHED and self.servers[ref].failure is None \
+                    and all(self._launches(ref, c) <= launched for c in ref_levels):
+                self.stop_server(name)
+                why = self._add_launch(ref, ref_levels)
+                self.stop_server(ref)
+                self._note_relaunch(ref, stage, wanted[ref], why)
+            if name in wanted or ref in wanted:
+                why = self._add_launch(name, [c for c in levels if not self._cell_error(name, c)], plain_driver)
+                self._note_relaunch(name, stage, wanted.get(name, []), why)
+                if why:
+                    self._decide(name, stage=stage)
+                    return
+            results = self._decide(name, stage=stage)
+
+    def _note_relaunch(self, name: str, stage: int, reasons: list[str], failed: str | None) -> None:
+        """Why a configuration was launched again (the summary's "relaunched" line), per stage."""
+        label = f"launch {stage}: " if stage > 2 else ""
+        self.relaunches.setdefault(name, []).extend(
+            [label + r for r in reasons] + ([f"relaunch failed: {failed}"] if failed else []))
 
     def _cell_error(self, name: str, c: int) -> bool:
         cell = self.cells.get((name, c))
@@ -803,6 +820,9 @@ class SpecguardSession:
             "api": sweep.api,
             "requests_per_worker": sweep.requests_per_worker if not self.options.requests_per_run else f"{self.options.requests_per_run} per run",
             "warmup": sweep.warmup,
+            # only when set (suites without a floor keep their fingerprints); --requests replaces it
+            **({"min_requests_per_run": sweep.min_requests_per_run}
+               if sweep.min_requests_per_run and not self.options.requests_per_run else {}),
             # open loop only (suites without request_rate keep their fingerprints): the arrival process
             **({"load": f"poisson levels, burstiness {sweep.burstiness:g}, cap {sweep.rate_cap}"} if self.rate_mode else {}),
         }

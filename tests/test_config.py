@@ -46,6 +46,12 @@ def test_good_suite_loads(tmp_path):
     assert suite.sweep.num_requests(4) == 16 and suite.workload.output_len == 32
 
 
+def test_a_request_floor_lifts_only_the_levels_below_it(tmp_path):
+    # a run is max(C, requests_per_worker x C, min_requests_per_run) requests
+    suite = load_suite(write(tmp_path, GOOD.replace("[sweep]", "[sweep]\nmin_requests_per_run = 32", 1)))
+    assert [suite.sweep.num_requests(c) for c in (1, 4, 8, 16)] == [32, 32, 32, 64]
+
+
 @pytest.mark.parametrize("change,expected", [
     (("repeats = 3", "repeats = 3\nrepeat = 2"), "unknown key sweep.repeat"),
     (("repeats = 3", "repeats = 1"), "repeats >= 2"),
@@ -60,6 +66,8 @@ def test_good_suite_loads(tmp_path):
     (("[sweep]", "[tolerances]\nfail_rule = \"maybe\"\n\n[sweep]"), "tolerances.fail_rule = 'maybe'"),
     (("[sweep]", "[tolerances]\npass_confidence = 0.3\n\n[sweep]"), "tolerances.pass_confidence = 0.3"),
     (("[sweep]", "[sweep]\nrelaunch_p = 0.001"), "sweep.relaunch_p = 0.001"),
+    (("[sweep]", "[sweep]\nmin_requests_per_run = -1"), "sweep.min_requests_per_run = -1"),
+    (("[sweep]", "[sweep]\nmax_launches = 0"), "sweep.max_launches = 0"),
 ])
 def test_mistakes_name_file_key_and_fix(tmp_path, change, expected):
     path = write(tmp_path, GOOD.replace(*change, 1))

@@ -8,7 +8,7 @@ import pytest
 
 from specguard.config import ConfigError, Tolerances, parse_suite
 from specguard.decide.crossover import estimate_crossover, first_crossing, within_factor
-from specguard.decide.gates import (GateDesign, GateResult, final_failures, launch_history_gate, must_win_gate,
+from specguard.decide.gates import (design_of, GateDesign, GateResult, final_failures, launch_history_gate, must_win_gate,
                                     relaunch_plan, session_spread)
 from specguard.decide.stats import (FAIL, INCONCLUSIVE, PASS, RatioEstimate, SpreadEstimate, between_variance,
                                     compare_launch_sets, compare_launches, history_spread, stalled_runs)
@@ -124,6 +124,17 @@ def test_relaunch_plan_names_whom_and_why():
     assert "p = 0.01 < 0.05" in plan["eagle3"][0] and plan["baseline"][0].startswith("reference of speculation mtp c4")
     unenforced = GateResult("speculation", "mtp", 64, PASS, "", _est(0.8, 0.7, 0.9, 1e-6), enforced=False)
     assert relaunch_plan([unenforced], refs) == {}
+    # the losing rule: eagle3 relaunched for its throughput cell brings the baseline along only
+    # where a must-win speculation cell leans to a loss (p < losing_p), never on its own
+    leaning = [_result("throughput", "eagle3", 16, 0.01), _result("speculation", "eagle3", 16, 0.3)]
+    assert set(relaunch_plan(leaning, refs, 0.05)) == {"eagle3"}  # losing_p 0: off
+    plan = relaunch_plan(leaning, refs, 0.05, 0.5)
+    assert set(plan) == {"eagle3", "baseline"} and "leans to a loss" in plan["baseline"][0]
+    assert plan["baseline"][0].startswith("reference of speculation eagle3 c16")
+    assert set(relaunch_plan([_result("throughput", "eagle3", 16, 0.01), _result("speculation", "eagle3", 16, 0.7)],
+                             refs, 0.05, 0.5)) == {"eagle3"}  # winning side: the reference stays
+    assert relaunch_plan([_result("speculation", "eagle3", 16, 0.3)], refs, 0.05, 0.5) == {}  # nothing relaunched
+    assert GateDesign().reference_losing_p == 0.5
 
 
 def test_final_failures_lets_stage_two_supersede_an_inconclusive_stage_one():
@@ -173,7 +184,11 @@ def test_suite_keys_for_launches_and_relaunch_are_checked(tmp_path):
     with pytest.raises(ConfigError, match="sweep.launches"):
         parse_suite({**raw, "sweep": {"launches": 0}}, tmp_path / "s.toml")
     ok = parse_suite({**raw, "sweep": {"launches": 2, "relaunch": "off"}}, tmp_path / "s.toml")
-    assert ok.sweep.launches == 2
+    assert ok.sweep.launches == 2 and ok.sweep.max_launches == 3
+    with pytest.raises(ConfigError, match="sweep.max_launches = 1: must be >= sweep.launches \\(2\\)"):
+        parse_suite({**raw, "sweep": {"launches": 2, "max_launches": 1}}, tmp_path / "s.toml")
+    two = parse_suite({**raw, "sweep": {"max_launches": 2}}, tmp_path / "s.toml")
+    assert design_of(two).max_launches == 2 and design_of(ok).max_launches == 3
 
 
 def test_family_alphas_split_the_family_by_gate_weight_and_skip_report_only_tests():

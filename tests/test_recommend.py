@@ -446,7 +446,7 @@ def test_to_json_every_field():
     out = to_json(rec)
     assert out == {
         "schema": "specguard-recommendation", "schema_version": 1, "source": {"file": "r.json"},
-        "reference": "base", "speculative": "spec", "lighter": None, "confidence": 0.95, "disable_speculation_at": 6,
+        "level_kind": "concurrency", "reference": "base", "speculative": "spec", "lighter": None, "confidence": 0.95, "disable_speculation_at": 6,
         "crossover": {"config": "spec", "estimate": round(x.estimate, 2), "interval": [round(x.low, 2), round(x.high, 2)],
                       "between": [4, 16], "confident": True, "below_range": False, "above_range": False},
         "lighter_switch": None,
@@ -755,3 +755,97 @@ def test_to_json_a_switch_without_a_band_of_its_own():
     sw = Crossing(7.0, None, None, None, 8, False, False, False)
     rec = make_rec([Band(1, None, "spec")], {"spec": settings()}, lighter="light", switch=sw)
     assert to_json(rec)["lighter_switch"]["use_lighter_from"] is None
+
+
+# -- open-loop sweeps: `[sweep] request_rate` levels are req/s kept in the cells' `concurrency` field -------------
+def rate_doc(doc: dict | None = None) -> dict:
+    """A concurrency results document relabelled as a request-rate sweep (the cells are unchanged)."""
+    doc = doc if doc is not None else seed_a_doc()
+    doc["sweep"]["request_rate"] = list(doc["sweep"]["concurrency"])
+    return doc
+
+
+def test_rate_sweep_text_names_request_rates_never_concurrency():
+    conc, rate = recommend(seed_a_doc()), recommend(rate_doc())
+    assert (rate.level_kind, conc.level_kind) == ("request_rate", "concurrency")
+    assert rate.crossover == conc.crossover and rate.bands == conc.bands  # same estimator, other words
+    text = render_text(rate)
+    e = rate.crossover.estimate
+    assert f"crossover (mtp vs baseline): r~{e:.1f} req/s (95% CI " in text
+    body = text.split("\nSGLang adaptive config: not applicable: ")[0]  # the reason names the concurrency sweep to run
+    assert "between measured r32 and r64" in text and "c~" not in text and "concurrency" not in body
+    assert "tok/s ratio per open-loop request rate (95% CI)" in text.split("\n")[0]
+    assert "\n  r1     " in text and "\n  r128   " in text and "\n  c" not in text
+    assert "  request rate 1-36 req/s    mtp (" in text and "  request rate >= 37 req/s   no speculation" in text
+    assert "disable_speculation_at: 37 req/s" in text
+    assert "\n  c1     " in render_text(conc) and "  concurrency >= 37      no speculation" in render_text(conc)
+
+
+RATE_REASON = ("the sweep's levels are open-loop request rates (req/s), not the running batch sizes SGLang's adaptive "
+               "config is keyed by: run a concurrency sweep ([sweep] concurrency = [...]) to get one")
+
+
+def test_rate_sweep_gets_no_adaptive_config_and_says_to_sweep_concurrency():
+    # SGLang 0.5.23 speculative/adaptive_spec_params.py AdaptiveSpeculativeParams._route: keys are running batch sizes
+    assert recommend(seed_a_doc()).sglang["applies"]
+    sg = recommend(rate_doc()).sglang
+    assert sg == {"applies": False, "reason": RATE_REASON, "notes": []}
+    assert render_text(recommend(rate_doc())).split("\n")[-1] == f"SGLang adaptive config: not applicable: {RATE_REASON}"
+
+
+def test_rate_sweep_not_applicable_reasons_keep_their_precedence():
+    rec = make_rec([Band(1, None, None)], {"spec": settings()})
+    rec.level_kind = "request_rate"
+    assert rm.sglang_adaptive(rec, 16, [])["reason"] == ("speculation does not pay at any measured request rate: "
+                                                         "launch without speculation")
+    vllm = make_rec([Band(1, None, "spec")], {"spec": settings(engine="vllm")})
+    vllm.level_kind = "request_rate"
+    assert rm.sglang_adaptive(vllm, 16, [])["reason"] == (
+        "vLLM has no adaptive speculation mode: apply the policy's request-rate bands (e.g. route by request rate "
+        "between a speculative and a plain server)")
+    ngram = make_rec([Band(1, None, "spec")], {"spec": settings(algo="NGRAM")})
+    ngram.level_kind = "request_rate"
+    assert rm.sglang_adaptive(ngram, 16, [])["reason"] == RATE_REASON
+
+
+def test_rate_sweep_notes_and_errors_name_request_rates():
+    ahead = recommend(rate_doc(make_doc({"baseline": {2: 100, 8: 300}, "mtp": {2: 150, 8: 400}}, {"mtp": dict(MTP)})))
+    assert ahead.notes == ["mtp is ahead of baseline up to the highest measured request rate (8 req/s); measure higher "
+                           "request rates to find where it stops paying"]
+    text = render_text(ahead)
+    assert "  request rate >= 1 req/s    mtp (" in text and "disable_speculation_at: None" in text
+    behind = recommend(rate_doc(make_doc({"baseline": {4: 100, 16: 300}, "mtp": {4: 60, 16: 200}}, {"mtp": dict(MTP)})))
+    assert behind.notes[0] == ("mtp is already behind baseline at the lowest measured request rate (4 req/s): "
+                               "speculation does not pay on this sweep")
+    assert "at or below the lowest measured level r4" in render_text(behind)
+    with pytest.raises(RecommendError, match="share fewer than 2 measured request rate levels"):
+        recommend(rate_doc(make_doc({"baseline": {2: 100}, "mtp": {2: 150}}, {"mtp": dict(MTP)})))
+
+
+def test_rate_sweep_json_says_what_the_levels_are_and_keeps_the_field_names(tmp_path):
+    out = to_json(recommend(rate_doc()))
+    assert out["level_kind"] == "request_rate" and to_json(recommend(seed_a_doc()))["level_kind"] == "concurrency"
+    assert out["ratios"]["mtp"][0]["concurrency"] == 1 and out["disable_speculation_at"] == 37
+    results = tmp_path / "results.json"
+    results.write_text(json.dumps(rate_doc()))
+    adaptive, policy = tmp_path / "adaptive.json", tmp_path / "policy.json"
+    assert cli.main(["recommend", str(results), "--json", str(policy), "--adaptive-config", str(adaptive)]) == 0
+    assert not adaptive.exists()  # no table to write
+    assert json.loads(policy.read_text())["level_kind"] == "request_rate"
+
+
+def test_rate_sweep_middle_band_text():
+    doc = rate_doc(_three(4, 2))
+    rec = recommend(doc)
+    assert rec.lighter == "b" and not rec.sglang["applies"]
+    text = render_text(rec)
+    assert f"b overtakes a at r~{rec.lighter_switch.estimate:.1f} req/s (95% CI " in text
+    assert f"  request rate {rec.bands[1].start}-{rec.bands[2].start - 1} req/s" in text
+
+
+def test_rate_interval_text_names_rate_levels():
+    c3 = curve((2, 1.0, 0.9, 1.1), (8, 1.0, 0.9, 1.1), (32, 1.0, 0.9, 1.1))
+    x = Crossing(5.0, None, None, None, None, False, False, False)
+    assert rm._interval(x, c3, "request_rate") == "below r2-beyond r32"
+    assert rm.level_kind({"sweep": {"request_rate": [], "concurrency": [1]}}) == "concurrency"
+    assert rm.level_kind({}) == "concurrency" and rm.level_kind({"sweep": {"request_rate": [2]}}) == "request_rate"

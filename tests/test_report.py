@@ -263,6 +263,26 @@ def test_detectable_drop_follows_the_interval():
     assert detectable_drop(est, "beyond-tolerance") == pytest.approx(1 - 0.97 * math.exp(-0.05))
 
 
+def test_the_inconclusive_line_advises_re_recording_only_when_the_history_is_noisier_than_the_prior():
+    from specguard.report.terminal import resolution_note
+
+    def doc(between_sd: float, gate: str = "throughput") -> dict:
+        est = {"ratio": 0.99, "low": 0.95, "high": 1.03, "threshold": 0.97, "between_sd": between_sd,
+               "between_source": "prior + history of 5 sessions"}
+        return {"tolerances": {"fail_rule": "significant", "prior_between_sd": 0.012, "prior_between_sd_accept": 0.003},
+                "decisions": [{"verdict": "inconclusive", "enforced": True, "estimate": est, "gate": gate,
+                               "config": "eagle3", "concurrency": 16}], "tests": []}
+
+    quiet = resolution_note(doc(0.013))  # the prior's own spread: re-recording cannot help, launches can
+    assert quiet.startswith("1 gate(s) inconclusive: baseline history spread up to 1.3%"), quiet
+    assert "re-recording will not narrow them; sweep.launches = 2 will" in quiet and "quiet machine" not in quiet
+    noisy = resolution_note(doc(0.022))  # a disturbed recording: 1.8x the prior
+    assert noisy.endswith("re-record the baselines on a quiet machine or add sessions (more --update-baselines runs)")
+    # accept length is judged against its own prior (0.3 %), not the tok/s one
+    assert "quiet machine" in resolution_note(doc(0.008, "accept_length[code]"))
+    assert "quiet machine" not in resolution_note(doc(0.0035, "accept_length"))
+
+
 def test_numbers_never_print_in_exponent_form():
     from specguard.report.terminal import fmt_num, shorten
     assert fmt_num(14712.34) == "14712.3" and fmt_num(98.414) == "98.41" and fmt_num(2.8734) == "2.873"
@@ -299,3 +319,19 @@ def test_a_reference_the_attached_server_cannot_serve_reads_not_measured_with_th
     assert not any("ERROR" in line for line in lines)
     doc["servers"]["baseline"]["failure_skipped"] = False  # a real failure stays an error
     assert "baseline: ERROR: server runs EAGLE3; config baseline needs no speculation" in notes(doc)
+
+
+def test_the_crossover_sentence_names_request_rates_in_a_rate_sweep():
+    # the results file's crossover text (every output prints it) words levels as recommend does
+    from synthetic_results import seed_a_doc
+
+    from specguard.report.results import crossovers
+
+    doc = seed_a_doc()
+    closed = crossovers(doc)
+    text = next(iter(closed.values()))["text"]
+    assert " at c~" in text and "between measured c" in text, text
+    doc["sweep"] = {**(doc.get("sweep") or {}), "request_rate": sorted({c["concurrency"] for c in doc["cells"]})}
+    open_loop = next(iter(crossovers(doc).values()))["text"]
+    assert " at r~" in open_loop and " req/s (" in open_loop and "between measured r" in open_loop, open_loop
+    assert " c~" not in open_loop and " c1" not in open_loop

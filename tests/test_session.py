@@ -369,26 +369,36 @@ def test_the_reference_travels_with_a_selected_speculative_cell(tmp_path):
 
 
 @pytest.mark.e2e
-def test_a_suspicious_speculation_cell_relaunches_both_configurations_and_decides_again(tmp_path):
+@pytest.mark.parametrize("max_launches", [3, 2])
+def test_a_suspicious_speculation_cell_relaunches_both_configurations_and_decides_again(tmp_path, max_launches):
     # eagle3 made 3x slower per step: it loses to its reference at c1, a suspicious (p < 0.05) cell
+    # after every launch, so the pair is launched again until sweep.max_launches (default 3)
     sg = _small(make_session(tmp_path, server_args={"eagle3": ["--emulator-step-scale", "3.0"]}))
-    assert sg.design.sequential and sg.design.launches == 1  # the default design
+    assert sg.design.sequential and sg.design.launches == 1 and sg.design.max_launches == 3  # the default design
+    if max_launches != 3:
+        sg.suite = replace(sg.suite, sweep=replace(sg.suite.sweep, max_launches=max_launches))
+        sg.design = replace(sg.design, max_launches=max_launches)
     sg.plan([PlannedTest("eagle3", 1, "speculation")])
     try:
         assert not sg.measure("eagle3", 1).error
     finally:
         sg.stop_all()
     assert set(sg.relaunches) == {"eagle3", "baseline"}, sg.relaunches
-    assert "speculation eagle3 c1: p = " in sg.relaunches["eagle3"][0]
+    assert len(sg.relaunches["eagle3"]) == max_launches - 1, sg.relaunches
+    assert sg.relaunches["eagle3"][0].startswith("speculation eagle3 c1: p = ")
     assert sg.relaunches["baseline"][0].startswith("reference of speculation eagle3 c1")
-    assert len(sg.launch_cells[("eagle3", 1)]) == 2 and len(sg.launch_cells[("baseline", 1)]) == 2
-    assert len({lid for lid, _ in sg.launch_cells[("eagle3", 1)]}) == 2  # two real launches
+    if max_launches == 3:
+        assert sg.relaunches["eagle3"][1].startswith("launch 3: speculation eagle3 c1: p = ")
+        assert sg.relaunches["baseline"][1].startswith("launch 3: reference of speculation eagle3 c1")
+    assert len(sg.launch_cells[("eagle3", 1)]) == max_launches and len(sg.launch_cells[("baseline", 1)]) == max_launches
+    assert len({lid for lid, _ in sg.launch_cells[("eagle3", 1)]}) == max_launches  # real launches
     r = sg.speculation_result("eagle3", 1, None)
-    assert (r.stage, r.launches, r.verdict) == (2, 2, "fail"), r.message
-    assert [x.stage for x in sg.stage1_results] == [1] and [x.stage for x in sg.stage2_results] == [2]
-    assert r in sg.final_failures()
+    assert (r.stage, r.launches, r.verdict) == (max_launches, max_launches, "fail"), r.message
+    assert [x.stage for x in sg.stage1_results] == [1]
+    assert [x.stage for x in sg.stage2_results] == list(range(2, max_launches + 1))
+    assert sg.final_results() == [r] and r in sg.final_failures()
     samples = sg._run_samples("eagle3", 1)
-    assert len(samples) == 4 and len({s.launch_id for s in samples}) == 2
+    assert len(samples) == 2 * max_launches and len({s.launch_id for s in samples}) == max_launches
 
 
 def _decision(gate: str, config: str, c: int, p: float, verdict: str, stage: int) -> "GateResult":
@@ -595,3 +605,18 @@ def test_a_corrupted_baseline_file_fails_the_run_as_not_measured(tmp_path):
     assert "skipped" not in out and "Traceback" not in out
     cases = {c.get("name"): [x.tag for x in c] for c in ET.parse(junit).getroot().iter("testcase")}
     assert "failure" in cases["test_throughput[baseline-c1]"], cases
+
+
+def test_a_request_floor_is_in_the_fingerprint_only_when_set_and_requests_replaces_it(tmp_path):
+    # Stored sessions measured with another run size must not be compared: the floor is part of
+    # the fingerprint, but only when set, so suites without one keep their stored baselines.
+    sg = make_session(tmp_path)
+    fake_server(sg, "eagle3")
+    assert "min_requests_per_run" not in sg.fingerprint("eagle3").fields
+    sg.suite = replace(sg.suite, sweep=replace(sg.suite.sweep, min_requests_per_run=32))
+    assert sg.fingerprint("eagle3").fields["min_requests_per_run"] == 32
+    assert sg._sweep_at(1).num_requests(1) == 32 and sg._sweep_at(16).num_requests(16) == 64
+    fixed = make_session(tmp_path, requests_per_run=8)  # --requests 8: exactly 8 per run, floor or not
+    fixed.suite = replace(fixed.suite, sweep=replace(fixed.suite.sweep, min_requests_per_run=32))
+    fake_server(fixed, "eagle3")
+    assert fixed._sweep_at(1).num_requests(1) == 8 and "min_requests_per_run" not in fixed.fingerprint("eagle3").fields

@@ -171,3 +171,123 @@ def test_emulator_noise_presets_are_the_committed_measurements():
         assert noise.bias == pytest.approx(preset["bias"], abs=5e-5), label
         assert noise.stall_rate == pytest.approx(preset["stall_rate"], abs=5e-5), label
         assert noise.stall_factors == pytest.approx(tuple(preset["stall_factors"]), abs=5e-5), label
+
+
+def test_extending_a_trial_by_a_launch_equals_simulating_it_with_that_many(tiny, tmp_path):
+    # The 3-launch study extends the cached 2-launch trials (extend_trial): exact only if the
+    # added launch uses the seeds, day offset and changes simulate_trial gives launch index 2.
+    changes = [study.Change("A/A"), study.Change("slow", "eagle3", step_scale=1.05),
+               study.Change("c4", "eagle3", level_factor=0.95, levels=(4,))]
+    gpu = study.preset("gpu", tiny.sweep.concurrency)
+    two = study.simulate_trial(tiny, 3, 7, 2, 2, gpu, changes, 2)
+    direct = study.simulate_trial(tiny, 3, 7, 2, 2, gpu, changes, 3)
+    got = study.extend_trial(tiny, two, 3, 7, gpu, changes, 3)
+    assert all(len(ls) == 2 for ls in [*got.more.values(), *got.changed_more.values()])
+    pairs = [(got.more[n][i], direct.more[n][i]) for n in tiny.servers for i in (0, 1)]
+    pairs += [(got.changed_more[c][i], direct.changed_more[c][i]) for c in ("slow", "c4") for i in (0, 1)]
+    for a, b in pairs:
+        for c in tiny.sweep.concurrency:
+            assert a[c][0] == pytest.approx(b[c][0], rel=1e-9) and a[c][1] == b[c][1]
+    assert got.more["eagle3"][1][4][0] != pytest.approx(got.more["eagle3"][0][4][0], rel=1e-4)  # a new launch
+    # the cache finds the 2-launch trial, extends it and keeps it under the 3-launch key
+    plan = study.StudyPlan(tiny, [], changes, gpu, 7, tmp_path)
+    study.cached_trial(plan, 3, 2, 2, 2)
+    kept = study.cached_trial(plan, 3, 2, 2, 3)
+    assert (tmp_path / f"trial-{study.trial_key(plan, 3, 2, 2, 3)}.pkl").exists()
+    assert kept.changed_more["slow"][1][1][0] == pytest.approx(direct.changed_more["slow"][1][1][0], rel=1e-9)
+    # and the launch design of the sweep is not part of the key (the decisions alone read it)
+    other = replace(tiny, sweep=replace(tiny.sweep, max_launches=2, relaunch_p=0.1))
+    assert study.trial_key(replace(plan, suite=other), 3, 2, 2, 3) == study.trial_key(plan, 3, 2, 2, 3)
+    floor = replace(tiny, sweep=replace(tiny.sweep, min_requests_per_run=16))  # this one changes the runs
+    assert study.trial_key(replace(plan, suite=floor), 3, 2, 2, 3) != study.trial_key(plan, 3, 2, 2, 3)
+    # rescaling handles the added launch like the others
+    quiet = study.preset("gpu-quiet", tiny.sweep.concurrency)
+    scaled = study.rescale_trial(tiny, got, 3, 7, gpu, quiet, changes)
+    want = study.simulate_trial(tiny, 3, 7, 2, 2, quiet, changes, 3)
+    assert scaled.changed_more["c4"][1][4][0] == pytest.approx(want.changed_more["c4"][1][4][0], rel=1e-9)
+    assert scaled.more["baseline"][1][1][0] == pytest.approx(want.more["baseline"][1][1][0], rel=1e-9)
+
+
+def test_relaunches_follow_suspicion_up_to_max_launches_and_keep_the_pair_level(tiny):
+    # decide_design runs the session's loop (session._sweep_configuration): one more launch per
+    # stage while a cell stays suspicious, at most max_launches; a suspicious speculation cell
+    # also relaunches the reference, only while it has no more launches than the speculative one.
+    gpu = study.preset("gpu", tiny.sweep.concurrency)
+    changes = [study.Change("slow", "eagle3", step_scale=3.0), study.Change("ref slow", "baseline", step_scale=1.5)]
+    trial = study.simulate_trial(tiny, 0, 5, 5, 3, gpu, changes, 3)
+    tol = replace(tiny.tolerances, history_sessions=5, family_alpha=0.01)
+
+    def run(design, eagle3=None, baseline=None):
+        current, more = dict(trial.current), dict(trial.more)
+        for name, ch in (("eagle3", eagle3), ("baseline", baseline)):
+            if ch:
+                current[name], more[name] = trial.changed[ch], trial.changed_more[ch]
+        return study.decide_session(tiny, study.GateSettings(3, tol, design), current, trial.history, more)
+
+    same = run("on-suspicion")
+    assert not same.failed and set(same.relaunched) == {n for n, k in same.launches.items() if k > 1}
+    three, two = run("on-suspicion", "slow"), run("on-suspicion-max2", "slow")
+    assert three.failed and two.failed
+    assert three.launches == {"baseline": 3, "eagle3": 3} and two.launches == {"baseline": 2, "eagle3": 2}
+    assert any(w.startswith("launch 3: ") for w in three.relaunched["eagle3"])
+    assert all(w.startswith(("reference of", "launch 3: reference of")) for w in three.relaunched["baseline"])
+    # the reference relaunched itself to 3 in its own turn: the speculative configuration catches up, no 4th
+    both = run("on-suspicion", "slow", "ref slow")
+    assert both.launches == {"baseline": 3, "eagle3": 3}
+    assert not any("reference of" in w for w in both.relaunched["baseline"])
+    assert study.GateSettings(3, tol, "on-suspicion-r1").gate_design().max_launches == 2
+    assert study._max_launches([study.GateSettings(3, tol, d) for d in ("legacy", "on-suspicion-r1")]) == 2
+    assert study._max_launches([study.GateSettings(3, tol, "on-suspicion")]) == 3
+
+
+def _synthetic(tiny):
+    """Synthetic launches (values chosen, no model) for the relaunch-rule tests: launch(tok/s,
+    accept lengths) at every level, and K = 5 stored sessions wobbling by 1 %, eagle3 2x the
+    baseline; the tolerances those tests decide with."""
+    def launch(tok, acc=()):
+        return {c: ([tok * (1 + 0.002 * i) for i in range(3)], [a * (1 + 0.001 * i) for i in range(3) for a in acc][:3])
+                for c in tiny.sweep.concurrency}
+
+    wobble = (1.0, 1.01, 0.99, 1.005, 0.995)
+    history = [{"baseline": launch(1000 * w), "eagle3": launch(2000 * w, (3.0 * w,))} for w in wobble]
+    tol = replace(tiny.tolerances, history_sessions=5, family_alpha=0.01, prior_between_sd=0.01)
+    return launch, history, tol
+
+
+def test_the_reference_is_relaunched_only_to_keep_level_with_the_speculative_configuration(tiny):
+    # The baseline's first launch is 8 % slow
+    # (suspicious), its second 8 % fast, so its own turn stops at 2 launches. eagle3 runs at 0.8x
+    # the baseline (suspicious at every stage): at its stage 2 the baseline (2 launches) is ahead
+    # of eagle3 (1) and is not relaunched; at stage 3 they are level and both get a third.
+    launch, history, tol = _synthetic(tiny)
+    current = {"baseline": launch(920), "eagle3": launch(800, (3.0,))}
+    more = {"baseline": [launch(1080), launch(1000)], "eagle3": [launch(800, (3.0,)), launch(800, (3.0,))]}
+    v = study.decide_session(tiny, study.GateSettings(3, tol, "on-suspicion"), current, history, more)
+    assert v.launches == {"baseline": 3, "eagle3": 3}
+    why = v.relaunched["baseline"]
+    own, for_eagle3 = [w for w in why if "reference of" not in w], [w for w in why if "reference of" in w]
+    assert own and all(w.startswith("throughput baseline") for w in own)  # its own stage 2
+    assert for_eagle3 and all(w.startswith("launch 3: reference of speculation eagle3") for w in for_eagle3)
+    assert v.failed and "speculation" in v.gates_failed
+
+
+def test_reference_follows_a_relaunch_where_the_pair_leans_to_a_loss(tiny):
+    # eagle3 is 50 % below its history (its throughput cells relaunch it) and 0.5 % behind the
+    # baseline (a must-win cell leaning to a loss, not suspicious): without the losing rule
+    # (on-suspicion-noref) eagle3 is relaunched alone; the default brings the baseline along,
+    # keeping the pair level (GateDesign.reference_losing_p, gates.relaunch_plan).
+    launch, history, tol = _synthetic(tiny)
+    current = {"baseline": launch(1000), "eagle3": launch(995, (3.0,))}
+    more = {"baseline": [launch(1000), launch(1000)], "eagle3": [launch(995, (3.0,)), launch(995, (3.0,))]}
+    noref = study.decide_session(tiny, study.GateSettings(3, tol, "on-suspicion-noref"), current, history, more)
+    default = study.decide_session(tiny, study.GateSettings(3, tol, "on-suspicion"), current, history, more)
+    assert noref.launches == {"baseline": 1, "eagle3": 3} and "baseline" not in noref.relaunched
+    assert default.launches == {"baseline": 3, "eagle3": 3}
+    why = default.relaunched["baseline"]
+    assert len(why) == 2 and why[0].startswith("reference of speculation eagle3 c") and "leans to a loss" in why[0]
+    assert why[1].startswith("launch 3: reference of speculation eagle3 c")
+    # the same eagle3 ahead of its reference (0.5 % faster): nothing leans to a loss, the baseline stays
+    ahead = {"baseline": launch(1000), "eagle3": launch(1005, (3.0,))}
+    more_ahead = {"baseline": more["baseline"], "eagle3": [launch(1005, (3.0,)), launch(1005, (3.0,))]}
+    v = study.decide_session(tiny, study.GateSettings(3, tol, "on-suspicion"), ahead, history, more_ahead)
+    assert v.launches == {"baseline": 1, "eagle3": 3}, v.relaunched

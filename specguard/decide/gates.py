@@ -141,17 +141,19 @@ STAGE_ALPHA_RULES = ("screen", "halves")
 @dataclass(frozen=True)
 class GateDesign:
     """How a session replicates and decides: ``launches`` per configuration (fixed), and with
-    ``relaunch = "on-suspicion"`` a second launch of each configuration whose stage-1 cell looked
-    suspicious (one-sided p < ``suspicion_p``).
+    ``relaunch = "on-suspicion"`` one more launch of each configuration with a suspicious cell
+    (one-sided p < ``suspicion_p``), again after each stage while a cell stays suspicious, up to
+    ``max_launches`` launches in all.
 
     How the alpha is shared between the stages (``stage_alpha_rule``):
 
-    - "screen" (default): stage 1 only screens. Every cell whose configuration could be relaunched
-      is decided on the pooled launches (stage 2) at the cell's whole alpha; a stage-1 verdict
-      stands only where no relaunch happened: its p >= suspicion_p >= family alpha there, so it
-      cannot fail, except in attach mode (nothing can be relaunched: stage 1 is the only test, at
-      the whole alpha). Each test's final p-value is valid below suspicion_p, so per-cell alpha
-      and Holm at the family alpha over the final decisions keep the family bound.
+    - "screen" (default): every stage but the last only screens. A configuration's cells are
+      decided on all its launches pooled, at its last stage, at the cell's whole alpha. It stops
+      before ``max_launches`` only when no cell is suspicious: every p >= suspicion_p >= family
+      alpha there, so nothing can fail. A failure can therefore only come from the test on
+      ``max_launches`` launches, a fixed-size test whose p-value is valid, so per-cell alpha and
+      Holm at the family alpha over the final decisions keep the family bound. Attach mode
+      cannot relaunch: stage 1 is the only test, at the whole alpha.
     - "halves" (the earlier rule): each stage at half the cell alpha, Holm at half the family
       alpha, union bound over the two stages.
     """
@@ -159,6 +161,11 @@ class GateDesign:
     launches: int = 1
     relaunch: str = "on-suspicion"  # or "off"
     suspicion_p: float = 0.05
+    max_launches: int = 3  # with relaunch on suspicion: launches per configuration at most
+    # A relaunched speculative configuration brings its reference along where one of its must-win
+    # speculation cells has a one-sided p below this (its estimate on the losing side), so the
+    # pair stays level where the verdict can still turn; 0: only for suspicious speculation cells.
+    reference_losing_p: float = 0.5
     stage_alpha_rule: str = "screen"  # or "halves" (STAGE_ALPHA_RULES)
     prior_day_sd: float = 0.005  # share of prior_between_sd common to every launch of one session
     prior_dof: float = 16.0  # weight of prior_between_sd, in pseudo degrees of freedom (Tolerances.prior_between_dof)
@@ -202,6 +209,7 @@ def design_of(suite: "Suite") -> GateDesign:  # noqa: F821 - config.Suite, impor
     sw, tol, d = suite.sweep, suite.tolerances, GateDesign()
     return GateDesign(launches=getattr(sw, "launches", d.launches), relaunch=getattr(sw, "relaunch", d.relaunch),
                       suspicion_p=getattr(sw, "relaunch_p", d.suspicion_p),
+                      max_launches=getattr(sw, "max_launches", d.max_launches),
                       prior_day_sd=getattr(tol, "prior_day_sd", d.prior_day_sd),
                       prior_dof=getattr(tol, "prior_between_dof", d.prior_dof),
                       spread_rule=getattr(tol, "spread_rule", d.spread_rule),
@@ -311,13 +319,15 @@ def must_win_gate(config: str, concurrency: int, spec: Sequence[Sequence[float]]
 
 
 def relaunch_plan(stage1: Sequence[GateResult], references: dict[str, str | None],
-                  suspicion_p: float = 0.05) -> dict[str, list[str]]:
-    """Which configurations to relaunch after stage 1, and why (configuration -> reasons).
+                  suspicion_p: float = 0.05, losing_p: float = 0.0) -> dict[str, list[str]]:
+    """Which configurations to relaunch after a stage, and why (configuration -> reasons).
 
     A configuration is relaunched when one of its enforced cells has a one-sided p-value below
     ``suspicion_p`` (failed cells included: the relaunch sharpens the rest of its cells). A
-    suspicious speculation cell relaunches the speculative configuration and its reference.
-    ``references``: configuration -> its reference (None for none).
+    suspicious speculation cell relaunches the speculative configuration and its reference; so
+    does, once the speculative configuration is relaunched anyway, a must-win speculation cell
+    with p below ``losing_p`` (GateDesign.reference_losing_p). ``references``: configuration ->
+    its reference (None for none).
     """
     plan: dict[str, list[str]] = {}
     for r in stage1:
@@ -328,6 +338,13 @@ def relaunch_plan(stage1: Sequence[GateResult], references: dict[str, str | None
         ref = references.get(r.config)
         if r.gate == "speculation" and ref:
             plan.setdefault(ref, []).append(f"reference of {why}")
+    for r in stage1:
+        ref = references.get(r.config)
+        if (r.gate != "speculation" or r.estimate is None or not r.enforced or not ref or r.config not in plan
+                or ref in plan or r.estimate.p_value >= losing_p):
+            continue
+        plan[ref] = [f"reference of speculation {r.config} c{r.concurrency}, which leans to a loss "
+                     f"(ratio {r.estimate.ratio:.3f}, p = {r.estimate.p_value:.3g} < {losing_p:g})"]
     return plan
 
 

@@ -30,10 +30,11 @@ from specguard.emulator.model import BatchScheduler, SchedulerConfig, run_closed
 from specguard.emulator.profile import EmulatorProfile, load_profile
 from specguard.emulator.spec import SpecRequest, resolve_settings
 from specguard.decide.crossover import CrossoverEstimate, estimate_crossover, first_crossing, within_factor
-from specguard.decide.gates import (GateDesign, GateResult, counts_as_failure, crossover, family_alphas, final_failures, history_gate,
+from specguard.decide.gates import (GateDesign, GateResult, counts_as_failure, crossover, family_alphas, final_failures, final_results,
+                                    history_gate,
                                     holm_failures, launch_history_gate, must_win_gate, relaunch_plan, session_spread,
                                     speculation_gate)
-from specguard.decide.stats import INCONCLUSIVE, MIN_SESSIONS_FOR_SPREAD
+from specguard.decide.stats import INCONCLUSIVE, MIN_SESSIONS_FOR_SPREAD, PASS
 
 DEFAULT_SUITE = Path("perf_tests/suite.toml")
 # GPU servers (docs/gate-study.md): runs within a launch agree to ~0.2-0.8 %, launches to ~1-2 %.
@@ -110,6 +111,18 @@ class GateSettings:
     spread_pool: str = "cell"  # GateDesign.spread_pool
     overrides: tuple[tuple[str, Any], ...] = ()  # further GateDesign fields, e.g. (("stage_alpha_rule", "halves"),)
     pair_histories: bool = True  # the must-win gate gets both configurations' histories at its level
+    # When the reference of a relaunched speculative configuration gets a launch too (while it has
+    # no more launches than the speculative one): "speculation" = when a speculation cell was
+    # suspicious (the session's rule); "relaunch" = whenever the speculative one is relaunched;
+    # "last" = also on its last relaunch; "p<x" = also when a must-win cell's p is below x.
+    # Variants measured for the session's rule (docs/gate-study.md), not designs of their own.
+    reference_follows: str = "speculation"
+
+    @property
+    def follows(self) -> str:
+        """The extra reference rule this point runs (a variant; the designs' own rule is
+        GateDesign.reference_losing_p)."""
+        return self.reference_follows
 
     def label(self) -> str:
         t = self.tolerances
@@ -121,6 +134,10 @@ class GateSettings:
         t = self.tolerances
         fixed = {"launches=1": 1, "launches=2": 2, "launches=3": 3}.get(self.design, 1)
         earlier = EARLIER_RULES if self.design == "on-suspicion-r1" else {}
+        if self.design == "on-suspicion-max2":
+            earlier = {"max_launches": 2, "reference_losing_p": 0.0}
+        elif self.design == "on-suspicion-noref":
+            earlier = {"reference_losing_p": 0.0}
         return replace(GateDesign(launches=fixed, relaunch="on-suspicion" if self.design.startswith("on-suspicion") else "off",
                                   prior_day_sd=t.prior_day_sd, prior_dof=t.prior_between_dof, spread_rule=t.spread_rule,
                                   spread_pool=self.spread_pool, pass_confidence=t.pass_confidence),
@@ -128,12 +145,18 @@ class GateSettings:
 
 
 # legacy: the gates before issue 14 (one launch, spread as known, speculation against the prior
-# only); launches=L: L launches per configuration, pooled; on-suspicion: one launch, a second for
-# every configuration with a suspicious stage-1 cell (GateDesign).
-DESIGNS = ("legacy", "launches=1", "launches=2", "on-suspicion", "on-suspicion-r1")
+# only); launches=L: L launches per configuration, pooled; on-suspicion (the default): one launch,
+# another for every configuration with a suspicious cell after each stage, up to
+# GateDesign.max_launches (3), the reference along where a must-win speculation cell leans to a
+# loss (GateDesign.reference_losing_p); on-suspicion-noref: the same, the reference along only for
+# a suspicious speculation cell; on-suspicion-max2: that with at most 2 launches (the second
+# issue-14 round's design).
+DESIGNS = ("legacy", "launches=1", "launches=2", "on-suspicion", "on-suspicion-noref", "on-suspicion-max2",
+           "on-suspicion-r1")
 # on-suspicion-r1: the first issue-14 design (docs/gate-study.md, first round): each stage at half the
 # cell alpha, the prior never checked against the pooled history, every gate the same weight.
-EARLIER_RULES: dict[str, Any] = {"stage_alpha_rule": "halves", "prior_check": "off", "prior_dof": 8.0,
+# "halves" splits the alpha between two stages only, so it stays at 2 launches.
+EARLIER_RULES: dict[str, Any] = {"stage_alpha_rule": "halves", "max_launches": 2, "reference_losing_p": 0.0, "prior_check": "off", "prior_dof": 8.0,
                                  "gate_weights": (("throughput", 1.0), ("accept_length", 1.0), ("speculation", 1.0))}
 
 
@@ -448,9 +471,37 @@ def _spreads(suite: Suite, hist: Sequence[dict[str, Launch]], pool: str) -> dict
     return out
 
 
+def _reference_follows(rule: str, results: Sequence[GateResult], ref: str | None, last: bool) -> bool:
+    """Whether a relaunched speculative configuration brings its reference along although no
+    speculation cell was suspicious (``GateSettings.reference_follows``)."""
+    if not ref or rule == "speculation":
+        return False
+    if rule == "relaunch":
+        return True
+    if rule == "last":
+        return last
+    if rule == "not-passing":  # a must-win speculation cell that is not (yet) a confident win
+        return any(r.gate == "speculation" and r.enforced and r.verdict != PASS for r in results)
+    if rule.startswith("p<"):
+        x = float(rule[2:])
+        return any(r.gate == "speculation" and r.enforced and r.estimate is not None and r.estimate.p_value < x
+                   for r in results)
+    raise ValueError(f"reference_follows {rule!r}; use speculation, relaunch, last or p<x")
+
+
 def decide_design(suite: Suite, settings: GateSettings, launches: dict[str, list[Launch]],
                   history: Sequence[dict[str, Launch]]) -> SessionVerdict:
-    """One session under a decide/ design: L fixed launches, or one plus a relaunch on suspicion.
+    """One session under a decide/ design: L fixed launches, or relaunches on suspicion.
+
+    Sequential designs run as ``SpecguardSession._sweep_configuration`` does, one configuration
+    after another in the suite's order: its cells are decided (stage 1); while ``relaunch_plan``
+    on the latest stage's results names it and it has fewer than ``design.max_launches``
+    launches, it gets one more launch and its cells are decided again on all its launches pooled
+    (stage k + 1 supersedes stage k). A suspicious speculation cell also relaunches the
+    reference, but only while the reference has no more launches than the speculative
+    configuration had before this relaunch (so the pair stays level); the reference's own cells
+    keep the decisions of its own turn, as in the session. A speculation cell is decided against
+    the reference's launches at that moment.
 
     ``launches`` holds at least as many launches per configuration as the design may use."""
     tol = settings.tolerances
@@ -458,32 +509,49 @@ def decide_design(suite: Suite, settings: GateSettings, launches: dict[str, list
     alpha = {g: design.stage_alpha(a) for g, a in suite_alphas(suite, tol.family_alpha, design).items()}
     r = settings.repeats
     hist = [{n: _cut(l, r) for n, l in h.items()} for h in history[: tol.history_sessions]]
-    first = {n: [_cut(l, r) for l in ls[: design.launches]] for n, ls in launches.items()}
+    most = max(design.launches, design.max_launches) if design.sequential else design.launches
+    cut = {n: [_cut(l, r) for l in ls[:most]] for n, ls in launches.items()}
     # the pooled spreads are only read to check the prior, or as the estimate under "suite"/"config"
     spreads = _spreads(suite, hist, design.spread_pool) if design.prior_check == "pooled" or design.spread_pool != "cell" else {}
-    stage1 = _decide_cells(suite, settings, design, first, hist, alpha, 1, spreads)
-    used = {n: len(ls) for n, ls in first.items()}
-    plan: dict[str, list[str]] = {}
-    stage2: list[GateResult] = []
-    if design.sequential:
-        plan = relaunch_plan(stage1, {n: c.reference for n, c in suite.servers.items()}, design.suspicion_p)
-        plan = {n: why for n, why in plan.items() if len(launches[n]) > 1}
-        if plan:
-            pooled = {n: (first[n] + [_cut(launches[n][1], r)]) if n in plan else first[n] for n in first}
-            for n in plan:
-                used[n] += 1
-            refs = {n: c.reference for n, c in suite.servers.items()}
-            dependents = {n for n, r in refs.items() if r in plan and n not in plan}
-            again = _decide_cells(suite, settings, design, pooled, hist, alpha, 2, spreads, set(plan), dependents)
-            stage2 = [g for g in again if g.config in plan or (g.gate == "speculation" and refs.get(g.config) in plan)]
-    failing = final_failures(stage1, stage2, tol, design)
-    done = {(g.gate, g.config, g.concurrency) for g in stage2}
-    final = [g for g in stage1 if (g.gate, g.config, g.concurrency) not in done] + stage2
+    used = {n: min(design.launches, len(ls)) for n, ls in cut.items()}
+    refs = {n: c.reference for n, c in suite.servers.items()}
+    relaunched: dict[str, list[str]] = {}
+    stage1: list[GateResult] = []
+    later: list[GateResult] = []
+
+    def decide(name: str, stage: int) -> list[GateResult]:
+        pooled = {n: ls[: used[n]] for n, ls in cut.items()}
+        return _decide_cells(suite, settings, design, pooled, hist, alpha, stage, spreads, {name})
+
+    for name in suite.servers:
+        results = decide(name, 1)
+        stage1 += results
+        if not design.sequential:
+            continue
+        ref, stage = refs.get(name), 1
+        while used[name] < design.max_launches and used[name] < len(cut[name]):
+            wanted = relaunch_plan(results, refs, design.suspicion_p, design.reference_losing_p)
+            if name not in wanted and (not ref or ref not in wanted):
+                break
+            stage += 1
+            label = f"launch {stage}: " if stage > 2 else ""
+            before = used[name]
+            follows = ref in wanted or (name in wanted and _reference_follows(settings.follows, results, ref,
+                                                                                before + 1 == design.max_launches))
+            if ref and follows and used[ref] <= before and used[ref] < min(design.max_launches, len(cut[ref])):
+                used[ref] += 1
+                relaunched.setdefault(ref, []).extend(label + w for w in wanted.get(ref, [f"reference of {name}"]))
+            used[name] += 1
+            relaunched.setdefault(name, []).extend(label + w for w in wanted.get(name, []))
+            results = decide(name, stage)
+            later += results
+    final = final_results(stage1, later)
+    failing = final_failures(final, [], tol, design)
     enforced = [g for g in final if g.enforced]
     ratios = _spec_ratios(final)
     estimates = {n: estimate_crossover(rt) for n, rt in ratios.items()}
     return SessionVerdict(bool(failing), failing, sum(g.verdict == INCONCLUSIVE for g in enforced), len(enforced),
-                          {n: e.first_behind for n, e in estimates.items()}, used, plan, estimates,
+                          {n: e.first_behind for n, e in estimates.items()}, used, relaunched, estimates,
                           {g.gate: True for g in failing})
 
 
@@ -591,8 +659,13 @@ class StudyPlan:
 
 
 def _max_launches(grid: Sequence[GateSettings]) -> int:
-    return max(GateSettings.gate_design(g).launches + (1 if g.design.startswith("on-suspicion") else 0)
-               if g.design != "legacy" else 1 for g in grid)
+    """Launches per configuration the grid's designs may use: ``max_launches`` when relaunching."""
+    def most(g: GateSettings) -> int:
+        if g.design == "legacy":
+            return 1
+        d = g.gate_design()
+        return max(d.launches, d.max_launches) if d.sequential else d.launches
+    return max(most(g) for g in grid)
 
 
 def _trial_outcomes(plan: StudyPlan, index: int) -> list[list[dict[str, Any]]]:
@@ -602,36 +675,93 @@ def _trial_outcomes(plan: StudyPlan, index: int) -> list[list[dict[str, Any]]]:
     return decide_trial(plan, cached_trial(plan, index, max_k, max_r, _max_launches(plan.grid)))
 
 
+# Sweep fields that only the decisions read, with the values every cached trial so far was keyed
+# with: the key holds them fixed, so changing them in a suite neither misses nor re-simulates.
+DECISION_ONLY_SWEEP = {"launches": 1, "relaunch": "on-suspicion", "relaunch_p": 0.05}
+DECISION_ONLY_SWEEP_NEW = ("max_launches",)  # added after the cache was keyed: left out of the key
+# Sweep fields added after the cache was keyed that the simulation does read: left out of the key
+# at the value that changes nothing (the behaviour before they existed), in it at any other.
+NEUTRAL_SWEEP = {"min_requests_per_run": 0}
+
+
+def _sim_sweep(sweep: Any) -> dict[str, Any]:
+    """What the simulation reads of the sweep, as the key hashes it (``DECISION_ONLY_SWEEP``,
+    ``NEUTRAL_SWEEP``): a trial kept before a field existed keeps its key."""
+    out = asdict(sweep)
+    for k in DECISION_ONLY_SWEEP_NEW:
+        out.pop(k, None)
+    for k, v in NEUTRAL_SWEEP.items():
+        if k in out and out[k] == v:
+            del out[k]
+    for k, v in DECISION_ONLY_SWEEP.items():
+        if k in out:
+            out[k] = v
+    return out
+
+
 def trial_key(plan: StudyPlan, index: int, max_k: int, max_r: int, max_l: int) -> str:
     """The cache key of a simulated trial: what the simulation reads of the suite (its servers,
-    sweep and workload; not its tolerances, which only the decisions read), the noise, the
-    changes, seed, index, depth, repeats and launches."""
+    sweep and workload; not its tolerances or the sweep's launch design, which only the
+    decisions read), the noise, the changes, seed, index, depth, repeats and launches."""
     import hashlib
 
-    sim = repr((sorted(asdict(plan.suite)["servers"].items()), asdict(plan.suite.sweep), asdict(plan.suite.workload)))
+    sim = repr((sorted(asdict(plan.suite)["servers"].items()), _sim_sweep(plan.suite.sweep), asdict(plan.suite.workload)))
     return hashlib.sha256(repr((sim, asdict(plan.noise), plan.changes, plan.seed, index, max_k, max_r,
                                 max_l)).encode()).hexdigest()[:24]
+
+
+def extend_trial(suite: Suite, trial: Trial, index: int, base_seed: int, noise: Noise, changes: Sequence[Change],
+                 max_launches: int) -> Trial:
+    """``trial`` with launches added up to ``max_launches`` per configuration, exactly as
+    ``simulate_trial(..., max_launches)`` would have simulated them: the same seeds per launch
+    index, the session's day offset, each changed configuration's launch with its change. Lets a
+    cache of 2-launch trials serve a 3-launch design without simulating the rest again."""
+    names = list(suite.servers)
+    have = 1 + min(len(ls) for ls in trial.more.values()) if trial.more else 1
+    if have >= max_launches:
+        return trial
+    k = len(trial.history)
+    day_sd = noise.day_pct / 100 if noise else 0.0
+    days = (np.random.default_rng([base_seed, index, 11]).normal(0.0, day_sd, k + 1) if day_sd > 0 else np.zeros(k + 1))
+    first = next(iter(trial.current.values()))
+    repeats = len(next(iter(first.values()))[0])
+    by_name = {ch.name: ch for ch in changes}
+
+    def add(n: str, ch: Change | None, got: list[Launch]) -> list[Launch]:
+        j = names.index(n)
+        return [*got[: have - 1], *(simulate_launch(suite, n, _seed(base_seed, index, 2, l, j), repeats, noise, ch, float(days[0]))
+                                    for l in range(have, max_launches))]
+
+    more = {n: add(n, None, trial.more.get(n, [])) for n in trial.current}
+    changed_more = {c: add(by_name[c].config, by_name[c], trial.changed_more.get(c, [])) for c in trial.changed}
+    return Trial(trial.history, trial.current, trial.changed, more, changed_more)
 
 
 def cached_trial(plan: StudyPlan, index: int, max_k: int, max_r: int, max_l: int) -> Trial:
     """``simulate_trial``, kept in ``plan.cache_dir`` under a hash of everything it depends on
     (suite file text, noise, changes, seed, index, depth, repeats, launches). With
-    ``plan.sim_noise`` the trial is simulated (and kept) under that noise and rescaled."""
+    ``plan.sim_noise`` the trial is simulated (and kept) under that noise and rescaled. A trial
+    kept with fewer launches is extended (``extend_trial``) and kept under its new key."""
     if plan.sim_noise is not None and plan.sim_noise != plan.noise:
         base = cached_trial(replace(plan, noise=plan.sim_noise, sim_noise=None), index, max_k, max_r, max_l)
         return rescale_trial(plan.suite, base, index, plan.seed, plan.sim_noise, plan.noise, plan.changes)
     if plan.cache_dir is None:
         return simulate_trial(plan.suite, index, plan.seed, max_k, max_r, plan.noise, plan.changes, max_l)
-    import hashlib
     import pickle
 
-    key = trial_key(plan, index, max_k, max_r, max_l)
-    path = Path(plan.cache_dir) / f"trial-{key}.pkl"
+    def path_of(l: int) -> Path:
+        return Path(plan.cache_dir) / f"trial-{trial_key(plan, index, max_k, max_r, l)}.pkl"
+
+    path = path_of(max_l)
     if path.exists():
         return pickle.loads(path.read_bytes())
-    trial = simulate_trial(plan.suite, index, plan.seed, max_k, max_r, plan.noise, plan.changes, max_l)
+    fewer = next((path_of(l) for l in range(max_l - 1, 0, -1) if path_of(l).exists()), None)
+    if fewer is not None:
+        trial = extend_trial(plan.suite, pickle.loads(fewer.read_bytes()), index, plan.seed, plan.noise, plan.changes, max_l)
+    else:
+        trial = simulate_trial(plan.suite, index, plan.seed, max_k, max_r, plan.noise, plan.changes, max_l)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
+    tmp = path.with_suffix(f".tmp{index}")
     tmp.write_bytes(pickle.dumps(trial))
     tmp.replace(path)
     return trial
@@ -890,11 +1020,12 @@ def headline(result: dict[str, Any], target: Tolerances, repeats: int, design: s
 
 
 def render_table(result: dict[str, Any]) -> str:
-    """One markdown row per grid point: false fails, cost, crossover, the suite's power per change
-    and, in brackets, the isolated gate's own."""
+    """One markdown row per grid point: false fails, cost (launches per configuration unchanged
+    and under each change, in the order of the power columns), crossover, the suite's power per
+    change and, in brackets, the isolated gate's own."""
     changes = [s for s in result["grid"][0]["scenarios"] if s["scenario"] != "A/A"]
     head = ["design", "rule", "repeats", "K", "prior tok (dof)", "false-fail (95% CI)", "launches/config A/A", "runs/session",
-            "xover ±1 level", "xover 1.25x", *[f"P({c['scenario']})" for c in changes]]
+            "launches/config per change", "xover ±1 level", "xover 1.25x", *[f"P({c['scenario']})" for c in changes]]
     lines = ["| " + " | ".join(head) + " |", "|" + "---:|" * len(head)]
     for g in result["grid"]:
         st, rows = g["settings"], {s["scenario"]: s for s in g["scenarios"]}
@@ -912,6 +1043,7 @@ def render_table(result: dict[str, Any]) -> str:
         cells = [st.get("design", "legacy"), st.get("fail_rule", "beyond-tolerance"), str(st["repeats"]), str(st["history_sessions"]),
                  f"{st['prior_between_sd']:g}{dof}", f"{aa['fail_rate']:.1%} ({lo:.1%}-{hi:.1%})",
                  f"{aa.get('launches_per_config', 1):.2f}", f"{aa.get('runs_per_session', 0):.0f}",
+                 " / ".join(f"{rows[c['scenario']].get('launches_per_config', 1):.2f}" for c in changes),
                  f"{aa['crossover_within_one_level']:.0%}", "-" if x125 is None else f"{x125:.0%}",
                  *[power(c) for c in changes]]
         lines.append("| " + " | ".join(cells) + " |")
@@ -924,7 +1056,7 @@ def _crossover_session(suite: Suite, noise: Noise, designs: Sequence[GateSetting
     spec_name = next(n for n, c in suite.servers.items() if c.speculative)
     ref = suite.servers[spec_name].reference
     day = float(np.random.default_rng([seed, index, 12]).normal(0.0, noise.day_pct / 100)) if noise.day_pct else 0.0
-    max_l = max(1 if g.design in ("legacy", "on-suspicion", "on-suspicion-r1") else g.gate_design().launches for g in designs)
+    max_l = max(1 if g.design == "legacy" or g.gate_design().sequential else g.gate_design().launches for g in designs)
     runs = {n: [simulate_launch(suite, n, _seed(seed, index, 5, l, j), designs[0].repeats, noise, None, day)
                 for l in range(max_l)] for j, n in enumerate(names) if n in (spec_name, ref)}
     alpha = suite.tolerances.family_alpha / gate_tests(suite)

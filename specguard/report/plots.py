@@ -1,7 +1,9 @@
 """The report's figures, as PNG bytes, from a results document (matplotlib: the `plots` extra).
 
-Concurrency is on a log2 axis with the measured levels as ticks; colours follow the suite's
-configuration order in every figure. Sized to stay readable when GitHub shrinks them in a PR.
+The level (client concurrency, or the request rate of an open-loop `[sweep] request_rate`
+sweep, whose cells keep it in `concurrency`) is on a log2 axis with the measured levels as
+ticks, labelled with what it is; colours follow the suite's configuration order in every
+figure. Sized to stay readable when GitHub shrinks them in a PR.
 """
 
 from __future__ import annotations
@@ -9,12 +11,13 @@ from __future__ import annotations
 import io
 from typing import Any
 
-from specguard.report.recommend import crossing, ratio_curve
+from specguard.report.recommend import CONCURRENCY, REQUEST_RATE, crossing, level_kind, level_label, ratio_curve
 from specguard.report.results import config_order, configs_by_name, median, sorted_cells, throughputs
 
 FIG_SIZE = (7.2, 4.2)
 DPI = 110
 CONFIDENCE = 0.95
+X_LABELS = {CONCURRENCY: "concurrency (clients)", REQUEST_RATE: "request rate (req/s, open loop)"}
 
 
 def available() -> bool:
@@ -46,13 +49,18 @@ def _colors(doc: dict[str, Any]) -> dict[str, str]:
     return {name: palette[i % len(palette)] for i, name in enumerate(config_order(doc))}
 
 
-def _concurrency_axis(ax, levels: list[int]) -> None:
+def x_label(doc: dict[str, Any]) -> str:
+    """The level axis' label: a rate sweep's levels are req/s, not clients."""
+    return X_LABELS[level_kind(doc)]
+
+
+def _concurrency_axis(ax, levels: list[int], label: str = X_LABELS[CONCURRENCY]) -> None:
     from matplotlib.ticker import NullLocator
 
     ax.set_xscale("log", base=2)
     ax.set_xticks(levels, [str(c) for c in levels])
     ax.xaxis.set_minor_locator(NullLocator())
-    ax.set_xlabel("concurrency (clients)")
+    ax.set_xlabel(label)
     ax.grid(True, which="major", alpha=0.3)
     if levels:
         ax.set_xlim(levels[0] / 1.3, levels[-1] * 1.3)
@@ -122,7 +130,7 @@ def throughput_png(doc: dict[str, Any]) -> bytes | None:
             ax.plot(bc, bv, color=colors[name], ls="--", lw=1)
     if not drawn:
         return None
-    _concurrency_axis(ax, _levels(doc))
+    _concurrency_axis(ax, _levels(doc), x_label(doc))
     _plain_log_y(ax, [c["summary"]["output_throughput"] for c in doc["cells"]])
     ax.set_ylabel("output tok/s")
     band = f"dashed + shaded: stored baseline and its -{tol:.0%} tolerance" if banded else "no stored baseline to compare"
@@ -144,7 +152,7 @@ def ratio_png(doc: dict[str, Any]) -> bytes | None:
 
     colors, cfgs = _colors(doc), configs_by_name(doc)
     launch_sd = doc["tolerances"]["prior_between_sd"]
-    levels = _levels(doc)
+    levels, kind = _levels(doc), level_kind(doc)
     fig, (ax,) = _figure()
     rug = blended_transform_factory(ax.transData, ax.transAxes)
     drawn = 0
@@ -167,16 +175,16 @@ def ratio_png(doc: dict[str, Any]) -> bytes | None:
                     solid_capstyle="butt", transform=rug)
             ax.plot([x.estimate], [y], marker="D", color=colors[name], ms=6, transform=rug)
         elif x.below_range:
-            label += f": behind from c{cs[0]}"
+            label += f": behind from {level_label(kind, cs[0])}"
         else:
-            label += f": ahead up to c{cs[-1]}"
+            label += f": ahead up to {level_label(kind, cs[-1])}"
         ax.errorbar(cs, [e.ratio for e in est], yerr=[[e.ratio - e.low for e in est], [e.high - e.ratio for e in est]],
                     color=colors[name], marker="o", ms=5, lw=2, capsize=3, label=label)
         drawn += 1
     if not drawn:
         return None
     ax.axhline(1.0, color="black", lw=1)
-    _concurrency_axis(ax, levels)
+    _concurrency_axis(ax, levels, x_label(doc))
     ax.set_ylabel("speculative / reference tok/s")
     ax.set_title(f"Speculation vs its reference ({CONFIDENCE:.0%} CI; bars at the bottom: crossover interval)",
                  fontsize=10)
@@ -194,7 +202,7 @@ def accept_png(doc: dict[str, Any]) -> bytes | None:
             drawn = True
     if not drawn:
         return None
-    _concurrency_axis(ax, _levels(doc))
+    _concurrency_axis(ax, _levels(doc), x_label(doc))
     ax.set_ylim(bottom=1.0)
     ax.set_ylabel("accept length (tokens / verify step)")
     ax.set_title("Accept length (median, min-max over runs)", fontsize=10)
@@ -219,7 +227,7 @@ def latency_png(doc: dict[str, Any]) -> bytes | None:
                 if pts:
                     drawn = True
                     ax.plot(*zip(*pts), color=colors[name], ls=ls, marker="o", ms=4, lw=1.8)
-        _concurrency_axis(ax, _levels(doc))
+        _concurrency_axis(ax, _levels(doc), x_label(doc))
         _plain_log_y(ax, [c["summary"][f"{s}_{metric}"] for c in doc["cells"] for s in ("median", "p99")])
         ax.set_ylabel("ms")
         ax.set_title(f"{title} (solid p50, dashed p99)", fontsize=10)
@@ -235,7 +243,7 @@ def acceptance_position_png(doc: dict[str, Any]) -> bytes | None:
     """Share of verify steps that accepted at least k drafts, by draft position k, per speculative
     configuration and concurrency (runs' correct_drafts_histogram pooled per cell): the steps
     beyond which another drafted token rarely pays."""
-    colors = _colors(doc)
+    colors, kind = _colors(doc), level_kind(doc)
     fig, (ax,) = _figure()
     drawn, positions = False, 1
     for cell in sorted_cells(doc):
@@ -250,7 +258,7 @@ def acceptance_position_png(doc: dict[str, Any]) -> bytes | None:
         at_least = [sum(hist[k:]) / steps for k in range(1, len(hist))]
         ax.plot(range(1, len(hist)), at_least, color=colors.get(cell["config"]), marker="o", ms=4, lw=1.5,
                 alpha=0.8,
-                label=f"{cell['config']} c{cell['concurrency']}")
+                label=f"{cell['config']} {level_label(kind, cell['concurrency'])}")
         drawn, positions = True, max(positions, len(hist) - 1)
     if not drawn:
         return None

@@ -6,6 +6,10 @@ confidence), the concurrency where it crosses 1 (interpolated on log concurrency
 interval the confidence bounds give), and the policy "speculate below C1, fewer draft tokens in
 [C1, C2) when the sweep measured such a configuration, no speculation from C2", also written as
 SGLang's `--speculative-adaptive-config` table where that mode applies.
+
+An open-loop sweep (`[sweep] request_rate`) keeps each rate in the cells' `concurrency` field:
+the same estimator then gives a crossover in req/s, printed `r~12.3 req/s`, and no adaptive
+table, whose keys are running batch sizes that a request rate does not determine.
 """
 
 from __future__ import annotations
@@ -23,10 +27,27 @@ SCHEMA_VERSION = 1
 DEFAULT_CONFIDENCE = 0.95
 ADAPTIVE_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN")  # NEXTN runs as EAGLE inside SGLang
 ADAPTIVE_CONFIG_FILE = "speculative_adaptive.json"
+CONCURRENCY, REQUEST_RATE = "concurrency", "request_rate"  # level kinds
 
 
 class RecommendError(ValueError):
     """The results cannot support a recommendation (the message says what to measure)."""
+
+
+def level_kind(doc: dict[str, Any]) -> str:
+    """What the cells' `concurrency` field holds: open-loop request rates (req/s) when the sweep
+    is `[sweep] request_rate` (docs/suite-file.md), client concurrency otherwise."""
+    return REQUEST_RATE if (doc.get("sweep") or {}).get("request_rate") else CONCURRENCY
+
+
+def level_label(kind: str, level: int | float | str) -> str:
+    """A level as text and tables name it: c16 (clients) or r8 (req/s), as terminal.level_name;
+    level "~" gives the prefix of an estimate (c~ / r~)."""
+    return f"{'r' if kind == REQUEST_RATE else 'c'}{level}"
+
+
+def level_noun(kind: str) -> str:
+    return "request rate" if kind == REQUEST_RATE else "concurrency"
 
 
 @dataclass(frozen=True)
@@ -80,6 +101,7 @@ class Recommendation:
     settings: dict[str, dict[str, Any]]  # per configuration: algorithm, steps, topk, draft tokens, cap
     sglang: dict[str, Any]
     notes: list[str] = field(default_factory=list)
+    level_kind: str = CONCURRENCY  # what the levels are: CONCURRENCY (clients) or REQUEST_RATE (req/s, open loop)
 
 
 def ratio_curve(a: dict[int, list[float]], b: dict[int, list[float]], *, launch_sd: float,
@@ -193,12 +215,14 @@ def recommend(doc: dict[str, Any], *, config: str | None = None, confidence: flo
               source: str = "") -> Recommendation:
     """The policy a results document supports (see the module docstring)."""
     primary = _pick_primary(doc, config)
+    kind, noun = level_kind(doc), level_noun(level_kind(doc))
+    unit = " req/s" if kind == REQUEST_RATE else ""
     ref = configs_by_name(doc)[primary]["reference"]
     launch_sd = doc["tolerances"]["prior_between_sd"]
     ref_tps = throughputs(doc, ref)
     ratios = {primary: ratio_curve(throughputs(doc, primary), ref_tps, launch_sd=launch_sd, confidence=confidence)}
     if len(ratios[primary]) < 2:
-        raise RecommendError(f"{primary} and {ref} share fewer than 2 measured concurrency levels; a crossover needs a sweep")
+        raise RecommendError(f"{primary} and {ref} share fewer than 2 measured {noun} levels; a crossover needs a sweep")
     crossings = {primary: crossing(ratios[primary])}
     lighter_options = _lighter_options(doc, primary)
     for name in lighter_options:
@@ -224,10 +248,10 @@ def recommend(doc: dict[str, Any], *, config: str | None = None, confidence: flo
     bands = _bands(primary, lighter, c1, c2)
     levels = [r.concurrency for r in ratios[primary]]
     if crossings[last].above_range:
-        notes.append(f"{last} is ahead of {ref} up to the highest measured concurrency ({levels[-1]}); "
-                     f"measure higher concurrency to find where it stops paying")
+        notes.append(f"{last} is ahead of {ref} up to the highest measured {noun} ({levels[-1]}{unit}); "
+                     f"measure higher {'request rates' if unit else noun} to find where it stops paying")
     if crossings[last].below_range:
-        notes.append(f"{last} is already behind {ref} at the lowest measured concurrency ({levels[0]}): "
+        notes.append(f"{last} is already behind {ref} at the lowest measured {noun} ({levels[0]}{unit}): "
                      f"speculation does not pay on this sweep")
     if not crossings[last].confident and not crossings[last].above_range:
         notes.append("the measured levels around the crossover are not confidently resolved "
@@ -241,7 +265,7 @@ def recommend(doc: dict[str, Any], *, config: str | None = None, confidence: flo
         source={"file": source, "session_id": doc["session_id"], "created": doc["created"], "suite": doc["suite"]},
         reference=ref, speculative=primary, lighter=lighter, confidence=confidence,
         ratios=ratios, crossover_config=last, crossover=crossings[last], lighter_switch=switch,
-        disable_speculation_at=c2, bands=bands, settings=settings, sglang={}, notes=notes)
+        disable_speculation_at=c2, bands=bands, settings=settings, sglang={}, notes=notes, level_kind=kind)
     rec.sglang = sglang_adaptive(rec, max(levels), doc["configs"])
     return rec
 
@@ -286,16 +310,25 @@ def sglang_adaptive(rec: Recommendation, max_level: int, configs: list[dict[str,
     CUDA-graph batch size first (see graph_switch_start); step 0 drafts nothing. The adaptive
     mode supports EAGLE/EAGLE3 with topk 1 only (NEXTN is resolved to EAGLE), draft tokens follow
     steps + 1, and --speculative-num-steps must be one of the candidates or the server refuses to
-    start (speculative_hook.py _init_adaptive_speculative_params), so the flags name one.
+    start (speculative_hook.py _init_adaptive_speculative_params), so the flags name one. The keys
+    are running batch sizes (_route looks the batch size up), so a request-rate sweep, whose
+    levels are arrival rates with a batch size the server alone decides, gets no table.
     """
+    rate = rec.level_kind == REQUEST_RATE
+    noun = level_noun(rec.level_kind)
     engine = rec.settings[rec.speculative].get("engine")
     if engine == "vllm":
-        return {"applies": False, "reason": "vLLM has no adaptive speculation mode: apply the policy's concurrency "
-                                            "bands (e.g. route by concurrency between a speculative and a plain server)",
+        bands = "request-rate" if rate else "concurrency"
+        return {"applies": False, "reason": f"vLLM has no adaptive speculation mode: apply the policy's {bands} "
+                                            f"bands (e.g. route by {noun} between a speculative and a plain server)",
                 "notes": []}
     if not any(b.config for b in rec.bands):
-        return {"applies": False, "reason": "speculation does not pay at any measured concurrency: launch without "
+        return {"applies": False, "reason": f"speculation does not pay at any measured {noun}: launch without "
                                             "speculation", "notes": []}
+    if rate:
+        return {"applies": False, "reason": "the sweep's levels are open-loop request rates (req/s), not the running "
+                                            "batch sizes SGLang's adaptive config is keyed by: run a concurrency sweep "
+                                            "([sweep] concurrency = [...]) to get one", "notes": []}
     for name in {b.config for b in rec.bands if b.config}:
         s = rec.settings[name]
         algo = (s["speculative_algorithm"] or s["effective_algorithm"] or "").upper()
@@ -353,6 +386,7 @@ def to_json(rec: Recommendation) -> dict[str, Any]:
     """The machine-readable recommendation (documented in docs/results.md)."""
     return {
         "schema": SCHEMA, "schema_version": SCHEMA_VERSION, "source": rec.source,
+        "level_kind": rec.level_kind,
         "reference": rec.reference, "speculative": rec.speculative, "lighter": rec.lighter,
         "confidence": rec.confidence,
         "disable_speculation_at": rec.disable_speculation_at,
@@ -371,9 +405,9 @@ def to_json(rec: Recommendation) -> dict[str, Any]:
     }
 
 
-def _interval(c: Crossing, curve: list[LevelRatio]) -> str:
-    lo = f"{c.low:.0f}" if c.low is not None else f"below c{curve[0].concurrency}"
-    hi = f"{c.high:.0f}" if c.high is not None else f"beyond c{curve[-1].concurrency}"
+def _interval(c: Crossing, curve: list[LevelRatio], kind: str = CONCURRENCY) -> str:
+    lo = f"{c.low:.0f}" if c.low is not None else f"below {level_label(kind, curve[0].concurrency)}"
+    hi = f"{c.high:.0f}" if c.high is not None else f"beyond {level_label(kind, curve[-1].concurrency)}"
     return f"{lo}-{hi}"
 
 
@@ -387,32 +421,39 @@ def _describe(rec: Recommendation, name: str) -> str:
 def render_text(rec: Recommendation) -> str:
     """What a person reads: ratios, the crossover with its interval, the policy, the SGLang form."""
     conf = f"{rec.confidence:.0%} CI"
-    lines = [f"{_describe(rec, rec.speculative)} vs {rec.reference}: tok/s ratio per concurrency ({conf})"]
+    kind = rec.level_kind
+    rate = kind == REQUEST_RATE
+    unit, width = (" req/s", 26) if rate else ("", 22)
+    per = "open-loop request rate" if rate else "concurrency"
+    lines = [f"{_describe(rec, rec.speculative)} vs {rec.reference}: tok/s ratio per {per} ({conf})"]
     for name, curve in rec.ratios.items():
         if name != rec.speculative:
             lines.append(f"{_describe(rec, name)} vs {rec.reference}:")
         for r in curve:
             e = r.estimate
             side = "ahead" if e.low > 1 else "behind" if e.high < 1 else "tied"
-            lines.append(f"  c{r.concurrency:<5} {e.ratio:6.3f} [{e.low:.3f}, {e.high:.3f}]  {side}")
+            lines.append(f"  {level_label(kind, r.concurrency):<6} {e.ratio:6.3f} [{e.low:.3f}, {e.high:.3f}]  {side}")
     x = rec.crossover
     if x.estimate is None:
         lines.append(f"crossover: none in the measured range ({rec.crossover_config} ahead throughout)")
     else:
-        where = (f"between measured c{x.last_ahead} and c{x.first_behind}" if x.last_ahead is not None
-                 else f"at or below the lowest measured level c{x.first_behind}")
-        lines.append(f"crossover ({rec.crossover_config} vs {rec.reference}): c~{x.estimate:.1f} "
-                     f"({conf} {_interval(x, rec.ratios[rec.crossover_config])}), {where}"
+        behind = level_label(kind, x.first_behind)
+        where = (f"between measured {level_label(kind, x.last_ahead)} and {behind}" if x.last_ahead is not None
+                 else f"at or below the lowest measured level {behind}")
+        lines.append(f"crossover ({rec.crossover_config} vs {rec.reference}): {level_label(kind, '~')}{x.estimate:.1f}"
+                     f"{unit} ({conf} {_interval(x, rec.ratios[rec.crossover_config], kind)}), {where}"
                      f"{'' if x.confident else ', not confidently resolved'}")
     if rec.lighter_switch is not None and rec.lighter_switch.estimate is not None:
         s = rec.lighter_switch
-        lines.append(f"{rec.lighter} overtakes {rec.speculative} at c~{s.estimate:.1f} "
-                     f"({conf} {_interval(s, rec.ratios[rec.speculative])})")
+        lines.append(f"{rec.lighter} overtakes {rec.speculative} at {level_label(kind, '~')}{s.estimate:.1f}{unit} "
+                     f"({conf} {_interval(s, rec.ratios[rec.speculative], kind)})")
     lines.append("policy:")
+    noun = level_noun(kind)
     for b in rec.bands:
-        span = f"concurrency {b.start}-{b.end - 1}" if b.end is not None else f"concurrency >= {b.start}"
-        lines.append(f"  {span:<22} {_describe(rec, b.config) if b.config else 'no speculation'}")
-    lines.append(f"disable_speculation_at: {rec.disable_speculation_at}")
+        span = f"{noun} {b.start}-{b.end - 1}{unit}" if b.end is not None else f"{noun} >= {b.start}{unit}"
+        lines.append(f"  {span:<{width}} {_describe(rec, b.config) if b.config else 'no speculation'}")
+    at = "" if rec.disable_speculation_at is None else unit
+    lines.append(f"disable_speculation_at: {rec.disable_speculation_at}{at}")
     sg = rec.sglang
     if sg.get("applies"):
         lines.append(f"SGLang: {' '.join(sg['launch_flags'])} where {ADAPTIVE_CONFIG_FILE} is")

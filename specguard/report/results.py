@@ -150,21 +150,26 @@ def crossovers(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
         x = recommend.crossing(curve)
         out[cfg["name"]] = {"estimate": x.estimate, "low": x.low, "high": x.high, "last_win": x.last_ahead,
                             "first_loss": x.first_behind, "confident": x.confident, "confidence": conf,
-                            "text": crossover_text(cfg["name"], ref, x, curve, conf)}
+                            "text": crossover_text(cfg["name"], ref, x, curve, conf, recommend.level_kind(doc))}
     return out
 
 
-def crossover_text(name: str, ref: str, x: Any, curve: list[Any], conf: float) -> str:
-    """The crossover sentence, worded as `specguard recommend` words it."""
+def crossover_text(name: str, ref: str, x: Any, curve: list[Any], conf: float, kind: str = "concurrency") -> str:
+    """The crossover sentence, worded as `specguard recommend` words it (levels c16, or r8 in a
+    request-rate sweep: `kind`, recommend.level_kind)."""
+    from specguard.report import recommend
+
     levels = [r.concurrency for r in curve]
+    lv = lambda level: recommend.level_label(kind, level)  # noqa: E731
+    noun, unit = recommend.level_noun(kind), (" req/s" if kind == recommend.REQUEST_RATE else "")
     if x.estimate is None:
-        return f"ahead of {ref} at every measured concurrency (c{levels[0]}-c{levels[-1]}); no crossover in range"
+        return f"ahead of {ref} at every measured {noun} ({lv(levels[0])}-{lv(levels[-1])}); no crossover in range"
     if x.below_range:
-        return f"behind {ref} from the lowest measured concurrency (c{levels[0]})"
-    lo = f"{x.low:.0f}" if x.low is not None else f"below c{levels[0]}"
-    hi = f"{x.high:.0f}" if x.high is not None else f"beyond c{levels[-1]}"
-    return (f"crossover vs {ref} at c~{x.estimate:.1f} ({conf:.0%} CI {lo}-{hi}), between measured "
-            f"c{x.last_ahead} and c{x.first_behind}{'' if x.confident else ', not confidently resolved'}")
+        return f"behind {ref} from the lowest measured {noun} ({lv(levels[0])})"
+    lo = f"{x.low:.0f}" if x.low is not None else f"below {lv(levels[0])}"
+    hi = f"{x.high:.0f}" if x.high is not None else f"beyond {lv(levels[-1])}"
+    return (f"crossover vs {ref} at {lv('~')}{x.estimate:.1f}{unit} ({conf:.0%} CI {lo}-{hi}), between measured "
+            f"{lv(x.last_ahead)} and {lv(x.first_behind)}{'' if x.confident else ', not confidently resolved'}")
 
 
 def holm_decisions(doc: dict[str, Any]) -> list[GateResult]:

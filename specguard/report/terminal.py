@@ -150,6 +150,9 @@ def _reference_only(doc: dict[str, Any], key: tuple[str, int]) -> str:
     return "-"
 
 
+NOISIER_THAN_PRIOR = 1.25  # a history spread above this multiple of the suite's prior reads as a noisy recording
+
+
 def resolution_note(doc: dict[str, Any]) -> str | None:
     """Why cells are inconclusive, in one line: the spread behind their intervals and the smallest
     drop they can resolve, with what to do about it."""
@@ -171,8 +174,18 @@ def resolution_note(doc: dict[str, Any]) -> str | None:
     from_history = any("history" in s for s in sources)
     what = (f"baseline history spread up to {max(sds):.1%} ({', '.join(sources)})" if from_history
             else f"between-launch spread {max(sds):.1%} (the suite's prior_between_sd)")
-    fix = ("re-record the baselines on a quiet machine or add sessions (more --update-baselines runs)" if from_history
-           else "add repeats, or lower prior_between_sd if your launches really vary less")
+    tol = doc["tolerances"]
+    # A history noisier than the suite's prior says the recording was disturbed: re-record. One as
+    # quiet as the prior is the launches' own spread: only more launches narrow the interval.
+    noisier = [d for d in inconclusive if d["estimate"]["between_sd"] > NOISIER_THAN_PRIOR * float(
+        tol.get("prior_between_sd_accept", 0.0) if d["gate"].startswith("accept_length") else tol.get("prior_between_sd", 0.0))]
+    if not from_history:
+        fix = "add repeats, or lower prior_between_sd if your launches really vary less"
+    elif noisier:
+        fix = "re-record the baselines on a quiet machine or add sessions (more --update-baselines runs)"
+    else:
+        fix = ("the baselines are as quiet as prior_between_sd says, so re-recording will not narrow them; "
+               "sweep.launches = 2 will (twice the time)")
     lo, hi = round(min(drops) * 100), round(max(drops) * 100)
     span = f"{lo}%" if lo == hi else f"{lo}-{hi}%"
     return f"{len(inconclusive)} gate(s) inconclusive: {what}: these cells cannot resolve drops below {span}; {fix}"
@@ -209,7 +222,7 @@ def notes(doc: dict[str, Any]) -> list[str]:
             lines.append(f"{ref}: measured as reference for {who} (c{', c'.join(map(str, sorted(levels)))})")
     lines += category_lines(doc) + load_lines(doc)
     for name, reasons in (doc.get("relaunches") or {}).items():
-        lines.append(f"relaunched {name} (stage 2): {'; '.join(reasons)}")
+        lines.append(f"relaunched {name}: {'; '.join(reasons)}")
     family = next((t for t in doc.get("tests") or [] if t.get("gate") == "family_holm"), None)
     if family is not None and family["outcome"] == "failed":
         lines.append(f"family_holm FAILED: {family['message']}")

@@ -101,6 +101,7 @@ def _runner(args: argparse.Namespace, suite: Suite, cfg: ServerConfig, ref: Serv
         w = suite.workload
         return SimRunner(profile_name=_arg_value(cfg.args, "--emulator-profile") or "fast", algorithm=algorithm_of(cfg),
                          input_len=w.input_len, output_len=w.output_len, requests_per_worker=suite.sweep.requests_per_worker,
+                         min_requests_per_run=suite.sweep.min_requests_per_run,
                          cap=cap, seed=seed, jitter_pct=args.sim_noise_pct, drift_pct=args.sim_noise_pct,
                          speed_factor=float(_arg_value(cfg.args, "--emulator-speed-factor") or 1.0),
                          same_prompt=w.kind == "repeated-id", reference_cap=ref.max_running_requests, adaptive_paths=paths,
@@ -216,7 +217,10 @@ def _run(args: argparse.Namespace) -> int:
     if args.verify:
         if tuned_setting is None:
             raise TuneError(f"--verify launches SGLang's adaptive mode, which {cfg.engine} {algorithm_of(cfg)} does not have")
-        doc["verify"], doc["verify_summary"] = verify(runner, levels, plan, suite, choice, tuned_setting)
+        everywhere = doc["totals"]["fixed_measured_everywhere"]
+        single = max((g for g in grid if g.kind == FIXED and everywhere.get(g.name) is not None),
+                     key=lambda g: everywhere[g.name], default=None)
+        doc["verify"], doc["verify_summary"] = verify(runner, levels, plan, suite, choice, tuned_setting, single)
         code = EXIT_FAIL if doc["verify_summary"]["failed_levels"] else EXIT_OK
     files["tune_json"] = str(out / "tune.json")
     doc["files"] = files
@@ -257,9 +261,12 @@ def _totals(ledger: Ledger, levels: Sequence[int], choice, adaptive_choice, grid
 
 
 def verify(runner, levels: Sequence[int], plan: RacePlan, suite: Suite, choice: dict[int, Setting | None],
-           tuned: Setting) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+           tuned: Setting, single: Setting | None = None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """One session: the tuned and the default adaptive config, the reference, and each level's best
-    fixed setting, judged per level with the gates' statistics (two enforced tests per level)."""
+    fixed setting, judged per level with the gates' statistics (two enforced tests per level).
+    ``single``: the speculative fixed setting with the best total in the search, measured here at
+    every level too, so the tuned config's total can be set against the one fixed speculative
+    setting a deployment would otherwise run everywhere."""
     tol = suite.tolerances
     ledger = Ledger()
     reference, default = Setting(REFERENCE), Setting(ADAPTIVE, adaptive_config="default")
@@ -267,6 +274,9 @@ def verify(runner, levels: Sequence[int], plan: RacePlan, suite: Suite, choice: 
         ledger.measure(runner, s, levels, plan.warmup, plan.repeats)
     for s in dict.fromkeys(v for v in choice.values() if v is not None and v.kind == FIXED):
         ledger.measure(runner, s, [c for c in levels if choice.get(c) == s], plan.warmup, plan.repeats)
+    missing = [c for c in levels if single is not None and not ledger.tok_s(single, c)]
+    if missing:
+        ledger.measure(runner, single, missing, plan.warmup, plan.repeats)
     alpha_cell = tol.family_alpha / (2 * len(levels))
     conf = gate_confidence(alpha_cell)
     rows, failed = [], []
@@ -305,8 +315,10 @@ def verify(runner, levels: Sequence[int], plan: RacePlan, suite: Suite, choice: 
     sums = {k: None if any(r[k] is None for r in rows) else round(sum(r[k] for r in rows), 2)
             for k in ("tuned_tok_s", "default_adaptive_tok_s", "best_fixed_tok_s", "no_speculation_tok_s")}
     both = [r for r in rows if r["tuned_tok_s"] and r["default_adaptive_tok_s"]]
-    best_single = max(((s, sum(ledger.mean(s, c) for c in levels)) for s in ledger_settings(ledger)
-                       if s.kind != ADAPTIVE and all(ledger.tok_s(s, c) for c in levels)), key=lambda x: x[1], default=None)
+    everywhere = [(s, sum(ledger.mean(s, c) for c in levels)) for s in ledger_settings(ledger)
+                  if s.kind != ADAPTIVE and all(ledger.tok_s(s, c) for c in levels)]
+    best_single = max(everywhere, key=lambda x: x[1], default=None)
+    best_spec = max(((s, t) for s, t in everywhere if s.kind == FIXED), key=lambda x: x[1], default=None)
     summary = {"totals_tok_s": sums, "confidence": conf, "alpha_cell": alpha_cell, "failed_levels": failed,
                "tuned_over_default_adaptive": _gain(sums["tuned_tok_s"], sums["default_adaptive_tok_s"]),
                # every level weighs the same here (the total is dominated by the highest levels)
@@ -316,6 +328,11 @@ def verify(runner, levels: Sequence[int], plan: RacePlan, suite: Suite, choice: 
                "best_single_fixed_measured_everywhere": None if best_single is None else
                {"setting": best_single[0].name, "tok_s": round(best_single[1], 2),
                 "tuned_over_it": _gain(sums["tuned_tok_s"], best_single[1])},
+               # the verify record keeps no speculation apart from the fixed settings: this is the
+               # best one speculative setting run at every level
+               "best_single_fixed_speculative_measured_everywhere": None if best_spec is None else
+               {"setting": best_spec[0].name, "tok_s": round(best_spec[1], 2),
+                "tuned_over_it": _gain(sums["tuned_tok_s"], best_spec[1])},
                "runs": ledger.runs, "launches": ledger.launches, "wall_s": round(ledger.wall_s, 1),
                "failed_cells": {s.name: why for s, why in ledger.failed.items()}}
     return rows, summary
@@ -395,9 +412,13 @@ def render(doc: dict[str, Any], bands) -> str:
     if doc.get("verify_summary"):
         s = doc["verify_summary"]
         gain = s["tuned_over_default_adaptive"]
+        singles = [f"over the best single fixed {k} ({x['setting']}, {x['tok_s']:.0f}) "
+                   f"{'-' if x['tuned_over_it'] is None else format(x['tuned_over_it'], '+.1%')}"
+                   for k, x in (("setting", s.get("best_single_fixed_measured_everywhere")),
+                                ("speculative setting", s.get("best_single_fixed_speculative_measured_everywhere"))) if x]
         lines.append(f"verify totals: {s['totals_tok_s']}; tuned over default adaptive "
-                     f"{'-' if gain is None else format(gain, '+.1%')}; "
-                     f"failed levels: {s['failed_levels'] or 'none'}")
+                     f"{'-' if gain is None else format(gain, '+.1%')}; " + "".join(f"tuned {x}; " for x in singles)
+                     + f"failed levels: {s['failed_levels'] or 'none'}")
         lines += [f"verify could not measure {name}: {why}" for name, why in s["failed_cells"].items()]
     lines += [f"wrote {v}" for v in doc["files"].values()]
     return "\n".join(lines)

@@ -94,6 +94,7 @@ class SimRunner:
     requests_per_worker: int
     cap: int | None
     seed: int = 0
+    min_requests_per_run: int = 0  # the suite's [sweep] floor
     jitter_pct: float = 1.0
     drift_pct: float = 1.0
     speed_factor: float = 1.0
@@ -166,7 +167,7 @@ class SimRunner:
                     return finished
 
                 scheduler.complete = counting_complete  # type: ignore[method-assign]
-                r = run_closed_loop(scheduler, c, max(c, self.requests_per_worker * c), self.input_len, self.output_len,
+                r = run_closed_loop(scheduler, c, max(c, self.requests_per_worker * c, self.min_requests_per_run), self.input_len, self.output_len,
                                     self.same_prompt)
                 if i < warmup:
                     continue

@@ -1,0 +1,76 @@
+"""The report's figures label their level axis with what the levels are (no servers)."""
+
+from __future__ import annotations
+
+import pytest
+from synthetic_results import MTP, make_doc, seed_a_doc
+
+from specguard.report import plots
+
+pytest.importorskip("matplotlib")
+
+LEVEL_FIGURES = ("throughput", "speculation_ratio", "accept_length", "latency")
+
+
+@pytest.fixture
+def figures(monkeypatch):
+    """Each figure function returns its matplotlib Figure instead of PNG bytes."""
+    monkeypatch.setattr(plots, "_png", lambda fig: fig)
+
+    def build(doc):
+        return {name: make(doc) for name, make in plots.FIGURES.items()}
+
+    return build
+
+
+def rate_doc(doc: dict) -> dict:
+    """A concurrency document relabelled as an open-loop sweep: cells keep the rate in `concurrency`."""
+    doc["sweep"]["request_rate"] = list(doc["sweep"]["concurrency"])
+    return doc
+
+
+def with_histograms(doc: dict) -> dict:
+    for cell in doc["cells"]:
+        if cell["config"] == "mtp":
+            for run in cell["runs"]:
+                run["correct_drafts_histogram"] = [5, 3, 2]
+    return doc
+
+
+def test_concurrency_sweep_axes_say_clients(figures):
+    figs = figures(seed_a_doc())
+    for name in LEVEL_FIGURES:
+        assert {ax.get_xlabel() for ax in figs[name].axes} == {"concurrency (clients)"}, name
+    assert plots.x_label(seed_a_doc()) == "concurrency (clients)"
+
+
+def test_rate_sweep_axes_say_request_rate(figures):
+    figs = figures(rate_doc(seed_a_doc()))
+    for name in LEVEL_FIGURES:
+        assert {ax.get_xlabel() for ax in figs[name].axes} == {"request rate (req/s, open loop)"}, name
+        ticks = [t.get_text() for t in figs[name].axes[0].get_xticklabels()]
+        assert ticks == ["1", "4", "16", "32", "64", "128"], name  # the measured rates are the ticks
+
+
+def _legend(fig) -> list[str]:
+    return [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+
+
+def test_rate_sweep_legends_name_rate_levels(figures):
+    ahead = {"baseline": {2: 100, 8: 300}, "mtp": {2: 150, 8: 400}}
+    assert _legend(figures(make_doc(ahead, {"mtp": dict(MTP)}))["speculation_ratio"]) == ["mtp / baseline: ahead up to c8"]
+    assert _legend(figures(rate_doc(make_doc(ahead, {"mtp": dict(MTP)})))["speculation_ratio"]) == \
+        ["mtp / baseline: ahead up to r8"]
+    behind = rate_doc(make_doc({"baseline": {4: 100, 16: 300}, "mtp": {4: 60, 16: 200}}, {"mtp": dict(MTP)}))
+    assert _legend(figures(behind)["speculation_ratio"]) == ["mtp / baseline: behind from r4"]
+    by_position = figures(rate_doc(with_histograms(make_doc(ahead, {"mtp": dict(MTP)}))))["acceptance_by_position"]
+    assert _legend(by_position) == ["mtp r2", "mtp r8"]
+    assert _legend(figures(with_histograms(make_doc(ahead, {"mtp": dict(MTP)})))["acceptance_by_position"]) == \
+        ["mtp c2", "mtp c8"]
+
+
+def test_level_axis_defaults_to_clients_for_other_callers():
+    # tune/output.py draws its own figure through _concurrency_axis(ax, levels)
+    fig, (ax,) = plots._figure()
+    plots._concurrency_axis(ax, [1, 4, 16])
+    assert ax.get_xlabel() == "concurrency (clients)"
