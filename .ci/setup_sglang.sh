@@ -45,10 +45,14 @@ DEPS=(
   partial_json_parser einops tiktoken interegular tqdm packaging pillow scipy xxhash zstandard
   watchfiles "python-dateutil<3" distro regex safetensors huggingface_hub IPython dill gguf
   jsonschema pyyaml
+  # NGRAM speculation: SGLang's JIT loader (sglang/jit_kernel/utils.py load_jit, via tvm_ffi.cpp)
+  # compiles the n-gram corpus (C++) at first use with host c++ -std=c++20 and ninja; tvm-ffi is
+  # pinned above.
+  "ninja==1.13.2"
 )
 VENV="${SPECGUARD_SGLANG_VENV:-$HOME/.cache/specguard/sglang-venv}"
 MARKER="$VENV/.specguard-complete"
-STAMP="$SGLANG_SPEC $TORCH_SPEC ${DEPS[*]} v1"
+STAMP="$SGLANG_SPEC $TORCH_SPEC ${DEPS[*]} v2"
 
 die() {
   echo "" >&2
@@ -69,6 +73,9 @@ install_standin() {
   rm -rf "$sp/sgl_kernel"
   cp -r "$REPO/tools/sgl_kernel_standin/sgl_kernel" "$sp/sgl_kernel"
   cp "$REPO/tools/sgl_kernel_standin/specguard_torchvision_schemas.py" "$REPO/tools/sgl_kernel_standin/specguard_torchvision_schemas.pth" "$sp/"
+  # CPU speculation (SPECGUARD_SGL_CPU_SPEC=1 only): the platform override hook and the torch ops
+  cp "$REPO/tools/sgl_kernel_standin/specguard_sgl_cpu_spec.py" "$REPO/tools/sgl_kernel_standin/specguard_sgl_cpu_spec.pth" \
+     "$REPO/tools/sgl_kernel_standin/specguard_sgl_cpu_ops.py" "$sp/"
 }
 
 check_imports() {

@@ -20,8 +20,16 @@ What it does, and nothing more:
   this one): SGLang's own fallback then applies (sglang/srt/layers/quantization/utils.py,
   get_scalar_types(), catches the ImportError and uses mock scalar types).
 
+CPU speculation (only with SPECGUARD_SGL_CPU_SPEC=1 in the environment, set for the speculative
+servers of perf_tests/suites/sglang-cpu-spec.toml): the twelve ops SGLang 0.5.23's CPU speculation
+path calls (specguard_sgl_cpu_ops.py beside this package: PyTorch implementations written from
+SGLang's call sites and tests) are registered as torch.ops.sgl_kernel.<op> and handed out for
+`from sgl_kernel import <op>` / `from sgl_kernel.speculative import reconstruct_indices_from_tree_mask`
+instead of placeholders. Every other symbol is still a placeholder that raises when called.
+
 Log lines: `<EVENT>\t<qualified name>\tpid=<pid>` with EVENT one of IMPORT (a submodule was
-synthesised), RESOLVE (an attribute was handed out), CALL (a placeholder was called; it raised).
+synthesised), RESOLVE (an attribute was handed out), CALL (a placeholder was called; it raised),
+PROVIDE (a torch op of specguard_sgl_cpu_ops was handed out); the ops themselves add OP lines.
 Installed by .ci/setup_sglang.sh into the SGLang venv's site-packages (never into specguard's).
 """
 
@@ -96,11 +104,31 @@ class _Placeholder:
         return True
 
 
-def _module_getattr(module_name: str, cache: dict[str, _Placeholder]):
+CPU_SPEC_ENV = "SPECGUARD_SGL_CPU_SPEC"
+_CPU_OPS = None  # the specguard_sgl_cpu_ops module when CPU speculation is on
+
+
+def _cpu_spec_ops():
+    """specguard_sgl_cpu_ops, registered as torch.ops.sgl_kernel.*, if SPECGUARD_SGL_CPU_SPEC=1."""
+    global _CPU_OPS
+    if _CPU_OPS is None and os.environ.get(CPU_SPEC_ENV) == "1":
+        import specguard_sgl_cpu_ops  # beside this package in site-packages (.ci/setup_sglang.sh)
+
+        specguard_sgl_cpu_ops.register()
+        _CPU_OPS = specguard_sgl_cpu_ops
+    return _CPU_OPS
+
+
+def _module_getattr(module_name: str, cache: dict):
     def __getattr__(name: str):
         if _is_dunder(name):
             raise AttributeError(f"module {module_name!r} has no attribute {name!r}")
         ph = cache.get(name)
+        ops = _cpu_spec_ops() if ph is None else None
+        if ops is not None and ops.MODULE_OF.get(name) == module_name:
+            ph = cache[name] = ops.python_function(name)
+            _log("PROVIDE", f"{module_name}.{name}")
+            return ph
         if ph is None:
             ph = _Placeholder(f"{module_name}.{name}")
             cache[name] = ph
@@ -146,3 +174,4 @@ if not any(isinstance(f, _StandInFinder) for f in sys.meta_path):
 
 __getattr__ = _module_getattr(__name__, {})
 _log("IMPORT", __name__)
+_cpu_spec_ops()  # torch.ops.sgl_kernel.* exist from `import sgl_kernel` on (intel_amx_backend.py)
