@@ -49,10 +49,12 @@ DEPS=(
   # compiles the n-gram corpus (C++) at first use with host c++ -std=c++20 and ninja; tvm-ffi is
   # pinned above.
   "ninja==1.13.2"
+  # tests/tools/test_sgl_cpu_ops.py (the torch ops' own tests) run with this venv's python
+  "pytest>=8"
 )
 VENV="${SPECGUARD_SGLANG_VENV:-$HOME/.cache/specguard/sglang-venv}"
 MARKER="$VENV/.specguard-complete"
-STAMP="$SGLANG_SPEC $TORCH_SPEC ${DEPS[*]} v2"
+STAMP="$SGLANG_SPEC $TORCH_SPEC ${DEPS[*]} v3"
 
 die() {
   echo "" >&2
