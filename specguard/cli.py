@@ -8,6 +8,7 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
+from specguard import starter
 from specguard.report import compare
 from specguard.report import recommend
 from specguard.report import results
@@ -21,14 +22,11 @@ from specguard.session import api_key_from
 from specguard.engines import get_engine
 from specguard.report.publish import write_report_dir
 from specguard.server import ServerStartError, attach, launch, stop
-from specguard.measure.metrics import SLOError, parse_slo
+from specguard.slo import SLOError, parse_slo
 from specguard.measure.sweep import measure_cell
+from specguard.labels import ExitCode
 from specguard.workload import WORKLOAD_KINDS, WorkloadError, WorkloadSpec, build_workload
 
-# Exit codes shared by every command and by pytest perf_tests (docs/ci.md): 0 fine, 1 regression
-# found (or a fit/quality bar missed), 2 interrupted, 3 could not measure, 4 usage, configuration
-# or unreadable input.
-EXIT_OK, EXIT_REGRESSION, EXIT_INTERRUPTED, EXIT_NOT_MEASURED, EXIT_USAGE = 0, 1, 2, 3, 4
 
 
 class _Parser(argparse.ArgumentParser):
@@ -37,7 +35,7 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # type: ignore[override]
         self.print_usage(sys.stderr)
         print(f"{self.prog}: error: {message}", file=sys.stderr)
-        sys.exit(EXIT_USAGE)
+        sys.exit(ExitCode.USAGE)
 
 
 def _levels(text: str) -> list[int]:
@@ -101,10 +99,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
                                                seed=args.seed, path=args.workload_file))
     except WorkloadError as exc:
         print(f"specguard bench: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        return ExitCode.USAGE
     if args.burstiness <= 0 or args.max_concurrency <= 0:
         print("specguard bench: --burstiness and --max-concurrency must be > 0", file=sys.stderr)
-        return EXIT_USAGE
+        return ExitCode.USAGE
     per_worker = 4
     sweep = SweepConfig(concurrency=args.concurrency, requests_per_worker=per_worker, warmup=args.warmup,
                         repeats=args.repeats, api=args.api, read_timeout_s=args.read_timeout)
@@ -122,7 +120,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     except ServerStartError as exc:
         text = str(exc)
         print(f"specguard bench: {text}", file=sys.stderr)
-        return EXIT_USAGE if "is not an http(s) URL" in text else EXIT_NOT_MEASURED
+        return ExitCode.USAGE if "is not an http(s) URL" in text else ExitCode.NOT_MEASURED
     rows = []
     try:
         eff = handle.effective
@@ -161,7 +159,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if args.json_path:
         atomic_write_json(Path(args.json_path), {"schema": "specguard-bench", "schema_version": 1,
                                                  "server": handle.effective.fingerprint_fields(), "levels": rows})
-    return EXIT_NOT_MEASURED if any(r["error"] for r in rows) else EXIT_OK
+    return ExitCode.NOT_MEASURED if any(r["error"] for r in rows) else ExitCode.OK
 
 
 def _emulate_parser(sub) -> None:
@@ -190,7 +188,7 @@ def cmd_emulate(rest: list[str]) -> int:
         parser.prog = "specguard emulate"
         parser.print_help()
         print("\n--profile NAME is short for --emulator-profile NAME (default: fast).")
-        return EXIT_OK
+        return ExitCode.OK
     return emulator_main(argv)
 
 
@@ -209,29 +207,53 @@ def _results_parsers(sub) -> None:
     p.add_argument("--report-dir", required=True)
 
 
+def _init_parser(sub) -> None:
+    p = sub.add_parser("init", help="start a repository's gate: DIR/suite.toml, DIR/test_speculation.py and a CI workflow")
+    p.add_argument("directory", nargs="?", default="perf_tests", help="where the suite and tests go (default perf_tests)")
+    p.add_argument("--server-url", help="describe this running SGLang server (its /server_info) instead of the emulator")
+    p.add_argument("--api-key", default=None, help="the server's API key (or env SPECGUARD_API_KEY); never written")
+    p.add_argument("--force", action="store_true", help="overwrite files that exist")
+
+
+def cmd_init(args: argparse.Namespace) -> int:
+    directory = Path(args.directory)
+    try:
+        written = starter.init(directory, args.server_url, args.force, api_key_from(args.api_key))
+    except starter.InitError as exc:
+        print(f"specguard init: {exc}", file=sys.stderr)
+        return exc.code
+    for path in written:
+        print(f"wrote {path}")
+    tests = str(directory)
+    print(f"next: pytest {tests}                      # first run: no baselines yet, every cell says how to record")
+    print(f"      pytest {tests} --update-baselines   # record, review and commit baselines/")
+    print(f"      pytest {tests} --require-baselines  # the gate (CI): exit 0 ok, 1 regression, 3 not measured")
+    return ExitCode.OK
+
+
 def cmd_compare(args: argparse.Namespace) -> int:
     try:
         cmp = compare.compare(results.load(args.a), results.load(args.b))
     except results.ResultsError as exc:
         print(f"specguard compare: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        return ExitCode.USAGE
     print(compare.render_text(cmp, args.a, args.b))
-    return EXIT_REGRESSION if cmp.regressed else EXIT_OK
+    return ExitCode.REGRESSION if cmp.regressed else ExitCode.OK
 
 
 def cmd_recommend(args: argparse.Namespace) -> int:
     if not 0 < args.confidence < 1:
         print(f"specguard recommend: --confidence {args.confidence} must be in (0, 1), e.g. 0.95", file=sys.stderr)
-        return EXIT_USAGE
+        return ExitCode.USAGE
     try:
         rec = recommend.recommend(results.load(args.results), config=args.config, confidence=args.confidence,
                                   source=args.results)
     except results.ResultsError as exc:
         print(f"specguard recommend: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        return ExitCode.USAGE
     except recommend.RecommendError as exc:  # the results cannot support a policy: measure more
         print(f"specguard recommend: {exc}", file=sys.stderr)
-        return EXIT_NOT_MEASURED
+        return ExitCode.NOT_MEASURED
     text = recommend.render_text(rec)
     if args.adaptive_config and rec.sglang.get("applies"):
         shown = rec.sglang["launch_flags"][-1]
@@ -241,7 +263,7 @@ def cmd_recommend(args: argparse.Namespace) -> int:
     print(text)
     if args.json_path:
         atomic_write_json(Path(args.json_path), recommend.to_json(rec))
-    return EXIT_OK
+    return ExitCode.OK
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -249,10 +271,10 @@ def cmd_report(args: argparse.Namespace) -> int:
         doc = results.load(args.results)
     except results.ResultsError as exc:
         print(f"specguard report: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        return ExitCode.USAGE
     for path in write_report_dir(doc, Path(args.report_dir)):
         print(path)
-    return EXIT_OK
+    return ExitCode.OK
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -265,24 +287,24 @@ def main(argv: list[str] | None = None) -> int:
         return _main(argv)
     except KeyboardInterrupt:
         print("specguard: interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
+        return ExitCode.INTERRUPTED
     except (ConfigError, ResultsError, WorkloadError) as exc:
         if debug:
             raise
         print(f"specguard: {str(exc).splitlines()[0]}", file=sys.stderr)
-        return EXIT_USAGE
+        return ExitCode.USAGE
     except OSError as exc:
         if debug:
             raise
         print(f"specguard: {exc}", file=sys.stderr)
-        return EXIT_USAGE if isinstance(exc, (FileNotFoundError, PermissionError, IsADirectoryError)) else EXIT_NOT_MEASURED
+        return ExitCode.USAGE if isinstance(exc, (FileNotFoundError, PermissionError, IsADirectoryError)) else ExitCode.NOT_MEASURED
     except Exception as exc:  # an internal error: not a verdict
         if debug:
             raise
         first = (str(exc).strip().splitlines() or [""])[0]
         print(f"specguard: internal error: {type(exc).__name__}: {first}; rerun with --debug for the traceback",
               file=sys.stderr)
-        return EXIT_NOT_MEASURED
+        return ExitCode.NOT_MEASURED
 
 
 def _main(argv: list[str]) -> int:
@@ -292,17 +314,18 @@ def _main(argv: list[str]) -> int:
     _bench_parser(sub)
     _emulate_parser(sub)
     _results_parsers(sub)
+    _init_parser(sub)
     study.add_parser(sub)
     calibrate.add_parser(sub)
     tune_cli.add_parser(sub)
     if argv and argv[0] == "emulate":
         return cmd_emulate(argv[1:])
     args = parser.parse_args(argv)
-    commands = {"bench": cmd_bench, "compare": cmd_compare, "recommend": cmd_recommend, "report": cmd_report,
+    commands = {"bench": cmd_bench, "init": cmd_init, "compare": cmd_compare, "recommend": cmd_recommend, "report": cmd_report,
                 "study": study.run, "calibrate": calibrate.run, "tune": tune_cli.run}
     code = commands[args.command](args)
     if args.command in ("study", "calibrate") and code == 2:  # their usage errors: 4 like everyone's
-        return EXIT_USAGE
+        return ExitCode.USAGE
     return code
 
 

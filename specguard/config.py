@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, get_args, get_origin, get_type_hints
 
+from specguard.slo import SLOError, parse_slo
 from specguard.workload import WORKLOAD_KINDS, WorkloadSpec
 
 # When a drop fails (docs/statistics.md, docs/gate-study.md):
@@ -119,7 +120,6 @@ class Tolerances:
     fail_rule: str = "significant"  # one of FAIL_RULES (above)
     prior_day_sd: float = 0.005  # part of prior_between_sd shared by every launch of a session (relaunching cannot average it)
     prior_between_dof: float = 16.0  # weight of the prior spread against the history's K - 1 dof (docs/statistics.md)
-    spread_rule: str = "pooled-t"  # or "max-known" (prior and history as exactly known, the earlier rule)
     pass_confidence: float = 0.95  # one-sided level at which a cell is confidently within tolerance (pass)
     speculation_metric: str = "tok_s"  # or "goodput": the speculation gate on request_goodput ([sweep] slo)
 
@@ -179,10 +179,11 @@ def _build(cls: type, table: Any, where: str, path: Path, **fixed: Any) -> Any:
     kwargs = dict(fixed)
     for key, value in table.items():
         if key not in names:
-            raise ConfigError(f"{path}: unknown key {where}.{key}; known keys: {', '.join(names)}")
+            shown = [n for n in names if ADVANCED_KEYS.get(n) != where]
+            raise ConfigError(f"{path}: unknown key {where}.{key}; known keys: {', '.join(shown)}")
         if not _type_ok(value, hints[key]):
             raise ConfigError(
-                f"{path}: {where}.{key} = {value!r} has the wrong type; expected {_type_name(hints[key])}"
+                f"{path}: {key_name(f'{where}.{key}')} = {value!r} has the wrong type; expected {_type_name(hints[key])}"
             )
         kwargs[key] = float(value) if hints[key] is float else value
     return cls(**kwargs)
@@ -199,22 +200,69 @@ def load_suite(path: str | Path) -> Suite:
     return parse_suite(raw, path)
 
 
+# Keys a research or an unusual deployment needs, written under [advanced] (key -> the table the
+# code keeps them in): the suite's own tables hold what every user meets (docs/suite-file.md).
+ADVANCED_KEYS = {
+    "min_requests_per_run": "sweep", "read_timeout_s": "sweep", "run_timeout_s": "sweep", "session_timeout_s": "sweep",
+    "launches": "sweep", "relaunch": "sweep", "relaunch_p": "sweep", "max_launches": "sweep",
+    "max_concurrency": "sweep", "burstiness": "sweep", "repeated_id": "workload",
+    "speculation_metric": "tolerances", "prior_between_sd_accept": "tolerances", "prior_day_sd": "tolerances",
+    "prior_between_dof": "tolerances", "pass_confidence": "tolerances", "history_sessions": "tolerances",
+    "inconclusive": "tolerances", "fail_rule": "tolerances", "strict_server_args": "attach",
+}
+REMOVED_KEYS = {"tolerances.spread_rule": "the pooled-t spread is the only rule (docs/statistics.md); delete the key"}
+TABLES = ("servers", "sweep", "workload", "tolerances", "advanced")
+
+
+def key_name(key: str) -> str:
+    """A key as the suite file spells it: "sweep.launches" is written "advanced.launches"."""
+    table, _, name = key.partition(".")
+    return f"advanced.{name}" if ADVANCED_KEYS.get(name) == table else key
+
+
+def _split_advanced(raw: dict[str, Any], path: Path) -> dict[str, dict[str, Any]]:
+    """The suite's tables with [advanced] keys put where the code keeps them; a key in its old
+    place, or one that was removed, is an error naming where it goes now."""
+    for table in ("sweep", "workload", "tolerances"):
+        for key in raw.get(table) or {}:
+            if f"{table}.{key}" in REMOVED_KEYS:
+                raise ConfigError(f"{path}: {table}.{key} was removed: {REMOVED_KEYS[f'{table}.{key}']}")
+            if ADVANCED_KEYS.get(key) == table:
+                raise ConfigError(f"{path}: {table}.{key} moved to the [advanced] table; write it there "
+                                  f"(advanced.{key} = {raw[table][key]!r})")
+    if "attach" in raw:
+        raise ConfigError(f"{path}: [attach] moved: write strict_server_args under [advanced]")
+    advanced = raw.get("advanced", {})
+    if not isinstance(advanced, dict):
+        raise ConfigError(f"{path}: [advanced] must be a table")
+    tables: dict[str, dict[str, Any]] = {t: dict(raw.get(t) or {}) for t in ("sweep", "workload", "tolerances", "attach")}
+    for key, value in advanced.items():
+        if key not in ADVANCED_KEYS:
+            raise ConfigError(f"{path}: unknown key advanced.{key}; known keys: {', '.join(ADVANCED_KEYS)}")
+        tables[ADVANCED_KEYS[key]][key] = value
+    for table in ("sweep", "workload", "tolerances"):
+        if raw.get(table) is not None and not isinstance(raw[table], dict):
+            raise ConfigError(f"{path}: [{table}] must be a table")
+    return tables
+
+
 def parse_suite(raw: dict[str, Any], path: Path) -> Suite:
-    known = {"servers", "sweep", "workload", "tolerances", "attach"}
     for key in raw:
-        if key not in known:
-            raise ConfigError(f"{path}: unknown top-level key {key!r}; known: {', '.join(sorted(known))}")
+        if key == "attach":
+            continue  # named by _split_advanced
+        if key not in TABLES:
+            raise ConfigError(f"{path}: unknown top-level key {key!r}; known: {', '.join(TABLES)}")
     servers_raw = raw.get("servers")
     if not isinstance(servers_raw, dict) or not servers_raw:
         raise ConfigError(f"{path}: needs at least one [servers.NAME] table")
-    sweep_raw = raw.get("sweep", {})
-    if isinstance(sweep_raw, dict) and "request_rate" in sweep_raw and "concurrency" in sweep_raw:
+    tables = _split_advanced(raw, path)
+    if "request_rate" in tables["sweep"] and "concurrency" in tables["sweep"]:
         raise ConfigError(f"{path}: sweep.request_rate and sweep.concurrency: a suite sweeps either concurrency or "
-                          f"request_rate levels; remove sweep.concurrency (sweep.max_concurrency caps requests in flight)")
+                          f"request_rate levels; remove sweep.concurrency (advanced.max_concurrency caps requests in flight)")
     servers = {name: _expand_paths(_build(ServerConfig, t, f"servers.{name}", path, name=name), path)
                for name, t in servers_raw.items()}
     try:
-        workload = _build(WorkloadSpec, raw.get("workload", {}), "workload", path)
+        workload = _build(WorkloadSpec, tables["workload"], "workload", path)
     except ValueError as exc:
         if isinstance(exc, ConfigError):
             raise
@@ -222,10 +270,10 @@ def parse_suite(raw: dict[str, Any], path: Path) -> Suite:
     suite = Suite(
         path=path,
         servers=servers,
-        sweep=_build(SweepConfig, raw.get("sweep", {}), "sweep", path),
+        sweep=_build(SweepConfig, tables["sweep"], "sweep", path),
         workload=workload,
-        tolerances=_build(Tolerances, raw.get("tolerances", {}), "tolerances", path),
-        attach=_build(AttachConfig, raw.get("attach", {}), "attach", path),
+        tolerances=_build(Tolerances, tables["tolerances"], "tolerances", path),
+        attach=_build(AttachConfig, tables["attach"], "attach", path),
     )
     validate_suite(suite)
     return suite
@@ -268,7 +316,7 @@ def validate_suite(suite: Suite, sources: dict[str, str] | None = None) -> None:
         flag = sources.get(key)
         if flag:
             return f"{flag} {_show(value)} (command line)"
-        return f"{p}: {key} = {value!r}"
+        return f"{p}: {key_name(key)} = {value!r}"
 
     if not sw.concurrency or any(c <= 0 for c in sw.concurrency):
         raise ConfigError(f"{at('sweep.concurrency', sw.concurrency)}: concurrency must be a non-empty list of positive integers")
@@ -315,7 +363,7 @@ def validate_suite(suite: Suite, sources: dict[str, str] | None = None) -> None:
     if sw.relaunch not in ("off", "on-suspicion"):
         raise ConfigError(f"{at('sweep.relaunch', sw.relaunch)}: use \"off\" or \"on-suspicion\" (docs/statistics.md)")
     if sw.max_launches < max(sw.launches, 1):
-        raise ConfigError(f"{at('sweep.max_launches', sw.max_launches)}: must be >= sweep.launches ({sw.launches}); "
+        raise ConfigError(f"{at('sweep.max_launches', sw.max_launches)}: must be >= advanced.launches ({sw.launches}); "
                           "2 is one relaunch at most, 3 two (docs/statistics.md)")
     if not 0 < sw.relaunch_p < 1:
         raise ConfigError(f"{at('sweep.relaunch_p', sw.relaunch_p)}: must be in (0, 1), e.g. 0.05")
@@ -326,8 +374,6 @@ def validate_suite(suite: Suite, sources: dict[str, str] | None = None) -> None:
     if tol.prior_day_sd < 0 or tol.prior_between_dof <= 0:
         raise ConfigError(f"{at('tolerances.prior_day_sd', tol.prior_day_sd)} / prior_between_dof = {tol.prior_between_dof!r}: "
                           "prior_day_sd must be >= 0 and prior_between_dof > 0 (inf: the prior as known)")
-    if tol.spread_rule not in ("pooled-t", "max-known"):
-        raise ConfigError(f"{at('tolerances.spread_rule', tol.spread_rule)}: use \"pooled-t\" or \"max-known\"")
     if tol.history_sessions < 1:
         raise ConfigError(f"{at('tolerances.history_sessions', tol.history_sessions)}: must be >= 1")
     for name, s in suite.servers.items():
@@ -336,8 +382,6 @@ def validate_suite(suite: Suite, sources: dict[str, str] | None = None) -> None:
 
 def _validate_load(sw: SweepConfig, at: Any) -> None:
     """Request-rate levels, their cap and burstiness, and the SLOs: each mistake names its key."""
-    from specguard.measure.metrics import SLOError, parse_slo
-
     if sw.request_rate:
         if any(r <= 0 for r in sw.request_rate) or len(set(sw.request_rate)) != len(sw.request_rate):
             raise ConfigError(f"{at('sweep.request_rate', sw.request_rate)}: request_rate must be a list of distinct "

@@ -4,12 +4,12 @@ import json
 
 import pytest
 
-from specguard.decide.baselines import BaselineError, BaselineStore, Fingerprint, RunSample, Session
+from specguard.decide.baselines import BaselineError, BaselineStore, Fingerprint, RunSample, StoredSession
 
 
-def session(sid: str, tok: list[float]) -> Session:
+def session(sid: str, tok: list[float]) -> StoredSession:
     runs = [RunSample(i, "L1", t, 1000, 1000 / t, 8, 0, 3.0, 333) for i, t in enumerate(tok)]
-    return Session(session_id=sid, date="2026-11-29T00:00:00+00:00", provenance={"git_commit": "abc"}, runs=runs)
+    return StoredSession(session_id=sid, date="2026-11-29T00:00:00+00:00", provenance={"git_commit": "abc"}, runs=runs)
 
 
 def test_history_keeps_last_k_sessions(tmp_path):
@@ -360,7 +360,7 @@ def test_validation_accepts_null_accept_length_and_older_versions(tmp_path):
     (tmp_path / "eagle3.json").write_text(json.dumps(doc))
     s = BaselineStore(tmp_path).history("eagle3", Fingerprint({"other": 1}), 1)
     assert s is None
-    loaded = bl._session_from_json(doc["entries"]["k"]["cells"]["c1"]["sessions"][0])
+    loaded = bl.stored_session_from_json(doc["entries"]["k"]["cells"]["c1"]["sessions"][0])
     assert loaded.session_id == "7" and loaded.provenance == {} and loaded.date == "d"
     assert [r.accept_length for r in loaded.runs] == [None, 2]
 
@@ -404,7 +404,7 @@ def test_record_many_refuses_a_damaged_file_unless_asked(tmp_path):
 def test_one_write_may_hold_concurrency_and_rate_levels(tmp_path):
     """Cells keyed by concurrency (ints) and by request rate ("r8") sort together in one write."""
     store = BaselineStore(tmp_path)
-    s = Session("s1", "2026-11-30T00:00:00+00:00", {}, [RunSample(0, "L0", 100.0, 100, 1.0, 4, 0, None, 0)])
+    s = StoredSession("s1", "2026-11-30T00:00:00+00:00", {}, [RunSample(0, "L0", 100.0, 100, 1.0, 4, 0, None, 0)])
     store.record_sessions("e", Fingerprint({"engine": "emulator"}), {8: s, "r8": s}, keep=2)
     doc = json.loads((tmp_path / "e.json").read_text())
     (entry,) = doc["entries"].values()

@@ -7,6 +7,7 @@ import json
 import pytest
 from synthetic_results import seed_a_doc
 
+from specguard.labels import ExitCode
 from specguard import cli
 from specguard.report.compare import compare, render_text
 from specguard.report.results import ResultsError, load
@@ -54,7 +55,7 @@ def test_mismatched_and_foreign_files_get_clear_errors(tmp_path, capsys):
     other_work = _write(tmp_path, "b.json", seed_a_doc(workload={"kind": "random-ids", "input_len": 128,
                                                                  "output_len": 64, "seed": 0, "repeated_id": 23066,
                                                                  "path": None}))
-    assert cli.main(["compare", str(a), str(other_work)]) == cli.EXIT_USAGE
+    assert cli.main(["compare", str(a), str(other_work)]) == ExitCode.USAGE
     err = capsys.readouterr().err
     assert "measured different work" in err and "workload.input_len: 1000 vs 128" in err
 

@@ -48,7 +48,7 @@ def test_good_suite_loads(tmp_path):
 
 def test_a_request_floor_lifts_only_the_levels_below_it(tmp_path):
     # a run is max(C, requests_per_worker x C, min_requests_per_run) requests
-    suite = load_suite(write(tmp_path, GOOD.replace("[sweep]", "[sweep]\nmin_requests_per_run = 32", 1)))
+    suite = load_suite(write(tmp_path, GOOD + "\n[advanced]\nmin_requests_per_run = 32\n"))
     assert [suite.sweep.num_requests(c) for c in (1, 4, 8, 16)] == [32, 32, 32, 64]
 
 
@@ -63,11 +63,13 @@ def test_a_request_floor_lifts_only_the_levels_below_it(tmp_path):
     (('engine = "emulator"\nmodel_path = "/models/t"\n\n[servers.eagle3]', 'engine = "tgi"\nmodel_path = "/models/t"\n\n[servers.eagle3]'), "engine"),
     (("input_len = 64", "input_len = -1"), "[workload]"),
     (("[sweep]", "[sweeps]"), "unknown top-level key"),
-    (("[sweep]", "[tolerances]\nfail_rule = \"maybe\"\n\n[sweep]"), "tolerances.fail_rule = 'maybe'"),
-    (("[sweep]", "[tolerances]\npass_confidence = 0.3\n\n[sweep]"), "tolerances.pass_confidence = 0.3"),
-    (("[sweep]", "[sweep]\nrelaunch_p = 0.001"), "sweep.relaunch_p = 0.001"),
-    (("[sweep]", "[sweep]\nmin_requests_per_run = -1"), "sweep.min_requests_per_run = -1"),
-    (("[sweep]", "[sweep]\nmax_launches = 0"), "sweep.max_launches = 0"),
+    (("[sweep]", "[advanced]\nfail_rule = \"maybe\"\n\n[sweep]"), "advanced.fail_rule = 'maybe'"),
+    (("[sweep]", "[advanced]\npass_confidence = 0.3\n\n[sweep]"), "advanced.pass_confidence = 0.3"),
+    (("[sweep]", "[advanced]\nrelaunch_p = 0.001\n\n[sweep]"), "advanced.relaunch_p = 0.001"),
+    (("[sweep]", "[advanced]\nmin_requests_per_run = -1\n\n[sweep]"), "advanced.min_requests_per_run = -1"),
+    (("[sweep]", "[advanced]\nmax_launches = 0\n\n[sweep]"), "advanced.max_launches = 0"),
+    (("[sweep]", "[advanced]\nlaunch = 2\n\n[sweep]"), "unknown key advanced.launch"),
+    (("[sweep]", "[advanced]\nhistory_sessions = \"5\"\n\n[sweep]"), "advanced.history_sessions = '5' has the wrong type"),
 ])
 def test_mistakes_name_file_key_and_fix(tmp_path, change, expected):
     path = write(tmp_path, GOOD.replace(*change, 1))
@@ -88,8 +90,8 @@ def test_default_suite_file_is_valid():
     assert {"baseline", "eagle3", "mtp"} <= set(suite.servers)
 
 
-RATE = GOOD.replace("concurrency = [1, 4]", 'request_rate = [2, 8, 32]\nmax_concurrency = 16\nburstiness = 0.5\n'
-                    'slo = "ttft_ms=200,tpot_ms=20"')
+RATE = GOOD.replace("concurrency = [1, 4]", 'request_rate = [2, 8, 32]\nslo = "ttft_ms=200,tpot_ms=20"') + \
+    "\n[advanced]\nmax_concurrency = 16\nburstiness = 0.5\n"
 
 
 def test_request_rate_levels_cap_burstiness_and_slo_load(tmp_path):
@@ -104,13 +106,48 @@ def test_request_rate_levels_cap_burstiness_and_slo_load(tmp_path):
     (("request_rate = [2, 8, 32]", "request_rate = [2, 8, 32]\nconcurrency = [4]"), "either concurrency or request_rate"),
     (("request_rate = [2, 8, 32]", "request_rate = [0, 8]"), "sweep.request_rate = [0, 8]"),
     (("request_rate = [2, 8, 32]", "request_rate = [2.5]"), "sweep.request_rate = [2.5] has the wrong type"),
-    (("max_concurrency = 16", "max_concurrency = 0"), "sweep.max_concurrency = 0"),
-    (("burstiness = 0.5", "burstiness = 0"), "sweep.burstiness = 0.0"),
+    (("max_concurrency = 16", "max_concurrency = 0"), "advanced.max_concurrency = 0"),
+    (("burstiness = 0.5", "burstiness = 0"), "advanced.burstiness = 0.0"),
     (('slo = "ttft_ms=200,tpot_ms=20"', 'slo = "ttft=200"'), "sweep.slo = 'ttft=200'"),
-    (("request_rate = [2, 8, 32]", "concurrency = [1, 4]"), "sweep.max_concurrency = 16: only used with request_rate"),
+    (("request_rate = [2, 8, 32]", "concurrency = [1, 4]"), "advanced.max_concurrency = 16: only used with request_rate"),
 ])
 def test_request_rate_mistakes_name_the_key(tmp_path, change, expected):
     path = write(tmp_path, RATE.replace(*change, 1))
     with pytest.raises(ConfigError) as err:
         load_suite(path)
     assert expected in str(err.value) and str(path) in str(err.value), str(err.value)
+
+
+@pytest.mark.parametrize("table,key,value", [("sweep", "launches", "2"), ("sweep", "read_timeout_s", "30"),
+                                             ("tolerances", "fail_rule", '"significant"'),
+                                             ("tolerances", "history_sessions", "5"), ("workload", "repeated_id", "7")])
+def test_a_key_moved_to_advanced_is_one_line_naming_its_new_place(tmp_path, table, key, value):
+    text = GOOD + f"\n[{table}]\n{key} = {value}\n" if table == "tolerances" \
+        else GOOD.replace(f"[{table}]", f"[{table}]\n{key} = {value}")
+    with pytest.raises(ConfigError) as err:
+        load_suite(write(tmp_path, text))
+    message = str(err.value)
+    assert "\n" not in message and f"{table}.{key} moved to the [advanced] table" in message
+    assert f"advanced.{key} = " in message and str(tmp_path / "suite.toml") in message
+    fixed = GOOD + f"\n[advanced]\n{key} = {value}\n"  # where it says: the suite loads
+    load_suite(write(tmp_path, fixed))
+
+
+def test_removed_and_moved_tables_name_what_to_do(tmp_path):
+    with pytest.raises(ConfigError, match=r"tolerances.spread_rule was removed: .* delete the key"):
+        load_suite(write(tmp_path, GOOD + '\n[tolerances]\nspread_rule = "pooled-t"\n'))
+    with pytest.raises(ConfigError, match=r"\[attach\] moved: write strict_server_args under \[advanced\]"):
+        load_suite(write(tmp_path, GOOD + "\n[attach]\nstrict_server_args = true\n"))
+    suite = load_suite(write(tmp_path, GOOD + "\n[advanced]\nstrict_server_args = true\n"))
+    assert suite.attach.strict_server_args
+
+
+def test_a_user_meets_at_most_35_keys_outside_advanced():
+    import dataclasses
+
+    from specguard.config import ADVANCED_KEYS, ServerConfig, SweepConfig, Tolerances
+    from specguard.workload import WorkloadSpec
+    user = [f"{t}.{f.name}" for t, cls in (("servers", ServerConfig), ("sweep", SweepConfig),
+                                             ("workload", WorkloadSpec), ("tolerances", Tolerances))
+            for f in dataclasses.fields(cls) if f.name != "name" and ADVANCED_KEYS.get(f.name) != t]
+    assert len(user) <= 35, user

@@ -13,14 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from emulator_suite import emulator_suite_toml
+from emulator_suite import ONE_LAUNCH, emulator_suite_toml
 from test_e2e_suite import failed, run_suite
 
 pytestmark = pytest.mark.e2e
 
 SUITE = emulator_suite_toml(
-    sweep='request_rate = [4, 16]\nmax_concurrency = 16\nslo = "ttft_ms=2000,tpot_ms=200"\nrequests_per_worker = 1\n'
-          'warmup = 1\nrepeats = 2\nread_timeout_s = 20\nrun_timeout_s = 60\n',
+    sweep='request_rate = [4, 16]\nslo = "ttft_ms=2000,tpot_ms=200"\nrequests_per_worker = 1\nwarmup = 1\nrepeats = 2\n',
+    advanced=ONE_LAUNCH + "max_concurrency = 16\n",
     workload='kind = "random-ids"\ninput_len = 32\noutput_len = 32\n', must_win_up_to=None)
 
 

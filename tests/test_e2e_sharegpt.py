@@ -34,7 +34,7 @@ def write_sharegpt(path: Path) -> Path:
 
 def suite_toml(sharegpt: Path) -> str:
     return emulator_suite_toml(
-        sweep="concurrency = [4]\nrequests_per_worker = 4\nwarmup = 1\nrepeats = 2\nread_timeout_s = 20\nrun_timeout_s = 60\n",
+        sweep="concurrency = [4]\nrequests_per_worker = 4\nwarmup = 1\nrepeats = 2\n",
         workload=f'kind = "sharegpt"\npath = "{sharegpt}"\noutput_len = 32\n', tolerances="accept_length = 0.08\n",
         must_win_up_to=None)
 

@@ -6,7 +6,8 @@ import pytest
 
 from specguard.measure.client import RequestRecord
 from specguard.measure.load import RunResult
-from specguard.measure.metrics import parse_prometheus, per_token_itl_s, summarize_run
+from specguard.measure.metrics import per_token_itl_s, summarize_run
+from specguard.prometheus import counter_delta, parse_prometheus, parse_prometheus_series
 
 
 def rec(index, send, events, tokens, end, completion=None, verify=None, error=None, prompt=10):
@@ -105,7 +106,6 @@ def test_no_acceptance_detail_without_histograms():
 
 
 def test_prometheus_series_keep_ranks_apart():
-    from specguard.measure.metrics import parse_prometheus_series
 
     text = 'g{tp_rank="0"} 3.0\ng{tp_rank="1"} 5.0\n# HELP x\nc_total 2\n'
     assert parse_prometheus_series(text) == {"g": [3.0, 5.0], "c_total": [2.0]}
@@ -113,7 +113,7 @@ def test_prometheus_series_keep_ranks_apart():
 
 
 # -- goodput and per-category summaries ---------------------------------------------------------
-from specguard.measure.metrics import SLOError, parse_slo  # noqa: E402
+from specguard.slo import SLOError, parse_slo  # noqa: E402
 
 
 def test_parse_slo_reads_pairs_and_refuses_bad_input_in_one_line():
@@ -171,12 +171,10 @@ from specguard.measure.metrics import (  # noqa: E402
     accept_length_disagreements,
     acceptance_by_position,
     category_summaries,
-    counter_delta,
     drafts_histogram,
     goodput,
     mean_of,
     outliers,
-    parse_prometheus_series,
     request_meets_slo,
     workload_categories,
 )

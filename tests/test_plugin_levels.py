@@ -10,7 +10,8 @@ from pathlib import Path
 
 from emulator_suite import emulator_suite_toml
 from specguard.config import load_suite
-from specguard.plugin import _config_of_id, exact_k
+from specguard.plugin.hints import exact_k
+from specguard.plugin.scheduling import _config_of_id
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -8,6 +8,7 @@ import math
 import pytest
 from synthetic_results import MTP, make_doc, seed_a_doc
 
+from specguard.labels import ExitCode
 from specguard import cli
 from specguard.report.recommend import RecommendError, first_crossing, recommend, render_text, to_json
 from specguard.report.results import validate
@@ -122,7 +123,7 @@ def test_cli_writes_json_and_adaptive_config(tmp_path, capsys):
                                              "--speculative-adaptive", "--speculative-adaptive-config", str(adaptive)]
     assert json.loads(adaptive.read_text()) == rec["sglang"]["speculative_adaptive_config"]
     assert "disable_speculation_at: 37" in capsys.readouterr().out
-    assert cli.main(["recommend", str(tmp_path / "missing.json")]) == cli.EXIT_USAGE
+    assert cli.main(["recommend", str(tmp_path / "missing.json")]) == ExitCode.USAGE
 
 
 # -- what SGLang 0.5.23 accepts (speculative/adaptive_spec_params.py, arg_groups/speculative_hook.py) ------------

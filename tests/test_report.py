@@ -20,8 +20,9 @@ from specguard.report.publish import NO_PLOTS, write_report_dir
 from specguard.report.terminal import render_summary
 from specguard.report.markdown import render_markdown
 from specguard.report.results import (CELL_KEYS, REQUIRED_KEYS, SCHEMA, SCHEMA_VERSION, ResultsError, load, merge_documents,
-                               results_document, validate, write_results)
-from specguard.session import RunOptions, SpecguardSession
+                               validate, write_results)
+from specguard.session import GateSession, RunOptions
+from specguard.session.results import build_results
 from specguard.decide.stats import RatioEstimate
 from specguard.measure.sweep import CellMeasurement
 
@@ -49,14 +50,14 @@ def _estimate(ratio: float) -> RatioEstimate:
 
 
 @pytest.fixture
-def session(tmp_path: Path) -> SpecguardSession:
+def session(tmp_path: Path) -> GateSession:
     """A session with measured cells and decisions, as if pytest had run it (no servers)."""
-    sg = SpecguardSession(parse_suite(SUITE, tmp_path / "suite.toml"), RunOptions(baseline_dir=tmp_path / "b"))
+    sg = GateSession(parse_suite(SUITE, tmp_path / "suite.toml"), RunOptions(baseline_dir=tmp_path / "b"))
     for name, tok, acc in (("baseline", 100.0, None), ("mtp", 150.0, 2.0)):
         for c in (1, 4):
-            sg.cells[(name, c)] = CellMeasurement(name, c, runs=[_run(tok * c, acc), _run(tok * c * 1.02, acc)])
+            sg.cells.cells[(name, c)] = CellMeasurement(name, c, runs=[_run(tok * c, acc), _run(tok * c * 1.02, acc)])
     sg.cells[("mtp", 4)].error = "3 failed requests (allowed 0); first: request 1: server error 500"
-    sg.results = [
+    sg.verdicts.results[:] = [
         GateResult("throughput", "baseline", 1, "fail", "throughput baseline c1: 100 vs 120 -> FAIL | pipe",
                    _estimate(0.83), 100.0, 120.0),
         GateResult("speculation", "mtp", 1, "pass", "speculation mtp c1: ...", _estimate(1.5), 150.0, 100.0,
@@ -66,7 +67,7 @@ def session(tmp_path: Path) -> SpecguardSession:
 
 
 def test_document_has_every_documented_key_and_round_trips(session, tmp_path):
-    doc = results_document(session)
+    doc = build_results(session)
     assert doc["schema"] == SCHEMA == "specguard-results" and doc["schema_version"] == SCHEMA_VERSION == 2
     assert set(REQUIRED_KEYS) <= set(doc) and validate(doc) is doc
     assert [c["name"] for c in doc["configs"]] == ["baseline", "mtp"]
@@ -84,18 +85,18 @@ def test_document_has_every_documented_key_and_round_trips(session, tmp_path):
 
 
 def test_validate_rejects_damaged_documents(session):
-    doc = results_document(session)
+    doc = build_results(session)
     del doc["decisions"]
     with pytest.raises(ResultsError, match="missing decisions"):
         validate(doc, "x.json")
-    doc = results_document(session)
+    doc = build_results(session)
     del doc["cells"][0]["summary"]
     with pytest.raises(ResultsError, match="lacks summary"):
         validate(doc)
 
 
 def test_terminal_table_has_the_key_figures_and_the_outcome(session):
-    doc = results_document(session)
+    doc = build_results(session)
     doc["outcome"] = {"status": "regression", "exit_status": 1,
                       "failed_tests": [{"nodeid": "t::test_throughput[baseline-c1]", "kind": "regression", "message": "m"},
                                        {"nodeid": "t::test_throughput[mtp-c4]", "kind": "not-measured", "message": "m"}]}
@@ -111,7 +112,7 @@ def test_terminal_table_has_the_key_figures_and_the_outcome(session):
 
 
 def test_markdown_summary(session):
-    doc = results_document(session)
+    doc = build_results(session)
     doc["outcome"] = {"status": "regression", "exit_status": 1, "failed_tests": [
         {"nodeid": "perf_tests/test_speculation.py::test_throughput[baseline-c1]", "kind": "regression",
          "message": "throughput baseline c1: a | b"}]}
@@ -123,7 +124,7 @@ def test_markdown_summary(session):
 
 
 def test_html_is_self_contained_with_embedded_plots(session):
-    doc = results_document(session)
+    doc = build_results(session)
     page = render_html(doc, {"throughput": b"\x89PNG fake"}, None)
     assert "data:image/png;base64,iVBORyBmYWtl" in page and "<script" not in page and "src='http" not in page
     assert "throughput baseline c1: 100 vs 120 -&gt; FAIL | pipe" in page
@@ -148,7 +149,7 @@ def test_report_dir_with_and_without_matplotlib(tmp_path, monkeypatch):
 
 
 def test_merging_xdist_workers_keeps_every_cell_and_reapplies_holm(session):
-    a = results_document(session)
+    a = build_results(session)
     b = json.loads(json.dumps(a))
     a["cells"] = [c for c in a["cells"] if c["config"] == "baseline"]
     b["cells"] = [c for c in b["cells"] if c["config"] == "mtp"]

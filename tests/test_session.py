@@ -21,28 +21,33 @@ from pathlib import Path
 import httpx
 import pytest
 
-from emulator_suite import write_emulator_suite
+from emulator_suite import RELAUNCH, write_emulator_suite
 from specguard.config import load_suite
-from specguard.decide.baselines import BaselineStore, Fingerprint, RunSample, Session
+from specguard.decide.baselines import BaselineStore, Fingerprint, RunSample, StoredSession
 from specguard.engines import EffectiveArgs, get_engine
 from specguard.measure.metrics import RunMetrics
 from specguard.measure.sweep import CellMeasurement
 from specguard.server import ServerHandle
-from specguard.session import (ERROR, SKIP, BaselineStage, ConfigUnavailable, PlannedTest, RunOptions, ServerState,
-                               SpecguardSession, attach_differences, commit_baseline_stages, is_speculative_field)
+from specguard.decide.baselines import BaselineStage, commit_baseline_stages
+from specguard.decide.gates import ERROR, SKIP
+from specguard.session import ConfigUnavailable, GateSession, PlannedTest, RunOptions
+from specguard.session.history import is_speculative_field
+from specguard.session.servers import ServerState, attach_differences
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 # -- helpers ----------------------------------------------------------------------------------
 def make_suite(tmp_path: Path, **kwargs):
+    """The e2e suite with the library's default design (relaunch on suspicion), which the unit
+    tests of the decisions assume."""
     tmp_path.mkdir(parents=True, exist_ok=True)
-    return load_suite(write_emulator_suite(tmp_path / "suite.toml", **kwargs))
+    return load_suite(write_emulator_suite(tmp_path / "suite.toml", **{"advanced": RELAUNCH, **kwargs}))
 
 
-def make_session(tmp_path: Path, **options) -> SpecguardSession:
+def make_session(tmp_path: Path, **options) -> GateSession:
     opts = RunOptions(baseline_dir=tmp_path / "baselines", log_dir=tmp_path / "logs", **options)
-    return SpecguardSession(make_suite(tmp_path), opts)
+    return GateSession(make_suite(tmp_path), opts)
 
 
 def run(tok_s: float, accept: float | None = 3.0) -> RunMetrics:
@@ -51,7 +56,7 @@ def run(tok_s: float, accept: float | None = 3.0) -> RunMetrics:
                       accept_length=accept, total_verify_ct=int(tok_s / 3))
 
 
-def fake_server(sg: SpecguardSession, name: str, **effective) -> None:
+def fake_server(sg: GateSession, name: str, **effective) -> None:
     """A server state as after a launch, without a process (unit tests of the decisions)."""
     cfg = sg.suite.servers[name]
     eff = EffectiveArgs(engine_version="0.5.23", model_path=cfg.model_path, tp_size=1,
@@ -61,15 +66,15 @@ def fake_server(sg: SpecguardSession, name: str, **effective) -> None:
                         draft_model_path=cfg.draft_model_path)
     eff = replace(eff, **effective)
     handle = ServerHandle(name=name, base_url="http://127.0.0.1:9", engine=get_engine(cfg.engine), effective=eff)
-    sg.servers[name] = ServerState(handle=handle, mode="launched", launch_id="L1")
+    sg.pool.states[name] = ServerState(handle=handle, mode="launched", launch_id="L1")
 
 
-def fake_cell(sg: SpecguardSession, name: str, c: int, tok: list[float], error: str | None = None) -> None:
-    sg.cells[(name, c)] = CellMeasurement(config=name, concurrency=c, runs=[run(t) for t in tok], error=error)
+def fake_cell(sg: GateSession, name: str, c: int, tok: list[float], error: str | None = None) -> None:
+    sg.cells.cells[(name, c)] = CellMeasurement(config=name, concurrency=c, runs=[run(t) for t in tok], error=error)
 
 
-def stored_session(sid: str, tok: list[float]) -> Session:
-    return Session(session_id=sid, date="2026-11-29T00:00:00+00:00", provenance={},
+def stored_session(sid: str, tok: list[float]) -> StoredSession:
+    return StoredSession(session_id=sid, date="2026-11-29T00:00:00+00:00", provenance={},
                    runs=[RunSample(i, "L0", t, 100, 1.0, 4, 0, None, 0) for i, t in enumerate(tok)])
 
 
@@ -83,7 +88,7 @@ def test_plan_counts_the_selected_family_and_the_references_it_needs(tmp_path):
     # weighted Bonferroni (gates.family_alphas): throughput 1, accept length 0.25, must-win
     # speculation 2 (eagle3 must win up to c4 in this suite): 2 + 0.5 + 4 = 6.5 shares
     fam = sg.suite.tolerances.family_alpha
-    assert sg.alpha_cell == pytest.approx(fam / 6.5)
+    assert sg.planner.current.alpha_cell == pytest.approx(fam / 6.5)
     assert plan.alpha_for("accept_length", "eagle3", 4) == pytest.approx(fam * 0.25 / 6.5)
     assert plan.alpha_for("speculation", "eagle3", 1) == pytest.approx(fam * 2 / 6.5)
     assert sum(plan.alphas.values()) == pytest.approx(fam)
@@ -99,7 +104,7 @@ def test_plan_counts_the_selected_family_and_the_references_it_needs(tmp_path):
 def test_alpha_is_read_only(tmp_path):
     sg = make_session(tmp_path)
     with pytest.raises(AttributeError):
-        sg.alpha_cell = 0.5  # type: ignore[misc]
+        sg.planner.current.alpha_cell = 0.5  # type: ignore[misc]
 
 
 # -- attach-mode differences -------------------------------------------------------------------
@@ -125,17 +130,17 @@ def test_speculative_fields_are_told_from_the_environment():
 
 
 # -- stored references: same environment, all K sessions ---------------------------------------
-def _record_reference(sg: SpecguardSession, fields: dict, sessions: list[list[float]], c: int = 1) -> None:
+def _record_reference(sg: GateSession, fields: dict, sessions: list[list[float]], c: int = 1) -> None:
     store = BaselineStore(sg.options.baseline_dir)
     for i, tok in enumerate(sessions):
         store.record_sessions("baseline", Fingerprint(fields), {c: stored_session(f"s{i}", tok)}, keep=5)
 
 
-def _reference_fields(sg: SpecguardSession, **changes) -> dict:
+def _reference_fields(sg: GateSession, **changes) -> dict:
     """The fingerprint a baseline server of this environment would have had."""
     fake_server(sg, "baseline")
-    fields = dict(sg.fingerprint("baseline").fields)
-    del sg.servers["baseline"]
+    fields = dict(sg.histories.fingerprint("baseline").fields)
+    del sg.pool.states["baseline"]
     fields.update(changes)
     return fields
 
@@ -145,7 +150,7 @@ def test_speculation_uses_every_stored_session_of_the_same_environment_only(tmp_
     sg.plan([PlannedTest("eagle3", 1, "speculation")])
     fake_server(sg, "eagle3")
     fake_cell(sg, "eagle3", 1, [300.0, 303.0, 297.0])
-    sg.servers["baseline"] = ServerState(failure=ConfigUnavailable("baseline: not attached", skip=True))
+    sg.pool.states["baseline"] = ServerState(failure=ConfigUnavailable("baseline: not attached", skip=True))
     # another environment (another model), recorded later: must not be used
     _record_reference(sg, _reference_fields(sg, model_path="/models/other"), [[50.0, 51.0]] * 3)
     r = sg.speculation_result("eagle3", 1, None)
@@ -164,7 +169,7 @@ def test_a_stored_reference_may_differ_only_in_speculation_and_the_capacity_sgla
     sg = make_session(tmp_path, server_urls={"eagle3": "http://127.0.0.1:9"})
     fake_server(sg, "eagle3", max_running_requests=48)  # SGLang's default cap under speculation
     fake_cell(sg, "eagle3", 1, [300.0, 303.0, 297.0])
-    sg.servers["baseline"] = ServerState(failure=ConfigUnavailable("baseline: not attached", skip=True))
+    sg.pool.states["baseline"] = ServerState(failure=ConfigUnavailable("baseline: not attached", skip=True))
     _record_reference(sg, _reference_fields(sg, max_running_requests=128, decode_cuda_graph_bs=[1, 2, 4]),
                       [[100.0, 101.0], [104.0, 103.0]])
     r = sg.speculation_result("eagle3", 1, None)
@@ -200,7 +205,7 @@ def test_a_damaged_or_foreign_baseline_is_an_error_naming_the_file(tmp_path, con
         assert r.verdict == ERROR, r.message
         assert str(path) in r.message and what in r.message
     (tmp_path / "baselines" / "baseline.json").write_text(content.replace('"mtp"', '"eagle3"'))
-    sg.servers["baseline"] = ServerState(failure=ConfigUnavailable("not attached", skip=True))
+    sg.pool.states["baseline"] = ServerState(failure=ConfigUnavailable("not attached", skip=True))
     r = sg.speculation_result("eagle3", 1, None)
     assert r.verdict == ERROR and "baseline.json" in r.message
 
@@ -209,7 +214,7 @@ def test_a_fingerprint_mismatch_is_a_skip_naming_the_fields_and_a_hint_for_this_
     sg = make_session(tmp_path, server_urls={None: "http://127.0.0.1:9"})
     fake_server(sg, "eagle3")
     fake_cell(sg, "eagle3", 1, [300.0, 303.0])
-    fields = dict(sg.fingerprint("eagle3").fields, max_running_requests=128)
+    fields = dict(sg.histories.fingerprint("eagle3").fields, max_running_requests=128)
     BaselineStore(tmp_path / "baselines").record_sessions("eagle3", Fingerprint(fields), {1: stored_session("s", [1.0, 2.0])}, keep=5)
     r = sg.throughput_result("eagle3", 1)
     assert r.verdict == SKIP
@@ -222,14 +227,14 @@ def test_an_internal_error_in_a_gate_is_not_measured_never_a_regression(tmp_path
     sg = make_session(tmp_path)
     fake_server(sg, "eagle3")
     fake_cell(sg, "eagle3", 1, [300.0, -1.0])  # log of a negative throughput: a bug upstream
-    fields = sg.fingerprint("eagle3").fields
+    fields = sg.histories.fingerprint("eagle3").fields
     BaselineStore(tmp_path / "baselines").record_sessions("eagle3", Fingerprint(fields), {1: stored_session("s", [1.0, 2.0])}, keep=5)
     r = sg.throughput_result("eagle3", 1)
     assert r.verdict == ERROR and "internal error (a specguard bug)" in r.message
 
 
 # -- baseline writes: all or nothing --------------------------------------------------------------
-def _complete_session(tmp_path: Path) -> SpecguardSession:
+def _complete_session(tmp_path: Path) -> GateSession:
     sg = make_session(tmp_path, update_baselines=True)
     sg.plan([PlannedTest(n, c, "throughput") for n in ("baseline", "eagle3") for c in (1, 4)])
     for name in ("baseline", "eagle3"):
@@ -241,7 +246,7 @@ def _complete_session(tmp_path: Path) -> SpecguardSession:
 
 def test_baselines_are_written_only_when_every_planned_cell_was_measured(tmp_path):
     sg = _complete_session(tmp_path)
-    del sg.cells[("eagle3", 4)]  # e.g. interrupted before it
+    del sg.cells.cells[("eagle3", 4)]  # e.g. interrupted before it
     out = sg.write_baselines()
     assert out.requested and not out.written
     assert out.reason == "nothing written (all or nothing): eagle3 c4 not measured"
@@ -288,7 +293,7 @@ def test_written_files_follow_the_umask(tmp_path):
     assert {oct(Path(p).stat().st_mode & 0o777) for p in out.paths} == {oct(0o664)}
 
 
-def _worker(tmp_path: Path, worker: str, config: str) -> SpecguardSession:
+def _worker(tmp_path: Path, worker: str, config: str) -> GateSession:
     """An xdist worker: it plans the whole selection (as every worker does) and measures its share."""
     sg = make_session(tmp_path / worker, update_baselines=True, worker_id=worker)
     sg.plan([PlannedTest(n, c, "throughput") for n in ("baseline", "eagle3") for c in (1, 4)])
@@ -306,13 +311,13 @@ def test_xdist_stages_commit_together_or_not_at_all(tmp_path):
     gw0, gw1 = _worker(tmp_path, "gw0", "baseline"), _worker(tmp_path, "gw1", "eagle3")
     stage0, stage1 = _via_json(gw0.stage_baselines()), _via_json(gw1.stage_baselines())
     assert stage0.complete and stage1.complete  # each answers only for its own share
-    out = commit_baseline_stages([stage0], tmp_path / "shared", keep=5)  # gw1 crashed: no stage from it
+    out = commit_baseline_stages([stage0], BaselineStore(tmp_path / "shared"), keep=5)  # gw1 crashed: no stage from it
     assert not out.written and out.reason == "nothing written (all or nothing): eagle3 c1 not measured; eagle3 c4 not measured"
     assert not (tmp_path / "shared").exists()
     gw1.cells[("eagle3", 4)].error = "only 1 of 2 runs completed"
-    out = commit_baseline_stages([stage0, _via_json(gw1.stage_baselines())], tmp_path / "shared", keep=5)
+    out = commit_baseline_stages([stage0, _via_json(gw1.stage_baselines())], BaselineStore(tmp_path / "shared"), keep=5)
     assert not out.written and "eagle3 c4 had errors" in out.reason
-    out = commit_baseline_stages([stage0, stage1], tmp_path / "shared", keep=5)
+    out = commit_baseline_stages([stage0, stage1], BaselineStore(tmp_path / "shared"), keep=5)
     assert out.written and sorted(p.name for p in (tmp_path / "shared").glob("*.json")) == ["baseline.json", "eagle3.json"]
 
 
@@ -320,10 +325,10 @@ def test_a_second_xdist_worker_refuses_a_configuration_another_one_claimed(tmp_p
     claim = tmp_path / "claims"
     first = make_session(tmp_path, claim_dir=claim, worker_id="gw0")
     second = make_session(tmp_path, claim_dir=claim, worker_id="gw1")
-    first._claim("eagle3")
-    first._claim("eagle3")  # its own claim again: fine (a relaunch on the same worker)
+    first.pool._claim("eagle3")
+    first.pool._claim("eagle3")  # its own claim again: fine (a relaunch on the same worker)
     with pytest.raises(ConfigUnavailable) as err:
-        second._claim("eagle3")
+        second.pool._claim("eagle3")
     assert "already measured by pytest-xdist worker gw0: each configuration (with its reference) must stay on one worker" in str(err.value)
     assert not err.value.skip and "\n" not in str(err.value)
 
@@ -339,9 +344,15 @@ def _lock_is_free(path: Path) -> bool:
         return True
 
 
-def _small(sg: SpecguardSession) -> SpecguardSession:
-    sg.suite = replace(sg.suite, sweep=replace(sg.suite.sweep, warmup=0, repeats=2, requests_per_worker=2))
-    return sg
+def with_suite(sg: GateSession, **sweep_keys) -> GateSession:
+    """A new session of the same options whose suite's [sweep] has these keys (a session never
+    changes its suite)."""
+    return GateSession(replace(sg.suite, sweep=replace(sg.suite.sweep, **sweep_keys)), sg.options)
+
+
+def _small(sg: GateSession, relaunch: str = "off") -> GateSession:
+    """Short runs; one launch per configuration unless the test is about relaunching."""
+    return with_suite(sg, warmup=0, repeats=2, requests_per_worker=2, relaunch=relaunch)
 
 
 @pytest.mark.e2e
@@ -354,16 +365,16 @@ def test_the_reference_travels_with_a_selected_speculative_cell(tmp_path):
         assert not cell.error, cell.error
         assert not _lock_is_free(lock)  # a launched server holds the run's launch lock
         assert ("baseline", 1) in sg.cells and not sg.cells[("baseline", 1)].error
-        assert sg.servers["baseline"].stopped  # measured first, then stopped: one server at a time
-        assert sg.reference_only() == {"baseline": ["eagle3"]}
-        assert sg.measured_as_reference("baseline", 1) == ["eagle3"]
+        assert sg.pool.states["baseline"].stopped  # measured first, then stopped: one server at a time
+        assert sg.cells.reference_only() == {"baseline": ["eagle3"]}
+        assert sg.cells.reference_roles.get(("baseline", 1), []) == ["eagle3"]
         r = sg.speculation_result("eagle3", 1, None)
         assert r.verdict not in (SKIP, ERROR), r.message
         assert "baseline (this session, measured as reference)" in r.message
     finally:
         sg.stop_all()
     assert _lock_is_free(lock)
-    port = int(sg.servers["eagle3"].handle.base_url.rsplit(":", 1)[1])
+    port = int(sg.pool.states["eagle3"].handle.base_url.rsplit(":", 1)[1])
     with pytest.raises(httpx.HTTPError):
         httpx.get(f"http://127.0.0.1:{port}/health", timeout=2)
 
@@ -373,11 +384,11 @@ def test_the_reference_travels_with_a_selected_speculative_cell(tmp_path):
 def test_a_suspicious_speculation_cell_relaunches_both_configurations_and_decides_again(tmp_path, max_launches):
     # eagle3 made 3x slower per step: it loses to its reference at c1, a suspicious (p < 0.05) cell
     # after every launch, so the pair is launched again until sweep.max_launches (default 3)
-    sg = _small(make_session(tmp_path, server_args={"eagle3": ["--emulator-step-scale", "3.0"]}))
+    sg = _small(make_session(tmp_path, server_args={"eagle3": ["--emulator-step-scale", "3.0"]}), relaunch="on-suspicion")
     assert sg.design.sequential and sg.design.launches == 1 and sg.design.max_launches == 3  # the default design
     if max_launches != 3:
-        sg.suite = replace(sg.suite, sweep=replace(sg.suite.sweep, max_launches=max_launches))
-        sg.design = replace(sg.design, max_launches=max_launches)
+        sg = with_suite(sg, max_launches=max_launches)  # the design follows the suite (gates.design_of)
+        assert sg.design.max_launches == max_launches
     sg.plan([PlannedTest("eagle3", 1, "speculation")])
     try:
         assert not sg.measure("eagle3", 1).error
@@ -390,14 +401,14 @@ def test_a_suspicious_speculation_cell_relaunches_both_configurations_and_decide
     if max_launches == 3:
         assert sg.relaunches["eagle3"][1].startswith("launch 3: speculation eagle3 c1: p = ")
         assert sg.relaunches["baseline"][1].startswith("launch 3: reference of speculation eagle3 c1")
-    assert len(sg.launch_cells[("eagle3", 1)]) == max_launches and len(sg.launch_cells[("baseline", 1)]) == max_launches
-    assert len({lid for lid, _ in sg.launch_cells[("eagle3", 1)]}) == max_launches  # real launches
+    assert len(sg.cells.launch_cells[("eagle3", 1)]) == max_launches and len(sg.cells.launch_cells[("baseline", 1)]) == max_launches
+    assert len({lid for lid, _ in sg.cells.launch_cells[("eagle3", 1)]}) == max_launches  # real launches
     r = sg.speculation_result("eagle3", 1, None)
     assert (r.stage, r.launches, r.verdict) == (max_launches, max_launches, "fail"), r.message
-    assert [x.stage for x in sg.stage1_results] == [1]
-    assert [x.stage for x in sg.stage2_results] == list(range(2, max_launches + 1))
-    assert sg.final_results() == [r] and r in sg.final_failures()
-    samples = sg._run_samples("eagle3", 1)
+    assert [x.stage for x in sg.verdicts.stage1] == [1]
+    assert [x.stage for x in sg.verdicts.later_stages] == list(range(2, max_launches + 1))
+    assert sg.verdicts.final_results() == [r] and r in sg.final_failures()
+    samples = sg.recorder.run_samples("eagle3", 1)
     assert len(samples) == 2 * max_launches and len({s.launch_id for s in samples}) == max_launches
 
 
@@ -414,7 +425,8 @@ def test_holm_uses_each_tests_final_decision_so_the_family_test_and_the_cells_ag
     # 4 x 0.0004 < 0.01, though the cell alone did not fail), was relaunched and its pooled stage-2
     # decision passes (p = 0.4). Its test reports stage 2, so the family test must not fail on the
     # superseded stage-1 p-value: results JSON's holm_failures and the family_holm test agree with it.
-    from specguard.report.results import family_holm, results_document
+    from specguard.report.results import family_holm
+    from specguard.session.results import build_results
     sg = make_session(tmp_path)
     assert sg.design.sequential
     holm_alpha = sg.design.holm_alpha(sg.suite.tolerances.family_alpha)
@@ -423,23 +435,23 @@ def test_holm_uses_each_tests_final_decision_so_the_family_test_and_the_cells_ag
               _decision("throughput", "baseline", 1, 0.5, "pass", 1),
               _decision("throughput", "baseline", 4, 0.5, "pass", 1)]
     assert 4 * 0.0004 < holm_alpha
-    sg.stage1_results.extend(stage1)
+    sg.verdicts.stage1.extend(stage1)
     stage2 = _decision("throughput", "eagle3", 1, 0.4, "pass", 2)
-    sg.stage2_results.append(stage2)
+    sg.verdicts.later_stages.append(stage2)
     sg.results.extend([stage2, *stage1[1:]])  # what the four tests reported
-    final = sg.final_results()
+    final = sg.verdicts.final_results()
     assert len(final) == 4 and stage2 in final and stage1[0] not in final
     assert sg.final_failures() == []
-    doc = results_document(sg)
+    doc = build_results(sg)
     assert doc["holm_failures"] == [] and family_holm(doc)["outcome"] == "passed"
     # a final decision Holm rejects still fails the family test, naming the decision the cell reports
     p = holm_alpha / 4 * 0.8
-    sg.stage2_results[0] = sg.results[0] = _decision("throughput", "eagle3", 1, p, "inconclusive", 2)
-    assert sg.final_failures() == [sg.stage2_results[0]]
-    doc = results_document(sg)
+    sg.verdicts.later_stages[0] = sg.results[0] = _decision("throughput", "eagle3", 1, p, "inconclusive", 2)
+    assert sg.final_failures() == [sg.verdicts.later_stages[0]]
+    doc = build_results(sg)
     assert [(d["config"], d["concurrency"], d["stage"]) for d in doc["holm_failures"]] == [("eagle3", 1, 2)]
     assert family_holm(doc)["outcome"] == "failed" and "4 gate tests" in family_holm(doc)["message"]
-    sg.stage2_results[0] = sg.results[0] = _decision("throughput", "eagle3", 1, holm_alpha / 4 * 1.2, "inconclusive", 2)
+    sg.verdicts.later_stages[0] = sg.results[0] = _decision("throughput", "eagle3", 1, holm_alpha / 4 * 1.2, "inconclusive", 2)
     assert sg.final_failures() == []
 
 
@@ -455,13 +467,13 @@ def test_attach_measures_a_server_launched_otherwise_and_reports_each_difference
     sg.plan([PlannedTest("eagle3", 1, "throughput"), PlannedTest("eagle3", 1, "speculation")])
     cell = sg.measure("eagle3", 1)
     assert not cell.error, cell.error
-    state = sg.servers["eagle3"]
+    state = sg.pool.states["eagle3"]
     assert state.mode == "attached" and not any(c.blocking for c in state.checks)
     assert [d.field for d in state.differences] == ["draft_model_path", "num_steps", "eagle_topk",
                                                     "num_draft_tokens", "max_running_requests"]
-    assert "max_running_requests: suite file says 64, server runs 256" in sg.warnings_for("eagle3")
+    assert "max_running_requests: suite file says 64, server runs 256" in sg.pool.warnings_for("eagle3")
     # the server's own values are the fingerprint: a later change of the server is a named mismatch
-    fp = sg.fingerprint("eagle3").fields
+    fp = sg.histories.fingerprint("eagle3").fields
     assert (fp["num_steps"], fp["eagle_topk"], fp["num_draft_tokens"], fp["max_running_requests"]) == (5, 4, 8, 256)
     # the bare URL cannot stand for the baseline (no speculation): no stored reference -> skip saying why
     r = sg.speculation_result("eagle3", 1, None)
@@ -484,12 +496,12 @@ def test_attach_by_name_measures_the_reference_and_leaves_the_unnamed_unlaunched
     sg.measure("eagle3", 1)
     r = sg.speculation_result("eagle3", 1, None)
     assert r.verdict not in (SKIP, ERROR), r.message
-    assert sg.reference_only() == {"baseline": ["eagle3"]}
+    assert sg.cells.reference_only() == {"baseline": ["eagle3"]}
 
     only_spec = _small(make_session(tmp_path, server_urls={"eagle3": spec_url}))
     only_spec.plan([PlannedTest("eagle3", 1, "speculation")])
     only_spec.measure("eagle3", 1)
-    assert "baseline" not in {n for n, s in only_spec.servers.items() if s.handle is not None}  # nothing launched
+    assert "baseline" not in {n for n, s in only_spec.pool.states.items() if s.handle is not None}  # nothing launched
     r = only_spec.speculation_result("eagle3", 1, None)
     assert r.verdict == SKIP and "add --server-url baseline=URL" in r.message
 
@@ -574,18 +586,19 @@ def test_launch_mode_bounds_random_ids_by_the_models_config_json(tmp_path):
     model.mkdir()
     (model / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLM"], "vocab_size": 1000}))
     sg = _small(make_session(tmp_path))
-    sg.suite = replace(sg.suite, servers={**sg.suite.servers,
-                                          "baseline": replace(sg.suite.servers["baseline"], model_path=str(model))})
+    sg = GateSession(replace(sg.suite, servers={**sg.suite.servers,
+                                                "baseline": replace(sg.suite.servers["baseline"], model_path=str(model))}),
+                     sg.options)
     sg.plan([PlannedTest("baseline", 1, "throughput")])
     try:
         assert not sg.measure("baseline", 1).error
     finally:
         sg.stop_all()
-    bound = sg.vocab_bounds["baseline"]
+    bound = sg.pool.vocab_bounds["baseline"]
     assert bound.vocab_size == 1000 and str(model) in bound.source
-    ids = [i for p in sg.workload_for("baseline").prompts for i in p.input_ids]
+    ids = [i for p in sg.pool.workload_for("baseline").prompts for i in p.input_ids]
     assert max(ids) < 1000 and max(i for p in sg.workload.prompts for i in p.input_ids) >= 1000
-    assert sg.fingerprint("baseline").fields["workload"] == sg.workload_for("baseline").digest() != sg.workload.digest()
+    assert sg.histories.fingerprint("baseline").fields["workload"] == sg.pool.workload_for("baseline").digest() != sg.workload.digest()
 
 
 @pytest.mark.e2e
@@ -612,11 +625,12 @@ def test_a_request_floor_is_in_the_fingerprint_only_when_set_and_requests_replac
     # the fingerprint, but only when set, so suites without one keep their stored baselines.
     sg = make_session(tmp_path)
     fake_server(sg, "eagle3")
-    assert "min_requests_per_run" not in sg.fingerprint("eagle3").fields
-    sg.suite = replace(sg.suite, sweep=replace(sg.suite.sweep, min_requests_per_run=32))
-    assert sg.fingerprint("eagle3").fields["min_requests_per_run"] == 32
-    assert sg._sweep_at(1).num_requests(1) == 32 and sg._sweep_at(16).num_requests(16) == 64
+    assert "min_requests_per_run" not in sg.histories.fingerprint("eagle3").fields
+    sg = with_suite(sg, min_requests_per_run=32)
+    fake_server(sg, "eagle3")
+    assert sg.histories.fingerprint("eagle3").fields["min_requests_per_run"] == 32
+    assert sg.levels.sweep_at(1).num_requests(1) == 32 and sg.levels.sweep_at(16).num_requests(16) == 64
     fixed = make_session(tmp_path, requests_per_run=8)  # --requests 8: exactly 8 per run, floor or not
-    fixed.suite = replace(fixed.suite, sweep=replace(fixed.suite.sweep, min_requests_per_run=32))
+    fixed = with_suite(fixed, min_requests_per_run=32)
     fake_server(fixed, "eagle3")
-    assert fixed._sweep_at(1).num_requests(1) == 8 and "min_requests_per_run" not in fixed.fingerprint("eagle3").fields
+    assert fixed.levels.sweep_at(1).num_requests(1) == 8 and "min_requests_per_run" not in fixed.histories.fingerprint("eagle3").fields

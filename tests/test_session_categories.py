@@ -10,22 +10,24 @@ import pytest
 
 from emulator_suite import emulator_suite_toml
 from specguard.config import load_suite
-from specguard.decide.baselines import BaselineStore, RunSample, Session
+from specguard.decide.baselines import BaselineStore, RunSample, StoredSession
 from specguard.measure.metrics import CategorySummary, RunMetrics
 from specguard.measure.sweep import CellMeasurement
-from specguard.session import (SKIP, PlannedTest, RunOptions, SpecguardSession, gate_label, is_history_gate,
-                               metric_values, split_gate)
+from specguard.decide.gates import SKIP
+from specguard.labels import GateLabel, gate_label, is_history_gate
+from specguard.session import GateSession, PlannedTest, RunOptions
+from specguard.session.cells import metric_values
 from test_session import fake_server
 
 CATS = ("chat", "code", "math", "summarisation")
 
 
-def category_session(tmp_path: Path, kind: str = "categories") -> SpecguardSession:
+def category_session(tmp_path: Path, kind: str = "categories") -> GateSession:
     text = emulator_suite_toml().replace('kind = "random-ids"', f'kind = "{kind}"')
     tmp_path.mkdir(parents=True, exist_ok=True)
     (tmp_path / "suite.toml").write_text(text)
     opts = RunOptions(baseline_dir=tmp_path / "baselines", log_dir=tmp_path / "logs")
-    return SpecguardSession(load_suite(tmp_path / "suite.toml"), opts)
+    return GateSession(load_suite(tmp_path / "suite.toml"), opts)
 
 
 def run_with(accepts: dict[str, float], overall: float = 3.0) -> RunMetrics:
@@ -39,7 +41,8 @@ def run_with(accepts: dict[str, float], overall: float = 3.0) -> RunMetrics:
 
 def test_gate_labels_name_the_category():
     assert gate_label("accept_length", "code") == "accept_length[code]" and gate_label("throughput") == "throughput"
-    assert split_gate("accept_length[code]") == ("accept_length", "code") and split_gate("speculation") == ("speculation", "")
+    assert GateLabel.parse("accept_length[code]") == GateLabel("accept_length", "code")
+    assert GateLabel.parse("speculation") == GateLabel("speculation", "")
     assert is_history_gate("accept_length[code]") and not is_history_gate("speculation")
 
 
@@ -75,10 +78,10 @@ def test_each_category_is_gated_on_its_own_stored_figures(tmp_path):
     assert set(stored[0].categories) == set(CATS) and stored[0].categories["code"]["accept_length"] == pytest.approx(3.28 * 0.995)
     store = BaselineStore(tmp_path / "baselines")
     for k in range(3):
-        store.record_sessions("eagle3", sg.fingerprint("eagle3"),
-                              {4: Session(f"s{k}", "2026-11-29T00:00:00+00:00", {}, stored)}, keep=5)
+        store.record_sessions("eagle3", sg.histories.fingerprint("eagle3"),
+                              {4: StoredSession(f"s{k}", "2026-11-29T00:00:00+00:00", {}, stored)}, keep=5)
     now = {**base, "code": base["code"] * 0.82}  # a drop on code prompts only
-    sg.cells[("eagle3", 4)] = CellMeasurement("eagle3", 4, runs=[run_with({c: a * j for c, a in now.items()}, 2.873 * j)
+    sg.cells.cells[("eagle3", 4)] = CellMeasurement("eagle3", 4, runs=[run_with({c: a * j for c, a in now.items()}, 2.873 * j)
                                                                  for j in jitter])
     assert metric_values(sg.cells[("eagle3", 4)], "accept_lengths[code]") == pytest.approx([3.28 * 0.82 * j for j in jitter])
     code = sg.accept_length_result("eagle3", 4, "code")

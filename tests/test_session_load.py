@@ -11,32 +11,33 @@ import pytest
 from emulator_suite import emulator_suite_toml
 from specguard.config import ConfigError, load_suite
 from specguard.measure.sweep import CellMeasurement
-from specguard.session import ERROR, PlannedTest, RunOptions, SpecguardSession
+from specguard.decide.gates import ERROR
+from specguard.session import GateSession, PlannedTest, RunOptions
 from test_session import fake_server, run
 
 RATE_KEYS = 'request_rate = [2, 8]\nmax_concurrency = 16\nburstiness = 0.5\nslo = "ttft_ms=500,tpot_ms=50"'
 
 
-def session(tmp_path: Path, sweep_keys: str = "", tolerances: str = "") -> SpecguardSession:
+def session(tmp_path: Path, sweep_keys: str = "", tolerances: str = "") -> GateSession:
     text = emulator_suite_toml(concurrency=(1,))
     if sweep_keys:
         text = text.replace("concurrency = [1]", sweep_keys)
     text = text.replace("[tolerances]", "[tolerances]\n" + tolerances)
     tmp_path.mkdir(parents=True, exist_ok=True)
     (tmp_path / "suite.toml").write_text(text)
-    return SpecguardSession(load_suite(tmp_path / "suite.toml"),
+    return GateSession(load_suite(tmp_path / "suite.toml"),
                             RunOptions(baseline_dir=tmp_path / "baselines", log_dir=tmp_path / "logs"))
 
 
 def test_a_rate_level_is_an_open_loop_run_at_that_rate_under_the_cap(tmp_path):
     sg = session(tmp_path, RATE_KEYS)
-    assert sg.rate_mode and sg.levels == [2, 8]
-    assert (sg.level_name(8), sg.store_level(8)) == ("r8", "r8")
-    assert sg.load_settings_at(8) == {"concurrency": 16, "request_rate": 8.0, "burstiness": 0.5, "num_requests": 32,
+    assert sg.levels.rate and sg.levels.values == [2, 8]
+    assert (sg.levels.name(8), sg.levels.store_key(8)) == ("r8", "r8")
+    assert sg.levels.load_at(8) == {"concurrency": 16, "request_rate": 8.0, "burstiness": 0.5, "num_requests": 32,
                                       "slo_ms": {"ttft_ms": 500.0, "tpot_ms": 50.0}}
     closed = session(tmp_path / "closed")
-    assert not closed.rate_mode and closed.levels == [1] and closed.store_level(1) == 1 and closed.level_name(1) == "c1"
-    assert closed.load_settings_at(4) == {"concurrency": 4, "slo_ms": None}
+    assert not closed.levels.rate and closed.levels.values == [1] and closed.levels.store_key(1) == 1 and closed.levels.name(1) == "c1"
+    assert closed.levels.load_at(4) == {"concurrency": 4, "slo_ms": None}
 
 
 def test_only_suites_with_request_rate_levels_add_the_load_model_to_the_fingerprint(tmp_path):
@@ -44,25 +45,25 @@ def test_only_suites_with_request_rate_levels_add_the_load_model_to_the_fingerpr
     fake_server(closed, "eagle3")
     with_slo = session(tmp_path / "b", 'concurrency = [1]\nslo = "ttft_ms=500"')
     fake_server(with_slo, "eagle3")
-    assert closed.fingerprint("eagle3") == with_slo.fingerprint("eagle3")  # an SLO changes no measurement
-    assert "load" not in closed.fingerprint("eagle3").fields
+    assert closed.histories.fingerprint("eagle3") == with_slo.histories.fingerprint("eagle3")  # an SLO changes no measurement
+    assert "load" not in closed.histories.fingerprint("eagle3").fields
     rate = session(tmp_path / "c", RATE_KEYS)
     fake_server(rate, "eagle3")
-    assert rate.fingerprint("eagle3").fields["load"] == "poisson levels, burstiness 0.5, cap 16"
+    assert rate.histories.fingerprint("eagle3").fields["load"] == "poisson levels, burstiness 0.5, cap 16"
 
 
 def test_rate_levels_are_stored_under_r_keys_and_gated_as_r(tmp_path):
     sg = session(tmp_path, RATE_KEYS)
     sg.plan([PlannedTest("eagle3", 8, "throughput")])
     fake_server(sg, "eagle3")
-    sg.cells[("eagle3", 8)] = CellMeasurement("eagle3", 8, runs=[run(300.0), run(303.0)])
+    sg.cells.cells[("eagle3", 8)] = CellMeasurement("eagle3", 8, runs=[run(300.0), run(303.0)])
     stage = sg.stage_baselines()
     assert [list(w.cells) for w in stage.writes] == [["r8"]]
-    from specguard.session import BaselineStage
+    from specguard.decide.baselines import BaselineStage
     assert list(BaselineStage.from_json(stage.to_json()).writes[0].cells) == ["r8"]  # xdist round trip
     r = sg.throughput_result("eagle3", 8)
     assert "no baseline for eagle3 r8" in r.message and "-k '[eagle3-r8]'" in r.message, r.message
-    sg.store.record_many(stage.writes, keep=5)
+    sg.histories.store.record_many(stage.writes, keep=5)
     r = sg.throughput_result("eagle3", 8)
     assert r.verdict != ERROR and r.message.startswith("throughput eagle3 r8: "), r.message
 
@@ -77,7 +78,7 @@ def test_the_speculation_gate_can_be_declared_on_goodput(tmp_path):
         runs = [run(tok_s) for _ in goodput]
         for r, g in zip(runs, goodput):
             r.request_goodput = g
-        sg.cells[(name, 1)] = CellMeasurement(name, 1, runs=runs)
+        sg.cells.cells[(name, 1)] = CellMeasurement(name, 1, runs=runs)
 
     # faster in tok/s, but fewer requests meet the SLO: the goodput gate sees the loss
     cell("eagle3", 400.0, [2.0, 2.1, 1.9])

@@ -11,6 +11,7 @@ overwritten unless the caller passes replace_damaged (the user asked to update).
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import hashlib
 import json
@@ -96,7 +97,7 @@ class RunSample:
 
 
 @dataclass
-class Session(RunSeries):
+class StoredSession(RunSeries):
     """One stored sweep of one cell."""
 
     session_id: str
@@ -116,13 +117,13 @@ class StagedWrite:
 
     config: str
     fingerprint: Fingerprint
-    cells: dict[int | str, Session]  # concurrency, or "r8" for a request-rate level (cell_key)
+    cells: dict[int | str, StoredSession]  # concurrency, or "r8" for a request-rate level (cell_key)
 
 
 @dataclass
 class CellHistory:
     fingerprint: Fingerprint
-    sessions: list[Session]
+    sessions: list[StoredSession]
 
 
 def cell_key(level: int | str) -> str:
@@ -169,7 +170,7 @@ class BaselineStore:
         cell = entry["cells"].get(cell_key(concurrency))
         if not cell:
             return None
-        sessions = [_session_from_json(s) for s in cell["sessions"]]
+        sessions = [stored_session_from_json(s) for s in cell["sessions"]]
         return CellHistory(fingerprint=Fingerprint(entry["fingerprint"]), sessions=sessions)
 
     def other_fingerprints(self, config: str) -> list[Fingerprint]:
@@ -180,7 +181,7 @@ class BaselineStore:
         return [Fingerprint(e["fingerprint"]) for e in entries]
 
     # -- writing ------------------------------------------------------------------------------
-    def record_sessions(self, config: str, fingerprint: Fingerprint, cells: dict[int, Session], keep: int,
+    def record_sessions(self, config: str, fingerprint: Fingerprint, cells: dict[int, StoredSession], keep: int,
                         replace_damaged: bool = False) -> Path:
         """Append one session per cell (keeping the newest `keep`), atomically, under a lock."""
         return self.record_many([StagedWrite(config, fingerprint, cells)], keep=keep, replace_damaged=replace_damaged)[0][0]
@@ -328,12 +329,12 @@ def validate_document(doc: Any, path: Path, config: str) -> None:
                 raise BaselineError(f"{where}.cells.{cname}.sessions must be a list")
             for i, s in enumerate(sessions):
                 try:
-                    _session_from_json(s)
+                    stored_session_from_json(s)
                 except (TypeError, KeyError, ValueError) as exc:
                     raise BaselineError(f"{where}.cells.{cname}.sessions[{i}] is malformed: {exc}") from None
 
 
-def _session_from_json(s: Any) -> Session:
+def stored_session_from_json(s: Any) -> StoredSession:
     if not isinstance(s, dict):
         raise TypeError("a session must be an object")
     runs = []
@@ -348,4 +349,98 @@ def _session_from_json(s: Any) -> Session:
         runs.append(sample)
     if not runs:
         raise ValueError("a session needs at least one run")
-    return Session(session_id=str(s["session_id"]), date=str(s["date"]), provenance=dict(s.get("provenance") or {}), runs=runs)
+    return StoredSession(session_id=str(s["session_id"]), date=str(s["date"]), provenance=dict(s.get("provenance") or {}), runs=runs)
+
+
+# -- a session's writes, staged and committed all or nothing --------------------------------------
+@dataclass
+class BaselineOutcome:
+    """What a `--update-baselines` session did: every selected cell written, or nothing and why."""
+
+    requested: bool
+    written: bool = False
+    paths: list[str] = field(default_factory=list)
+    reason: str | None = None  # why nothing was written (one line)
+    lines: list[str] = field(default_factory=list)  # for the summary
+    write_failed: bool = False  # the store could not be written (a path, permission or disk problem)
+
+    @property
+    def failed(self) -> bool:
+        """A refresh was asked for and nothing was written: the session did not do its job."""
+        return self.requested and not self.written
+
+
+@dataclass
+class BaselineStage:
+    """One process's baseline writes, staged (not yet on disk), and whether they are complete."""
+
+    complete: bool
+    problems: list[str]  # why not complete; empty when complete
+    writes: list[StagedWrite]
+    notes: list[str] = field(default_factory=list)  # configurations with nothing to write, and why
+    # pytest-xdist: every worker plans the whole selection but measures its share; the commit
+    # checks that the workers together covered (measured error-free, or skipped) every planned cell.
+    planned: list[tuple[str, int]] = field(default_factory=list)
+    covered: list[tuple[str, int]] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"complete": self.complete, "problems": self.problems, "notes": self.notes,
+                "planned": [list(x) for x in self.planned], "covered": [list(x) for x in self.covered],
+                "writes": [{"config": w.config, "fingerprint": w.fingerprint.fields,
+                            "cells": {str(c): asdict(s) for c, s in w.cells.items()}} for w in self.writes]}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> BaselineStage:
+        writes = [StagedWrite(w["config"], Fingerprint(w["fingerprint"]),
+                              {(c if c.startswith("r") else int(c)): stored_session_from_json(s)
+                               for c, s in w["cells"].items()})
+                  for w in d["writes"]]
+        return cls(complete=bool(d["complete"]), problems=list(d["problems"]), writes=writes, notes=list(d.get("notes", [])),
+                   planned=[(str(n), int(c)) for n, c in d.get("planned", [])],
+                   covered=[(str(n), int(c)) for n, c in d.get("covered", [])])
+
+
+def write_failure(exc: BaseException, directory: Path) -> str:
+    """One line for a baseline directory that cannot be written: the path and the fix."""
+    where = getattr(exc, "filename", None) or directory
+    if isinstance(exc, (FileExistsError, NotADirectoryError)):
+        return (f"cannot write baselines under {where}: a file is in the way of the directory; "
+                f"pass --baseline-dir a directory (or move that file)")
+    if isinstance(exc, PermissionError):
+        return f"cannot write baselines under {where}: permission denied; make it writable or pass --baseline-dir DIR"
+    if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
+        return f"cannot write baselines under {where}: the disk is full; free space or pass --baseline-dir on another disk"
+    return f"cannot write baselines under {where}: {type(exc).__name__}: {exc}"
+
+
+def commit_baseline_stages(stages: list[BaselineStage], store: BaselineStore, keep: int,
+                           interrupted: bool = False) -> BaselineOutcome:
+    """Write every stage's sessions together, or none of them (e.g. from pytest-xdist workers)."""
+    problems = [p for s in stages for p in s.problems]
+    if interrupted and "the run was interrupted" not in problems:
+        problems.insert(0, "the run was interrupted")
+    notes = list(dict.fromkeys(n for s in stages for n in s.notes))
+    writes = [w for s in stages for w in s.writes]
+    covered = {k for s in stages for k in s.covered}
+    missing = [k for k in dict.fromkeys(k for s in stages for k in s.planned) if k not in covered]
+    problems += [f"{n} c{c} not measured" for n, c in missing if not any(f"{n} c{c} " in p for p in problems)]
+    if problems:
+        shown = "; ".join(problems[:3]) + (f"; and {len(problems) - 3} more" if len(problems) > 3 else "")
+        reason = f"nothing written (all or nothing): {shown}"
+        return BaselineOutcome(requested=True, written=False, reason=reason, lines=[reason, *notes])
+    if not writes:
+        reason = "nothing written: no cell was measured"
+        return BaselineOutcome(requested=True, written=False, reason=reason, lines=[reason, *notes])
+    try:
+        results = store.record_many(writes, keep=keep, replace_damaged=True)
+    except (OSError, ValueError, BaselineError) as exc:
+        why = write_failure(exc, store.directory) if isinstance(exc, OSError) else f"{type(exc).__name__}: {exc}"
+        reason = f"nothing written: {why}"
+        return BaselineOutcome(requested=True, written=False, reason=reason, lines=[reason, *notes], write_failed=True)
+    lines = []
+    for w, (path, replaced) in zip(writes, results):
+        line = f"{w.config}: wrote {len(w.cells)} cell(s) to {path}"
+        if replaced:
+            line += f" (replaced an unusable file: {replaced})"
+        lines.append(line)
+    return BaselineOutcome(requested=True, written=True, paths=[str(p) for p, _ in results], lines=[*lines, *notes])

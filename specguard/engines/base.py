@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 
 from specguard.config import ServerConfig
-from specguard.measure.metrics import parse_prometheus
+from specguard.prometheus import parse_prometheus
 
 REDACTED = "***"
 

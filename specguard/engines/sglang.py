@@ -16,7 +16,7 @@ import httpx
 
 from specguard.config import ServerConfig
 from specguard.engines.base import ArgCheck, EffectiveArgs, Engine, ServerBusy, redact
-from specguard.measure.metrics import parse_prometheus_series
+from specguard.prometheus import parse_prometheus_series
 
 # NEXTN (MTP heads) is an alias that SGLang resolves to EAGLE and reports as such
 # (_resolve_speculative_algorithm_alias); with a Gemma4 assistant draft both become FROZEN_KV_MTP.

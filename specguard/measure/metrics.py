@@ -8,7 +8,6 @@ token. Accept length is a ratio of sums over the run's own requests.
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
@@ -77,34 +76,6 @@ class CategorySummary:
     total_verify_ct: int = 0
     median_ttft_ms: float = math.nan
     median_tpot_ms: float = math.nan
-
-
-SLO_KEYS = ("ttft_ms", "tpot_ms", "e2e_ms")
-
-
-class SLOError(ValueError):
-    """An --slo / goodput text that cannot be read; the message says how to write it."""
-
-
-def parse_slo(text: str, what: str = "--slo") -> dict[str, float]:
-    """`ttft_ms=500,tpot_ms=50[,e2e_ms=...]` -> {"ttft_ms": 500.0, ...} (milliseconds, > 0)."""
-    out: dict[str, float] = {}
-    for part in (p.strip() for p in text.split(",")):
-        if not part:
-            continue
-        name, sep, value = part.partition("=")
-        name = name.strip()
-        try:
-            number = float(value) if sep else math.nan
-        except ValueError:
-            number = math.nan
-        if name not in SLO_KEYS or not (math.isfinite(number) and number > 0):
-            raise SLOError(f"{what} {text!r}: write KEY=MS pairs separated by commas with KEY in "
-                           f"{', '.join(SLO_KEYS)} and MS > 0, e.g. ttft_ms=500,tpot_ms=50")
-        out[name] = number
-    if not out:
-        raise SLOError(f"{what} {text!r}: give at least one SLO, e.g. ttft_ms=500,tpot_ms=50")
-    return out
 
 
 def request_meets_slo(r: RequestRecord, slo_ms: dict[str, float]) -> bool:
@@ -318,41 +289,6 @@ def accept_length_disagreements(m: RunMetrics) -> list[str]:
                 f"(tolerance {tol:.0%})"
             )
     return out
-
-
-# -- Prometheus text --------------------------------------------------------------------------
-_SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)")
-
-
-def parse_prometheus(text: str) -> dict[str, float]:
-    """Sum of every series of each metric name (label sets such as is_streaming are added up)."""
-    return {name: sum(values) for name, values in parse_prometheus_series(text).items()}
-
-
-def parse_prometheus_series(text: str) -> dict[str, list[float]]:
-    """Every series' value of each metric name, in the order served (a gauge per rank stays
-    apart from the others, where a sum would be wrong)."""
-    series: dict[str, list[float]] = {}
-    for line in text.splitlines():
-        if not line or line.startswith("#"):
-            continue
-        m = _SAMPLE.match(line)
-        if m is None:
-            continue
-        try:
-            value = float(m.group(3))
-        except ValueError:
-            continue
-        if math.isnan(value):
-            continue
-        series.setdefault(m.group(1), []).append(value)
-    return series
-
-
-def counter_delta(before: dict[str, float], after: dict[str, float], name: str) -> float | None:
-    if name not in before or name not in after:
-        return None
-    return after[name] - before[name]
 
 
 def mean_of(values: Iterable[float]) -> float:

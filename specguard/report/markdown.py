@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from specguard.report.terminal import COLUMNS, first_run_line, notes, outcome_line, summary_rows
-from specguard.report.results import STATUS_NOT_MEASURED, STATUS_OK, STATUS_REGRESSION
+from specguard.labels import STATUS_NOT_MEASURED, STATUS_OK, STATUS_REGRESSION
 
 STATUS_TEXT = {STATUS_OK: "no regression", STATUS_REGRESSION: "regression found", STATUS_NOT_MEASURED: "could not measure"}
 STATUS_EMOJI = {STATUS_OK: "✅", STATUS_REGRESSION: "❌", STATUS_NOT_MEASURED: "⚠️"}

@@ -10,20 +10,16 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import platform
 import statistics
 from dataclasses import asdict
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, TypedDict
 
 from specguard import __version__
-from specguard.decide.baselines import atomic_write_json, now_iso
-from specguard.engines import redact
-from specguard.decide.gates import GateResult, counts_as_failure, holm_failures
+from specguard.decide.baselines import atomic_write_json
+from specguard.decide.gates import GateResult, holm_failures
 from specguard.decide.stats import RatioEstimate
-
-if TYPE_CHECKING:
-    from specguard.session import SpecguardSession
+from specguard.labels import GateLabel
 
 SCHEMA = "specguard-results"
 SCHEMA_VERSION = 2
@@ -35,8 +31,86 @@ SUMMARY_LATENCIES = ("median_ttft_ms", "p99_ttft_ms", "median_itl_ms", "p99_itl_
 CONFIG_FIELDS = ("engine", "model_path", "draft_model_path", "speculative_algorithm", "num_steps", "eagle_topk",
                  "num_draft_tokens", "max_running_requests", "reference", "speculation_must_win_up_to")
 
-# Exit statuses of a gate session (docs/ci.md). pytest's own codes keep their meaning.
-STATUS_OK, STATUS_REGRESSION, STATUS_NOT_MEASURED = "ok", "regression", "not-measured"
+
+# The document's parts, as typed dictionaries: what it holds is checked where it is built
+# (session/results.py) and where it is read (the renderers, compare, recommend). docs/results.md.
+class ConfigDoc(TypedDict, total=False):
+    name: str
+    engine: str
+    model_path: str
+    draft_model_path: str | None
+    speculative_algorithm: str | None
+    num_steps: int | None
+    eagle_topk: int | None
+    num_draft_tokens: int | None
+    max_running_requests: int | None
+    reference: str | None
+    speculation_must_win_up_to: int | None
+    args: list[str]
+
+
+class ServerDoc(TypedDict):
+    engine: str
+    command: list[str]
+    attached: bool
+    effective_args: dict[str, Any] | None
+    checks: list[dict[str, Any]]
+    failure: str | None
+    failure_skipped: bool
+    mode: str
+    differences: list[dict[str, Any]]
+
+
+class CellDoc(TypedDict):
+    config: str
+    concurrency: int  # the level: clients, or requests/s in a request-rate sweep
+    error: str | None
+    warnings: list[str]
+    wall_s: float
+    summary: dict[str, Any]
+    runs: list[dict[str, Any]]  # measure.metrics.RunMetrics, as stored
+    warmup_runs: list[dict[str, Any]]
+
+
+class FailedTestDoc(TypedDict):
+    nodeid: str
+    kind: str
+    message: str
+
+
+class OutcomeDoc(TypedDict, total=False):
+    status: str
+    exit_status: int
+    failed_tests: list[FailedTestDoc]
+    counts: dict[str, int]
+
+
+class ResultsDoc(TypedDict, total=False):
+    schema: str
+    schema_version: int
+    created: str
+    specguard_version: str
+    session_id: str
+    suite: str
+    environment: dict[str, str]
+    options: dict[str, Any]
+    sweep: dict[str, Any]
+    workload: dict[str, Any]
+    tolerances: dict[str, Any]
+    configs: list[ConfigDoc]
+    servers: dict[str, ServerDoc]
+    cells: list[CellDoc]
+    decisions: list[dict[str, Any]]  # decision_dict(GateResult) + detectable_drop
+    holm_failures: list[dict[str, Any]]
+    crossovers: dict[str, dict[str, Any]]
+    baseline_updates: list[str]
+    outcome: OutcomeDoc
+    merged_from: int
+    reference_roles: list[dict[str, Any]]
+    relaunches: dict[str, list[str]]
+    tests: list[dict[str, Any]]  # plugin.outcomes.TestLog entries
+    run_notes: list[str]
+    hints: dict[str, str]
 
 
 class ResultsError(ValueError):
@@ -74,36 +148,6 @@ def cell_summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def _configs(sg: "SpecguardSession") -> list[dict[str, Any]]:
-    out = []
-    for name in sg.suite.servers:
-        cfg = sg.server_config(name)
-        entry = {"name": name, **{k: getattr(cfg, k) for k in CONFIG_FIELDS}}
-        entry["args"] = redact(list(cfg.args), [sg.options.api_key or ""])
-        out.append(entry)
-    return out
-
-
-def _servers(sg: "SpecguardSession") -> dict[str, Any]:
-    servers = {}
-    for name, state in sg.servers.items():
-        h = state.handle
-        servers[name] = {
-            "engine": sg.suite.servers[name].engine,
-            "command": h.command if h else [],
-            "attached": bool(h and h.attached),
-            "effective_args": h.effective.fingerprint_fields() if h else None,
-            "checks": [asdict(c) for c in state.checks],
-            "failure": str(state.failure) if state.failure else None,
-            # a skip (this server cannot serve the configuration here) is not an error of the server
-            "failure_skipped": bool(state.failure and state.failure.skip),
-            "mode": getattr(state, "mode", "") or ("attached" if h and h.attached else "launched" if h else ""),
-            "differences": [asdict(d) if dataclasses.is_dataclass(d) else {"message": str(d)}
-                            for d in getattr(state, "differences", [])],
-        }
-    return servers
-
-
 def detectable_drop(estimate: dict[str, Any] | None, rule: str = "significant") -> float | None:
     """The smallest drop this cell could have failed for, from its interval's half-width h on the
     log scale: a drop d is significant once (1 - d) e^h < 1 (rule "significant", and it must also
@@ -131,7 +175,7 @@ def decision_result(d: dict[str, Any]) -> GateResult:
     return GateResult(**fields, estimate=est)
 
 
-def crossovers(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
+def crossovers(doc: ResultsDoc) -> dict[str, dict[str, Any]]:
     """Per speculative configuration, where it stops paying against its reference: the same
     estimator and confidence as `specguard recommend` (report/recommend.py `crossing`: the ratio
     curve interpolated on log concurrency, with its interval), so the two never disagree."""
@@ -172,7 +216,7 @@ def crossover_text(name: str, ref: str, x: Any, curve: list[Any], conf: float, k
             f"{lv(x.last_ahead)} and {lv(x.first_behind)}{'' if x.confident else ', not confidently resolved'}")
 
 
-def holm_decisions(doc: dict[str, Any]) -> list[GateResult]:
+def holm_decisions(doc: ResultsDoc) -> list[GateResult]:
     """The decisions in Holm's family: enforced gate tests with an estimate (a run that records
     new baselines does not gate throughput/accept length on the old ones, so those are out)."""
     updating = doc.get("options", {}).get("update_baselines")
@@ -180,13 +224,13 @@ def holm_decisions(doc: dict[str, Any]) -> list[GateResult]:
     for d in doc["decisions"]:
         if not d.get("estimate") or not d.get("enforced", True):
             continue
-        if updating and d["gate"].partition("[")[0] in ("throughput", "accept_length"):  # per category too
+        if updating and GateLabel.parse(d["gate"]).is_history:  # per category too
             continue
         out.append(decision_result(d))
     return out
 
 
-def family_holm(doc: dict[str, Any]) -> dict[str, Any] | None:
+def family_holm(doc: ResultsDoc) -> dict[str, Any] | None:
     """Holm's family-wise decision as the session-level test `specguard::family_holm`: failed
     when Holm rejects a gate whose per-cell test did not fail; None when nothing was tested."""
     family = holm_decisions(doc)
@@ -203,70 +247,7 @@ def family_holm(doc: dict[str, Any]) -> dict[str, Any] | None:
                        f"across the session though not at their per-cell level: {cells}"}
 
 
-def results_document(sg: "SpecguardSession") -> dict[str, Any]:
-    """Everything one session measured and decided (outcome is filled in by the plugin at the end)."""
-    cells = []
-    for (name, c), cell in sg.cells.items():
-        runs = [asdict(r) for r in cell.runs]
-        cells.append({"config": name, "concurrency": c, "error": cell.error, "warnings": cell.warnings,
-                      "wall_s": cell.wall_s, "summary": cell_summary(runs), "runs": runs,
-                      "warmup_runs": [asdict(r) for r in cell.warmup_runs]})
-    decisions = [decision_dict(r) for r in sg.results]
-    for d in decisions:  # what each verdict could resolve at its own level (docs/results.md)
-        d["detectable_drop"] = detectable_drop(d["estimate"], sg.suite.tolerances.fail_rule)
-    doc = clean({
-        "schema": SCHEMA,
-        "schema_version": SCHEMA_VERSION,
-        "created": now_iso(),
-        "specguard_version": __version__,
-        "session_id": sg.session_id,
-        "suite": str(sg.suite.path),
-        "environment": {"python": platform.python_version(), "platform": platform.platform(), "gpu": sg.gpu,
-                        "git_commit": sg.git_commit},
-        "options": {"require_baselines": sg.options.require_baselines, "update_baselines": sg.options.update_baselines,
-                    "baseline_dir": str(sg.options.baseline_dir), "attached": bool(sg.options.server_urls)},
-        "sweep": asdict(sg.suite.sweep),
-        "workload": asdict(sg.suite.workload),
-        "tolerances": asdict(sg.suite.tolerances),
-        "configs": _configs(sg),
-        "servers": _servers(sg),
-        "cells": cells,
-        "decisions": decisions,
-        "holm_failures": [],
-        "crossovers": {},
-        "baseline_updates": list(sg.baseline_updates),
-        "outcome": {"status": STATUS_OK, "exit_status": 0, "failed_tests": []},
-        "merged_from": 1,
-        "reference_roles": _reference_roles(sg),
-        "relaunches": {k: list(v) for k, v in (getattr(sg, "relaunches", None) or {}).items()},
-    })
-    doc["holm_failures"] = [decision_dict(r) for r in _family_extra(sg, doc)]
-    doc["crossovers"] = crossovers(doc)
-    return doc
-
-
-def _family_extra(sg: "SpecguardSession", doc: dict[str, Any]) -> list[GateResult]:
-    """Gates the family-wise correction fails although their own test did not: the session's
-    design decides (`final_failures`: Holm per stage) when it has one, else Holm over the decisions."""
-    final = getattr(sg, "final_failures", None)
-    if not callable(final):
-        return holm_failures(holm_decisions(doc), doc["tolerances"]["family_alpha"])
-    updating = sg.options.update_baselines
-    out: dict[tuple[str, str, int], GateResult] = {}
-    for r in final():
-        if counts_as_failure(r, sg.suite.tolerances) or (updating and r.gate.partition("[")[0] in ("throughput", "accept_length")):
-            continue
-        out.setdefault((r.gate, r.config, r.concurrency), r)
-    return list(out.values())
-
-
-def _reference_roles(sg: "SpecguardSession") -> list[dict[str, Any]]:
-    """Cells measured only because a selected speculative configuration needed its reference."""
-    roles = getattr(sg, "reference_roles", None) or {}
-    return [{"config": name, "concurrency": c, "for": list(users)} for (name, c), users in sorted(roles.items())]
-
-
-def merge_documents(docs: list[dict[str, Any]]) -> dict[str, Any]:
+def merge_documents(docs: list[ResultsDoc]) -> ResultsDoc:
     """One document from pytest-xdist workers' documents (each measured different cells).
 
     Holm is re-applied over all workers' decisions, since the family is the whole session.
@@ -301,11 +282,11 @@ def clean(obj: Any) -> Any:
     return obj
 
 
-def write_results(doc: dict[str, Any], path: Path) -> None:
+def write_results(doc: ResultsDoc, path: Path) -> None:
     atomic_write_json(path, clean(doc))
 
 
-def validate(doc: Any, source: str = "document") -> dict[str, Any]:
+def validate(doc: Any, source: str = "document") -> ResultsDoc:
     """The document itself if this specguard can read it; else ResultsError saying why."""
     if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
         found = doc.get("schema") if isinstance(doc, dict) else type(doc).__name__
@@ -325,7 +306,7 @@ def validate(doc: Any, source: str = "document") -> dict[str, Any]:
     return doc
 
 
-def load(path: str | Path) -> dict[str, Any]:
+def load(path: str | Path) -> ResultsDoc:
     """Read and validate a results file; errors name the file and what is wrong."""
     p = Path(path)
     try:
@@ -337,21 +318,21 @@ def load(path: str | Path) -> dict[str, Any]:
     return validate(doc, str(p))
 
 
-def config_order(doc: dict[str, Any]) -> list[str]:
+def config_order(doc: ResultsDoc) -> list[str]:
     return [c["name"] for c in doc["configs"]]
 
 
-def configs_by_name(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
+def configs_by_name(doc: ResultsDoc) -> dict[str, ConfigDoc]:
     return {c["name"]: c for c in doc["configs"]}
 
 
-def sorted_cells(doc: dict[str, Any]) -> list[dict[str, Any]]:
+def sorted_cells(doc: ResultsDoc) -> list[CellDoc]:
     """Cells in suite order, then by concurrency."""
     order = {n: i for i, n in enumerate(config_order(doc))}
     return sorted(doc["cells"], key=lambda c: (order.get(c["config"], len(order)), c["concurrency"]))
 
 
-def effective(doc: dict[str, Any], name: str, key: str) -> Any:
+def effective(doc: ResultsDoc, name: str, key: str) -> Any:
     """What the server really ran (effective args) when known, else what the configuration asked for."""
     eff = (doc["servers"].get(name) or {}).get("effective_args") or {}
     if eff.get(key) is not None:
@@ -359,7 +340,7 @@ def effective(doc: dict[str, Any], name: str, key: str) -> Any:
     return configs_by_name(doc).get(name, {}).get(key)
 
 
-def throughputs(doc: dict[str, Any], name: str) -> dict[int, list[float]]:
+def throughputs(doc: ResultsDoc, name: str) -> dict[int, list[float]]:
     """Per-run tok/s of a configuration by concurrency, for error-free cells."""
     return {c["concurrency"]: [r["output_throughput"] for r in c["runs"]]
             for c in doc["cells"] if c["config"] == name and not c["error"] and c["runs"]}

@@ -12,17 +12,17 @@ import math
 import textwrap
 from typing import Any
 
-from specguard.report.results import STATUS_NOT_MEASURED, STATUS_REGRESSION, detectable_drop, sorted_cells
+from specguard.labels import STATUS_NOT_MEASURED, STATUS_REGRESSION, GateLabel
+from specguard.report.results import detectable_drop, sorted_cells
 
 GATE_SHORT = {"throughput": "tput", "accept_length": "accept", "speculation": "spec"}
-HISTORY_GATES = ("throughput", "accept_length")
 VERDICT_ORDER = ["FAIL", "ERROR", "skip", "inconclusive", "behind (info)", "recorded"]
 
 
 def short_gate(gate: str) -> str:
     """'tput', 'accept', or 'accept[code]' for one prompt category's accept-length gate."""
-    base, sep, rest = gate.partition("[")
-    return GATE_SHORT.get(base, base) + sep + rest
+    label = GateLabel.parse(gate)
+    return str(GateLabel(GATE_SHORT.get(label.gate, label.gate), label.category))
 
 
 def fmt(x: float | None, spec: str = ".1f") -> str:
@@ -80,7 +80,7 @@ def gate_label(gate: str, decision: dict[str, Any] | None, test: dict[str, Any] 
     if decision is None:
         return None if test is not None else "-"
     v = decision["verdict"]
-    if updating and gate.partition("[")[0] in HISTORY_GATES:
+    if updating and GateLabel.parse(gate).is_history:
         return None if v in ("pass", "skip") else "recorded"
     if not decision["enforced"]:
         return "behind (info)" if v == "fail" else None
@@ -185,7 +185,7 @@ def resolution_note(doc: dict[str, Any]) -> str | None:
         fix = "re-record the baselines on a quiet machine or add sessions (more --update-baselines runs)"
     else:
         fix = ("the baselines are as quiet as prior_between_sd says, so re-recording will not narrow them; "
-               "sweep.launches = 2 will (twice the time)")
+               "advanced.launches = 2 will (twice the time)")
     lo, hi = round(min(drops) * 100), round(max(drops) * 100)
     span = f"{lo}%" if lo == hi else f"{lo}-{hi}%"
     return f"{len(inconclusive)} gate(s) inconclusive: {what}: these cells cannot resolve drops below {span}; {fix}"

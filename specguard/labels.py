@@ -1,0 +1,97 @@
+"""Small typed names every layer shares: a sweep level, a gate label and the exit codes.
+
+They sit below everything else (no specguard import), so config, measure, decide, report and
+the pytest plugin all spell a level, a gate and an outcome the same way.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import IntEnum
+
+THROUGHPUT, ACCEPT_LENGTH, SPECULATION = "throughput", "accept_length", "speculation"
+GATES = (THROUGHPUT, ACCEPT_LENGTH, SPECULATION)
+# Gated against the stored baseline history (a run that records baselines does not gate them).
+HISTORY_GATES = (THROUGHPUT, ACCEPT_LENGTH)
+
+
+@dataclass(frozen=True, order=True)
+class GateLabel:
+    """A gate as decisions, reports and test ids name it: `accept_length`, or `accept_length[code]`
+    for the accept-length test of one prompt category (`test_accept_length[eagle3-c16-code]`)."""
+
+    gate: str
+    category: str = ""
+
+    @classmethod
+    def parse(cls, text: str) -> GateLabel:
+        gate, _, rest = text.partition("[")
+        return cls(gate, rest[:-1] if rest.endswith("]") else rest)
+
+    def __str__(self) -> str:
+        return f"{self.gate}[{self.category}]" if self.category else self.gate
+
+    @property
+    def is_history(self) -> bool:
+        return self.gate in HISTORY_GATES
+
+
+def gate_label(gate: str, category: str = "") -> str:
+    """The label text of a gate (and prompt category): `GateLabel(gate, category)` as a string."""
+    return str(GateLabel(gate, category))
+
+
+def is_history_gate(label: str) -> bool:
+    """Throughput and accept-length gates, per category too."""
+    return GateLabel.parse(label).is_history
+
+
+@dataclass(frozen=True, order=True)
+class Level:
+    """One level of a sweep: `value` clients (closed loop), or with `rate` requests per second
+    (open loop, `[sweep] request_rate`). Ids and messages name it `c16` or `r8`."""
+
+    value: int
+    rate: bool = False
+
+    @property
+    def name(self) -> str:
+        return f"{'r' if self.rate else 'c'}{self.value}"
+
+    @property
+    def store_key(self) -> int | str:
+        """How baseline files key the level: 16 (concurrency), "r8" (request rate)."""
+        return self.name if self.rate else self.value
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class ExitCode(IntEnum):
+    """Exit codes of `pytest perf_tests` and of every `specguard` command (docs/ci.md)."""
+
+    OK = 0  # no regression
+    REGRESSION = 1  # a gate (or the session-level Holm test) found a regression
+    INTERRUPTED = 2
+    NOT_MEASURED = 3  # a server did not start, a cell failed, a baseline was missing or could not be written
+    USAGE = 4  # a bad option or suite file
+    NO_TESTS = 5
+
+    @property
+    def status(self) -> str:
+        """The word the results document and the summary use for it."""
+        return _STATUS[self]
+
+
+def status_of(code: int) -> str:
+    """The status word of a process exit code (`exit-N` for a code specguard does not define)."""
+    try:
+        return ExitCode(code).status
+    except ValueError:
+        return f"exit-{code}"
+
+
+_STATUS = {ExitCode.OK: "ok", ExitCode.REGRESSION: "regression", ExitCode.INTERRUPTED: "interrupted",
+           ExitCode.NOT_MEASURED: "not-measured", ExitCode.USAGE: "usage-error", ExitCode.NO_TESTS: "no-tests"}
+STATUS_OK, STATUS_REGRESSION, STATUS_NOT_MEASURED = (ExitCode.OK.status, ExitCode.REGRESSION.status,
+                                                     ExitCode.NOT_MEASURED.status)

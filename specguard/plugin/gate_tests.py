@@ -1,0 +1,36 @@
+"""The gate tests. A repository's perf_tests/ imports them (`specguard init` writes that file):
+
+    from specguard.plugin.gate_tests import test_accept_length, test_speculation_beats_baseline, test_throughput
+
+Each test measures its cell (once, shared by the cell's tests) and enforces one verdict. Ids name
+configuration and level: test_throughput[eagle3-c16], so -k eagle3 or -k c16 select what you
+expect (and a prompt category, test_accept_length[eagle3-c16-code], -k code). The suite file
+beside the tests (or --suite) says what runs.
+"""
+
+import pytest
+
+from specguard.plugin.fixtures import CellTest
+
+
+@pytest.mark.specguard(cells="all")
+def test_throughput(cell: CellTest) -> None:
+    """Output tok/s is not confidently below (1 - tolerance) x the stored baseline."""
+    cell.measure()
+    cell.enforce(cell.throughput())
+
+
+@pytest.mark.specguard(cells="speculative", per_category=True)
+def test_accept_length(cell: CellTest) -> None:
+    """Accept length (tokens per verify step over the run's own requests) holds its baseline.
+    When the workload's prompts carry categories, each category has its own test next to the
+    overall one (test_accept_length[eagle3-c16-code]): a drop on code prompts alone fails by name."""
+    cell.measure()
+    cell.enforce(cell.accept_length())
+
+
+@pytest.mark.specguard(cells="speculative")
+def test_speculation_beats_baseline(cell: CellTest) -> None:
+    """Speculation is not confidently slower than its reference where it must win."""
+    cell.measure()
+    cell.enforce(cell.speculation())

@@ -1,0 +1,203 @@
+"""How a session measures: one launch of a configuration at a time, references first, and under
+the sequential design (`[sweep] relaunch = "on-suspicion"`) more launches while a cell stays
+suspicious, each stage decided on all launches pooled (docs/statistics.md)."""
+
+from __future__ import annotations
+
+import time
+
+from specguard.config import Suite
+from specguard.decide.gates import GateDesign, GateResult, relaunch_plan
+from specguard.labels import SPECULATION
+from specguard.measure.sweep import CellMeasurement, Driver, Progress, measure_cell, plain_driver
+from specguard.session.cells import CellStore
+from specguard.session.levels import SweepLevels
+from specguard.session.options import ConfigUnavailable, RunOptions
+from specguard.session.plan import Planner
+from specguard.session.servers import MODE_LAUNCHED, ServerPool
+from specguard.session.verdicts import Verdicts
+
+
+class Campaign:
+    """Measures cells on the pool's servers into the cell store, deciding stages as it goes."""
+
+    def __init__(self, suite: Suite, options: RunOptions, design: GateDesign, planner: Planner, pool: ServerPool,
+                 cells: CellStore, verdicts: Verdicts, levels: SweepLevels) -> None:
+        self._suite = suite
+        self._options = options
+        self._design = design
+        self._planner = planner
+        self._pool = pool
+        self._cells = cells
+        self._verdicts = verdicts
+        self._levels = levels
+        self._started = time.monotonic()
+        self._progress: Progress | None = None
+        self.relaunches: dict[str, list[str]] = {}  # configuration -> why it was launched again
+
+    def set_progress(self, progress: Progress | None) -> None:
+        """Where each run's progress text goes (the plugin's live line), or nowhere."""
+        self._progress = progress
+
+    def measure(self, name: str, level: int, driver: Driver = plain_driver) -> CellMeasurement:
+        """The cell's measurement (every launch of it), taken once and shared by its tests.
+
+        Before a speculative configuration's first cell, the reference cells its selected
+        speculation tests need are measured (then their server stopped), so only one server runs
+        at a time and `-k eagle3` still compares with a reference measured here and now. Under a
+        staged design the first test of a configuration measures all its selected cells and
+        decides them stage by stage.
+        """
+        cell = self._cells.cell(name, level)
+        if cell is not None:
+            return cell
+        self._measure_references_for(name)
+        if self._staged(name):
+            self._sweep_configuration(name, level, driver)
+        else:
+            self._measure_launch(name, level, driver)
+        measured = self._cells.cell(name, level)
+        assert measured is not None
+        return measured
+
+    def design_notes(self) -> list[str]:
+        """One line each where the suite's gate design could not be followed (for the summary)."""
+        notes = []
+        if self._options.attach_mode and self._design.sequential:
+            notes.append("attach mode: relaunch not possible, stage-1 verdicts at the whole cell alpha stand")
+        if self._options.attach_mode and self._design.launches > 1:
+            notes.append(f"attach mode: advanced.launches = {self._design.launches} not possible, one launch measured")
+        return notes
+
+    def _staged(self, name: str) -> bool:
+        """Launch mode with a plan and a design that needs whole-configuration stages."""
+        if not self._planner.planned or self._options.attach_mode:
+            return False
+        return self._design.sequential or self._design.launches > 1
+
+    def _measure_launch(self, name: str, level: int, driver: Driver = plain_driver) -> CellMeasurement:
+        """Measure one launch of a cell on the configuration's current server; merge it into the cell."""
+        self._cells.attempted.add((name, level))
+        elapsed = time.monotonic() - self._started
+        deadline = self._suite.sweep.session_timeout_s
+        if elapsed > deadline:
+            raise ConfigUnavailable(f"session deadline of {deadline:g}s reached ({elapsed:.0f}s elapsed); "
+                                    f"{name} {self._levels.name(level)} not measured", skip=False)
+        handle = self._pool.get(name)
+        cfg = self._pool.config(name)
+        try:
+            load = self._levels.load_at(level)
+            cell = measure_cell(
+                handle, self._pool.workload_for(name), self._levels.sweep_at(level), load.pop("concurrency"),
+                api=handle.engine.choose_api(self._suite.sweep.api), extra_body=handle.engine.request_extra_body(cfg),
+                max_failed=self._options.max_failed_requests, driver=driver, progress=self._progress, **load)
+            cell.concurrency = level  # the level (a rate in rate mode; the cap is in each run's load_model)
+        except Exception as exc:  # a bug in specguard: the cell is not measured, never a regression
+            cell = CellMeasurement(config=name, concurrency=level,
+                                   error=f"internal error while measuring (a specguard bug): {type(exc).__name__}: {exc}")
+        merged = self._cells.add(name, level, self._pool.state(name).launch_id, cell)
+        if cell.error:
+            self._pool.check_still_serving(name)
+        return merged
+
+    def _add_launch(self, name: str, levels: list[int], driver: Driver = plain_driver) -> str | None:
+        """A new server launch of `name` (stopping the current one) measuring `levels`; the
+        reason it could not, or None."""
+        self._pool.stop(name)  # get() starts a new process for a stopped configuration
+        for level in levels:
+            try:
+                m = self._measure_launch(name, level, driver)
+            except ConfigUnavailable as exc:
+                return exc.line
+            failure = self._pool.state(name).failure
+            if m.error and failure is not None:
+                return failure.line
+        return None
+
+    def _first_stage(self, name: str, levels: list[int], level: int, driver: Driver) -> ConfigUnavailable | None:
+        """`design.launches` launches of every selected level; the failure that stopped it, if any."""
+        for launch_no in range(self._design.launches):
+            todo = [c for c in levels if self._cells.launches(name, c) == launch_no and not self._cells.error(name, c)]
+            if not todo:
+                continue
+            if launch_no > 0:
+                self._pool.stop(name)
+            for c in todo:
+                try:
+                    self._measure_launch(name, c, driver if c == level else plain_driver)
+                except ConfigUnavailable as exc:
+                    return exc
+        return None
+
+    def _sweep_configuration(self, name: str, level: int, driver: Driver) -> None:
+        """Stage 1 (every selected level, `design.launches` launches) and its decisions; then, while
+        `relaunch_plan` names the configuration, one more launch and the next stage's decisions."""
+        levels = sorted({c for n, c in self._planner.current.selected_cells if n == name} | {level})
+        failure = self._first_stage(name, levels, level, driver)
+        if self._cells.cell(name, level) is None:
+            raise failure or ConfigUnavailable(f"{name} {self._levels.name(level)} not measured", skip=False)
+        results = self._verdicts.decide(name, stage=1)
+        if not self._design.sequential or self._pool.state(name).mode != MODE_LAUNCHED:
+            return
+        stage = 1
+        while results is not None and max(self._cells.launches(name, c) for c in levels) < self._design.max_launches:
+            stage += 1
+            results = self._relaunch_stage(name, levels, results, stage)
+
+    def _relaunch_stage(self, name: str, levels: list[int], results: list[GateResult], stage: int) -> list[GateResult] | None:
+        """One more launch of `name` (and its reference, where a speculation cell asks for it) when
+        `relaunch_plan` names it, and the stage's decisions; None when the campaign is done."""
+        refs = {n: cfg.reference for n, cfg in self._suite.servers.items()}
+        wanted = relaunch_plan(results, refs, self._design.suspicion_p, self._design.reference_losing_p)
+        if name not in wanted:
+            return None
+        ref = self._suite.servers[name].reference
+        launched = max(self._cells.launches(name, c) for c in levels)
+        ref_levels = sorted({r.concurrency for r in results if r.gate == SPECULATION})
+        ref_state = self._pool.state(ref) if ref else None
+        if ref and ref in wanted and ref_levels and ref_state is not None and ref_state.mode == MODE_LAUNCHED \
+                and ref_state.failure is None and all(self._cells.launches(ref, c) <= launched for c in ref_levels):
+            self._pool.stop(name)
+            why = self._add_launch(ref, ref_levels)
+            self._pool.stop(ref)
+            self._note_relaunch(ref, stage, wanted[ref], why)
+        why = self._add_launch(name, [c for c in levels if not self._cells.error(name, c)], plain_driver)
+        self._note_relaunch(name, stage, wanted.get(name, []), why)
+        decided = self._verdicts.decide(name, stage=stage)
+        return None if why else decided
+
+    def _note_relaunch(self, name: str, stage: int, reasons: list[str], failed: str | None) -> None:
+        """Why a configuration was launched again (the summary's "relaunched" line), per stage."""
+        label = f"launch {stage}: " if stage > 2 else ""
+        self.relaunches.setdefault(name, []).extend(
+            [label + r for r in reasons] + ([f"relaunch failed: {failed}"] if failed else []))
+
+    def _measure_references_for(self, name: str) -> None:
+        plan = self._planner.current
+        needed = sorted(c for (ref, c), specs in plan.reference_cells.items()
+                        if name in specs and self._cells.cell(ref, c) is None)
+        ref = self._suite.servers[name].reference
+        if not ref or not needed:
+            return
+        selected = set(plan.selected_cells)
+        launches = self._design.launches if self._staged(ref) else 1
+        for launch_no in range(launches):
+            if launch_no > 0:
+                self._pool.stop(ref)
+            if not self._reference_launch(ref, needed, launch_no, selected, plan.reference_cells):
+                break
+        self._pool.stop(ref)
+
+    def _reference_launch(self, ref: str, needed: list[int], launch_no: int, selected: set[tuple[str, int]],
+                          users: dict[tuple[str, int], list[str]]) -> bool:
+        """One launch of a reference at the levels a speculation test needs; False when it could not start."""
+        for c in needed:
+            if self._cells.launches(ref, c) != launch_no or self._cells.error(ref, c):
+                continue
+            try:
+                self._measure_launch(ref, c)
+            except ConfigUnavailable:
+                return False  # remembered in the pool's failure; the speculation gate says why
+            if (ref, c) not in selected:
+                self._cells.note_reference_role(ref, c, users[(ref, c)])
+        return True

@@ -1,0 +1,198 @@
+"""The stored history a session compares with: what must match (the fingerprint) and the stored
+sessions of a cell, or of a reference standing in for one measured here."""
+
+from __future__ import annotations
+
+import shlex
+import shutil
+import subprocess
+from typing import Any
+
+from specguard.config import ServerConfig, Suite
+from specguard.decide.baselines import (BaselineError, BaselineStore, Fingerprint, cell_key,
+                                        stored_session_from_json)
+from specguard.decide.gates import session_spread
+from specguard.decide.stats import SpreadEstimate
+from specguard.labels import GateLabel
+from specguard.session.cells import metric_values
+from specguard.session.levels import SweepLevels
+from specguard.session.options import ConfigUnavailable, RunOptions
+from specguard.session.servers import ServerPool
+
+# (samples per stored session | None, why not, whether "why not" is an error rather than a skip)
+History = tuple[list[list[float]] | None, str, bool]
+
+_SPECULATIVE_FIELDS = {"speculative_algorithm", "draft_model_path", "num_steps", "eagle_topk", "num_draft_tokens"}
+# Server capacity that SGLang derives differently with and without speculation (the 48-request
+# default cap, CUDA-graph batch sizes): a reference server legitimately differs from the
+# speculative one there, so these are not compared when a stored reference is matched.
+_SPECULATION_DERIVED_FIELDS = {"max_running_requests", "max_running_requests_per_rank", "decode_cuda_graph_bs",
+                               "cuda_graph_bs", "cuda_graph_max_bs"}
+
+
+def is_speculative_field(key: str) -> bool:
+    """Fingerprint fields that describe the speculation itself (a reference runs without it)."""
+    k = key.lower()
+    return k in _SPECULATIVE_FIELDS or "specul" in k or k.startswith("spec_") or "adaptive" in k or "ngram" in k
+
+
+def _reference_free(key: str) -> bool:
+    """Fields a stored reference need not share with the speculative server it stands in for."""
+    return is_speculative_field(key) or key in _SPECULATION_DERIVED_FIELDS
+
+
+def git_commit() -> str:
+    if shutil.which("git") is None:
+        return ""
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return out.stdout.strip() if out.returncode == 0 else ""
+
+
+def gpu_fingerprint() -> str:
+    """GPU model, count and driver when nvidia-smi is there; 'none' otherwise."""
+    if shutil.which("nvidia-smi") is None:
+        return "none"
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired):
+        return "unknown"
+    rows = [r.strip() for r in out.stdout.splitlines() if r.strip()]
+    return f"{len(rows)}x {rows[0]}" if rows else "unknown"
+
+
+class Histories:
+    """Reads the baseline store for one session (fingerprints from the servers it started)."""
+
+    def __init__(self, suite: Suite, options: RunOptions, pool: ServerPool, levels: SweepLevels, gpu: str) -> None:
+        self._suite = suite
+        self._options = options
+        self._pool = pool
+        self._levels = levels
+        self.gpu = gpu
+        self.store = BaselineStore(options.baseline_dir)
+
+    def _session_fields(self, cfg: ServerConfig) -> dict[str, Any]:
+        sweep, opts = self._suite.sweep, self._options
+        return {
+            "engine": cfg.engine,
+            "gpu": self.gpu if cfg.engine == "sglang" else "n/a",
+            "workload": self._pool.workload_for(cfg.name).digest(),
+            "input_len": self._suite.workload.input_len,
+            "output_len": self._suite.workload.output_len,
+            "api": sweep.api,
+            "requests_per_worker": sweep.requests_per_worker if not opts.requests_per_run else f"{opts.requests_per_run} per run",
+            "warmup": sweep.warmup,
+            # only when set (suites without a floor keep their fingerprints); --requests replaces it
+            **({"min_requests_per_run": sweep.min_requests_per_run}
+               if sweep.min_requests_per_run and not opts.requests_per_run else {}),
+            # open loop only (suites without request_rate keep their fingerprints): the arrival process
+            **({"load": f"poisson levels, burstiness {sweep.burstiness:g}, cap {sweep.rate_cap}"} if self._levels.rate else {}),
+        }
+
+    def fingerprint(self, name: str) -> Fingerprint:
+        """What must match for a stored baseline to be compared: this run's setup and the server's
+        effective arguments (read from the server, so an attached server's own values count)."""
+        state = self._pool.state(name)
+        if state.handle is None:
+            raise ConfigUnavailable(f"{name}: no server was started, so its environment is unknown", skip=False)
+        cfg = self._pool.config(name)
+        return Fingerprint({"engine": cfg.engine, **state.handle.effective.fingerprint_fields(), **self._session_fields(cfg)})
+
+    def cell(self, name: str, level: int, metric: str) -> History:
+        """Stored per-session samples of a cell's metric, or None with the reason. A damaged,
+        unreadable or foreign file is an error ("not measured"), never a skip."""
+        fp = self.fingerprint(name)
+        try:
+            hist = self.store.history(name, fp, self._levels.store_key(level))
+            if hist is not None:
+                samples = [s for s in (metric_values(x, metric) for x in hist.sessions) if s]
+                if samples:
+                    return samples, "", False
+            others = self.store.other_fingerprints(name)
+        except BaselineError as exc:
+            return None, str(exc), True
+        create = self.record_hint(name, level)
+        where = f"{name} {self._levels.name(level)}"
+        category = GateLabel.parse(metric).category
+        if hist is not None and hist.sessions and category:
+            return None, (f"the baseline for {where} in {self.store.path_for(name)} has no accept lengths "
+                          f"for prompt category {category!r} (recorded before per-category figures were stored, or "
+                          f"its runs had no such prompts); {create}"), False
+        if others:
+            diffs = fp.differences(others[0])
+            return None, (f"baseline for {where} was recorded with another environment; "
+                          f"differing fields: {'; '.join(diffs)}. Not compared. To accept this environment, {create}"), False
+        return None, f"no baseline for {where} in {self.store.path_for(name)}; {create}", False
+
+    def record_hint(self, name: str, level: int) -> str:
+        """A command that records exactly this cell, with this run's suite, directory and servers."""
+        if self._options.rerun_hint is not None:
+            return "create one with: " + self._options.rerun_hint(name, [level])
+        parts = ["pytest perf_tests", "--update-baselines", f"-k {shlex.quote(f'[{name}-{self._levels.name(level)}]')}",
+                 f"--suite {shlex.quote(str(self._suite.path))}", f"--baseline-dir {shlex.quote(str(self.store.directory))}"]
+        for n, url in self._options.server_urls.items():
+            parts.append(f"--server-url {shlex.quote(f'{n}={url}' if n else url)}")
+        return "create one with: " + " ".join(parts)
+
+    def _expected_reference_fields(self, spec_name: str, ref: str) -> dict[str, Any]:
+        """The environment a stored reference must come from: this run's (workload, engine version,
+        GPU, the server's effective arguments), minus the speculation and the capacity SGLang
+        derives from it (cap, CUDA-graph sizes)."""
+        spec = self.fingerprint(spec_name).fields
+        out = {k: v for k, v in spec.items() if not _reference_free(k)}
+        out.update(self._session_fields(self._pool.config(ref)))
+        out["workload"] = spec["workload"]  # same model, same vocabulary: the ids the reference gets
+        return out
+
+    def reference(self, spec_name: str, ref: str, level: int, metric: str) -> History:
+        """Every stored session of the reference at this level whose fingerprint matches this run's
+        environment (all non-speculative fields); None with the reason otherwise. Other
+        environments are never used."""
+        expected = Fingerprint(self._expected_reference_fields(spec_name, ref))
+        path = self.store.path_for(ref)
+        try:
+            doc = self.store.load_file(ref)
+        except BaselineError as exc:
+            return None, str(exc), True
+        if doc is None:
+            return None, f"no stored reference ({path} does not exist)", False
+        entries = sorted(doc["entries"].values(), key=lambda e: e.get("updated", ""), reverse=True)
+        mismatches: list[str] = []
+        for entry in entries:
+            stored = Fingerprint({k: v for k, v in entry["fingerprint"].items() if not _reference_free(k)})
+            diffs = expected.differences(stored)
+            if diffs:
+                mismatches.append("; ".join(diffs))
+                continue
+            cell = entry["cells"].get(cell_key(self._levels.store_key(level)))
+            sessions = [metric_values(stored_session_from_json(s), metric) for s in cell["sessions"]] if cell else []
+            sessions = [s for s in sessions if s]
+            if sessions:
+                return sessions, "", False
+            return None, f"{path} has this environment but no {self._levels.name(level)} cell", False
+        if mismatches:
+            return None, f"{path} was recorded in another environment, not used; differing fields: {mismatches[0]}", False
+        return None, f"{path} has no entries", False
+
+    def stored(self, name: str, level: int, metric: str) -> list[list[float]]:
+        """A started configuration's stored sessions of a metric at a level ([] when none or unknown)."""
+        if self._pool.state(name).handle is None:
+            return []
+        hist, _, _ = self.cell(name, level, metric)
+        return hist or []
+
+    def spread(self, metric: str, cells: list[tuple[str, int]]) -> SpreadEstimate | None:
+        """The metric's between-session spread pooled over these cells whose stored history is
+        known by now (configurations already started: their fingerprints are known)."""
+        histories = {}
+        for name, level in cells:
+            if self._pool.state(name).handle is None:
+                continue
+            hist, _, _ = self.cell(name, level, metric)
+            if hist:
+                histories[(name, level)] = hist
+        return session_spread(histories) if histories else None
