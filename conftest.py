@@ -1,7 +1,4 @@
 # specguard's pytest plugin loads through its `pytest11` entry point once the package is installed
-# (`pip install -e .`), here as in any repository that uses it. Run from a bare checkout (no
-# install, PYTHONPATH=.), this loads it instead.
-from importlib.metadata import entry_points
-
-if not any(ep.name == "specguard" for ep in entry_points(group="pytest11")):
-    pytest_plugins = ["specguard.plugin"]
+# (`pip install -e .`), here as in any repository that uses it; naming it here as well keeps a bare
+# checkout (no install, PYTHONPATH=.) working, and is a no-op otherwise.
+pytest_plugins = ["specguard.plugin"]

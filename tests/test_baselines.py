@@ -409,3 +409,21 @@ def test_one_write_may_hold_concurrency_and_rate_levels(tmp_path):
     doc = json.loads((tmp_path / "e.json").read_text())
     (entry,) = doc["entries"].values()
     assert set(entry["cells"]) == {"c8", "r8"}
+
+
+def test_a_store_that_cannot_be_written_is_one_line_naming_the_path_and_the_fix(tmp_path):
+    import errno
+
+    from specguard.decide.baselines import BaselineStage, StagedWrite, commit_baseline_stages, write_failure
+    d = tmp_path / "b"
+    assert "a file is in the way" in write_failure(FileExistsError(17, "File exists", str(d)), d)
+    assert write_failure(PermissionError(13, "Permission denied", str(d)), d) == (
+        f"cannot write baselines under {d}: permission denied; make it writable or pass --baseline-dir DIR")
+    full = write_failure(OSError(errno.ENOSPC, "No space left on device", str(d / "x.json")), d)
+    assert full.startswith(f"cannot write baselines under {d / 'x.json'}: the disk is full") and "\n" not in full
+    d.write_text("a file where the directory goes")
+    stage = BaselineStage(complete=True, problems=[], writes=[StagedWrite("eagle3", Fingerprint({"a": 1}),
+                                                                          {4: session("s1", [100.0, 101.0])})])
+    out = commit_baseline_stages([stage], BaselineStore(d), keep=5)
+    assert out.failed and out.write_failed and not out.written
+    assert out.reason.startswith(f"nothing written: cannot write baselines under {d}") and d.read_text().startswith("a file")

@@ -178,16 +178,16 @@ def test_crossover_is_interpolated_on_log_concurrency_with_an_interval():
 
 
 def test_suite_keys_for_launches_and_relaunch_are_checked(tmp_path):
-    raw = {"servers": {"b": {"engine": "emulator", "model_path": "/m"}}, "sweep": {"relaunch": "always"}}
-    with pytest.raises(ConfigError, match="sweep.relaunch"):
+    raw = {"servers": {"b": {"engine": "emulator", "model_path": "/m"}}, "advanced": {"relaunch": "always"}}
+    with pytest.raises(ConfigError, match="advanced.relaunch"):
         parse_suite(raw, tmp_path / "s.toml")
-    with pytest.raises(ConfigError, match="sweep.launches"):
-        parse_suite({**raw, "sweep": {"launches": 0}}, tmp_path / "s.toml")
-    ok = parse_suite({**raw, "sweep": {"launches": 2, "relaunch": "off"}}, tmp_path / "s.toml")
+    with pytest.raises(ConfigError, match="advanced.launches"):
+        parse_suite({**raw, "advanced": {"launches": 0}}, tmp_path / "s.toml")
+    ok = parse_suite({**raw, "advanced": {"launches": 2, "relaunch": "off"}}, tmp_path / "s.toml")
     assert ok.sweep.launches == 2 and ok.sweep.max_launches == 3
-    with pytest.raises(ConfigError, match="sweep.max_launches = 1: must be >= sweep.launches \\(2\\)"):
-        parse_suite({**raw, "sweep": {"launches": 2, "max_launches": 1}}, tmp_path / "s.toml")
-    two = parse_suite({**raw, "sweep": {"max_launches": 2}}, tmp_path / "s.toml")
+    with pytest.raises(ConfigError, match="advanced.max_launches = 1: must be >= advanced.launches \\(2\\)"):
+        parse_suite({**raw, "advanced": {"launches": 2, "max_launches": 1}}, tmp_path / "s.toml")
+    two = parse_suite({**raw, "advanced": {"max_launches": 2}}, tmp_path / "s.toml")
     assert design_of(two).max_launches == 2 and design_of(ok).max_launches == 3
 
 

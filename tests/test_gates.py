@@ -295,10 +295,10 @@ def test_final_failures_halves_the_family_alpha_only_for_the_sequential_halves_r
 
 
 def test_the_suite_file_sets_the_pass_level_of_the_design(tmp_path):
-    """[tolerances] pass_confidence reaches the gates (GateDesign.pass_confidence)."""
+    """[advanced] pass_confidence reaches the gates (GateDesign.pass_confidence)."""
     from specguard.config import load_suite
     from specguard.decide.gates import design_of
     suite = tmp_path / "suite.toml"
-    suite.write_text('[tolerances]\npass_confidence = 0.9\n\n[servers.baseline]\nengine = "emulator"\n'
+    suite.write_text('[advanced]\npass_confidence = 0.9\n\n[servers.baseline]\nengine = "emulator"\n'
                      'model_path = "/models/m"\n')
     assert design_of(load_suite(suite)).pass_confidence == 0.9

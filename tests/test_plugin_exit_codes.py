@@ -84,3 +84,15 @@ def test_xdist_launches_each_configuration_once(tmp_path):
     # The speculation gate compared with the reference measured in this session, on the same worker.
     spec = next(d for d in doc["decisions"] if d["gate"] == "speculation")
     assert "baseline (this session" in spec["message"]
+
+
+def test_a_refresh_that_cannot_write_is_3_with_one_line_naming_the_path(tmp_path):
+    # --baseline-dir names a file: nothing can be written (the same path as permission denied and
+    # a full disk: decide/baselines.write_failure, whose lines tests/test_baselines.py checks)
+    target = tmp_path / "baselines-target"
+    target.write_text("not a directory")
+    code, out, doc = run(tmp_path, "-k", "baseline and throughput", "--update-baselines", "--baseline-dir", str(target))
+    assert code == EXIT_NOT_MEASURED, out
+    lines = [ln for ln in out.splitlines() if "cannot write baselines under" in ln]
+    assert len(lines) == 1 and str(target) in lines[0] and "--baseline-dir" in lines[0], out
+    assert doc["outcome"]["status"] == "not-measured" and doc["outcome"]["exit_status"] == 3

@@ -11,9 +11,14 @@ import xml.etree.ElementTree as ET
 TESTS = '''
 from pathlib import Path
 
+import pytest
+
 from specguard.config import ServerConfig
 from specguard.engines import get_engine
 from specguard.server import launch
+
+
+pytestmark = pytest.mark.specguard  # a user's own specguard tests opt in with the marker
 
 
 def test_user_assert():
@@ -35,7 +40,7 @@ def test_internal_error():
 def test_assert_in_a_test_is_a_regression_and_inside_specguard_is_not_measured(tmp_path):
     (tmp_path / "test_kinds.py").write_text(TESTS)
     junit = tmp_path / "junit.xml"
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "specguard.plugin", "-p", "no:cacheprovider", "-q",
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q",
                            "--rootdir", str(tmp_path), str(tmp_path / "test_kinds.py"), "--junitxml", str(junit)],
                           cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1, proc.stdout + proc.stderr
@@ -46,7 +51,20 @@ def test_assert_in_a_test_is_a_regression_and_inside_specguard_is_not_measured(t
 
 
 def test_debug_option_is_registered(tmp_path):
-    out = subprocess.run([sys.executable, "-m", "pytest", "-p", "specguard.plugin", "--help"], capture_output=True,
+    out = subprocess.run([sys.executable, "-m", "pytest", "--help"], capture_output=True,
                          text=True, timeout=120, cwd=tmp_path).stdout
     for flag in ("--specguard-debug", "--strict-server-args", "--specguard-benchmark"):
         assert flag in out
+
+
+def test_a_projects_own_tests_are_left_alone(tmp_path):
+    """Installed, the plugin is loaded in every pytest run of the environment (entry point): a
+    project's failing test without specguard's fixtures or marker keeps pytest's own report."""
+    (tmp_path / "test_own.py").write_text(TESTS.replace("pytestmark = pytest.mark.specguard", ""))
+    junit = tmp_path / "junit.xml"
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--rootdir", str(tmp_path),
+                           str(tmp_path / "test_own.py"), "--junitxml", str(junit)],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1 and "specguard summary" not in proc.stdout, proc.stdout + proc.stderr
+    assert not [p for p in ET.parse(junit).getroot().iter("property") if p.get("name") == "specguard_failure"]
+    assert "AssertionError" in proc.stdout  # pytest's own traceback, not cut to one line

@@ -65,3 +65,41 @@ def test_xdist_groups_and_record_hints_understand_the_new_ids(tmp_path):
     assert _config_of_id("perf_tests/t.py::test_throughput[baseline-r8]", suite) == "baseline"
     assert _config_of_id("perf_tests/t.py::test_other[x]", suite) is None
     assert exact_k([("eagle3", 1)], [("eagle3", 1), ("eagle3", 16)], "r") == "eagle3 and r1 and not r16"
+
+
+def test_request_rate_flag_overrides_the_suites_levels_as_concurrency_does(tmp_path):
+    text = emulator_suite_toml(concurrency=(1,)).replace("concurrency = [1]", "request_rate = [2, 8]")
+    code, ids = collect(tmp_path, text, "--request-rate", "4,16")
+    assert code == 0, ids
+    assert [i for i in ids if i.startswith("test_throughput")] == [
+        "test_throughput[baseline-r4]", "test_throughput[baseline-r16]", "test_throughput[eagle3-r4]",
+        "test_throughput[eagle3-r16]"]
+    # a closed-loop suite swept open loop from the command line: the levels become rates
+    code, ids = collect(tmp_path, emulator_suite_toml(concurrency=(1, 4)), "--request-rate", "8")
+    assert code == 0 and "test_throughput[eagle3-r8]" in ids and not [i for i in ids if "-c" in i], ids
+
+
+def test_bad_request_rate_flags_are_usage_errors_naming_the_flag(tmp_path):
+    text = emulator_suite_toml(concurrency=(1,))
+    code, out = collect(tmp_path, text, "--request-rate", "2,x")
+    assert code == 4 and "--request-rate 2,x (command line): use comma-separated integers" in out[0], out
+    code, out = collect(tmp_path, text, "--request-rate", "0")
+    assert code == 4 and "--request-rate 0 (command line)" in out[0] and "positive" in out[0], out
+    code, out = collect(tmp_path, text, "--request-rate", "2", "--concurrency", "4")
+    assert code == 4 and "a run sweeps either concurrency or request-rate levels" in out[0], out
+
+
+def test_a_run_without_a_suite_file_is_a_usage_error_only_when_gate_tests_are_collected(tmp_path):
+    gate_tests = tmp_path / "gates"
+    gate_tests.mkdir()
+    (gate_tests / "test_gates.py").write_text((REPO / "perf_tests" / "test_speculation.py").read_text())
+    own = tmp_path / "own"
+    own.mkdir()
+    (own / "test_own.py").write_text("def test_plain():\n    assert True\n")
+    run = lambda *a: subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", *a],  # noqa: E731
+                                    cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    plain = run(str(own))
+    assert plain.returncode == 0 and "1 passed" in plain.stdout, plain.stdout + plain.stderr  # the plugin stays out
+    missing = run(str(gate_tests))
+    out = missing.stdout + missing.stderr
+    assert missing.returncode != 0 and "specguard: no suite file: put suite.toml beside the gate tests" in out, out

@@ -276,7 +276,7 @@ def test_the_inconclusive_line_advises_re_recording_only_when_the_history_is_noi
 
     quiet = resolution_note(doc(0.013))  # the prior's own spread: re-recording cannot help, launches can
     assert quiet.startswith("1 gate(s) inconclusive: baseline history spread up to 1.3%"), quiet
-    assert "re-recording will not narrow them; sweep.launches = 2 will" in quiet and "quiet machine" not in quiet
+    assert "re-recording will not narrow them; advanced.launches = 2 will" in quiet and "quiet machine" not in quiet
     noisy = resolution_note(doc(0.022))  # a disturbed recording: 1.8x the prior
     assert noisy.endswith("re-record the baselines on a quiet machine or add sessions (more --update-baselines runs)")
     # accept length is judged against its own prior (0.3 %), not the tok/s one

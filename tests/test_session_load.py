@@ -15,14 +15,17 @@ from specguard.decide.gates import ERROR
 from specguard.session import GateSession, PlannedTest, RunOptions
 from test_session import fake_server, run
 
-RATE_KEYS = 'request_rate = [2, 8]\nmax_concurrency = 16\nburstiness = 0.5\nslo = "ttft_ms=500,tpot_ms=50"'
+RATE_KEYS = 'request_rate = [2, 8]\nslo = "ttft_ms=500,tpot_ms=50"'
+RATE_ADVANCED = "max_concurrency = 16\nburstiness = 0.5\n"
 
 
-def session(tmp_path: Path, sweep_keys: str = "", tolerances: str = "") -> GateSession:
+def session(tmp_path: Path, sweep_keys: str = "", advanced: str = "") -> GateSession:
     text = emulator_suite_toml(concurrency=(1,))
     if sweep_keys:
         text = text.replace("concurrency = [1]", sweep_keys)
-    text = text.replace("[tolerances]", "[tolerances]\n" + tolerances)
+    if sweep_keys.startswith("request_rate"):
+        advanced = RATE_ADVANCED + advanced
+    text = text.replace("[advanced]", "[advanced]\n" + advanced)
     tmp_path.mkdir(parents=True, exist_ok=True)
     (tmp_path / "suite.toml").write_text(text)
     return GateSession(load_suite(tmp_path / "suite.toml"),
@@ -94,5 +97,5 @@ def test_the_speculation_gate_can_be_declared_on_goodput(tmp_path):
 def test_goodput_needs_slos(tmp_path):
     with pytest.raises(ConfigError, match="goodput needs SLOs"):
         session(tmp_path, "", 'speculation_metric = "goodput"')
-    with pytest.raises(ConfigError, match="tolerances.speculation_metric = 'tps'"):
+    with pytest.raises(ConfigError, match="advanced.speculation_metric = 'tps'"):
         session(tmp_path / "b", "", 'speculation_metric = "tps"')

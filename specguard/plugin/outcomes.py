@@ -42,8 +42,10 @@ def _raised_in_specguard(excinfo: pytest.ExceptionInfo[BaseException]) -> bool:
 
 
 def _is_gate_test(item: pytest.Item) -> bool:
-    """A test that uses specguard's fixtures (the shipped gate tests, or a user's own)."""
-    return cell_of(item) is not None or "specguard" in getattr(item, "fixturenames", ())
+    """A specguard test: the shipped gate tests, a user's own test that uses the `specguard`
+    fixture or carries the `specguard` marker. Any other test of a project is left alone."""
+    return (cell_of(item) is not None or "specguard" in getattr(item, "fixturenames", ())
+            or item.get_closest_marker("specguard") is not None)
 
 
 class TestLog:
@@ -53,7 +55,7 @@ class TestLog:
     is a regression; anything raised inside specguard (an internal error, an internal assert)
     or in setup/teardown means nothing was measured. Failure reports are cut to their message
     (no traceback, no chained exceptions) unless --specguard-debug or --tb=long asks for more.
-    Tests that do not use specguard's fixtures are left alone."""
+    Tests that are not specguard's (`_is_gate_test`) are left alone."""
 
     __test__ = False  # not a test class, whatever its name
 
