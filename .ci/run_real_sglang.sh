@@ -1,16 +1,23 @@
 #!/usr/bin/env bash
-# CI's real-SGLang job: SGLang 0.5.23 on the CPU (venv outside the clone, no speculation), the tiny
-# local Llama, then tests/test_real_sglang.py: the sglang-cpu suite launched, gated (update,
-# unchanged, slowed), attached to a server started by hand, /flush_cache's 400 while busy,
-# teardown, a server that dies at start-up, the live contract check against the emulator, and
-# the sgl_kernel stand-in's call log (must hold no call). Exits non-zero on any failure, a skip
-# included.
+# CI's real-SGLang job: SGLang 0.5.23 on the CPU (venv outside the clone), the tiny local models,
+# then
+#  1. tests/tools/test_sgl_cpu_ops.py with the SGLang venv's python: the PyTorch sgl_kernel CPU ops
+#     of SGLang's CPU speculation path against independent references, and the two switches;
+#  2. tests/test_real_sglang.py: without speculation, the sglang-cpu suite launched, gated (update,
+#     unchanged, slowed), attached to a server started by hand, /flush_cache's 400 while busy,
+#     teardown, a server that dies at start-up, the live contract check against the emulator; with
+#     speculation through SGLang's own CPU path (intel_amx + the torch ops, SPECGUARD_SGL_CPU_SPEC=1),
+#     the sglang-cpu-spec suite launched (update, unchanged, a perturbed draft that fails its
+#     accept-length gate), greedy token identity of NGRAM / STANDALONE / EAGLE3 against the
+#     reference, accept length on /generate, chat sglext and sglang:spec_accept_length, attach with
+#     --speculative-adaptive, the speculative contract against the emulator, and the stand-in's
+#     log: every op of the path computed (OP lines), no placeholder ever called (no CALL line).
+# Exits non-zero on any failure, a skip included.
 #
 #   .ci/run_real_sglang.sh [PYTHON]    PYTHON: the fast tests' venv python (default: python on PATH)
 #
-# Env: SPECGUARD_SGLANG_VENV (see setup_sglang.sh); SPECGUARD_SGLANG_MODELS, where the tiny model
-# is built (default ~/.cache/specguard/tiny-models-sglang). Budget: ~15 min on 2 cores with a
-# fresh SGLang install (docs/sglang-cpu.md has the costs).
+# Env: SPECGUARD_SGLANG_VENV (see setup_sglang.sh); SPECGUARD_SGLANG_MODELS, where the tiny models
+# are built (default ~/.cache/specguard/tiny-models-sglang). docs/sglang-cpu.md has the costs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 started=$(date +%s)
@@ -36,23 +43,37 @@ export SPECGUARD_SGL_KERNEL_LOG="$artifacts/sgl_kernel_standin.log"
 echo "== tiny model in $SPECGUARD_SGLANG_MODELS"
 "$SPECGUARD_SGLANG_PYTHON" tools/build_tiny_models.py --out "$SPECGUARD_SGLANG_MODELS"
 
-echo "== real SGLang through the suite (tests/test_real_sglang.py)"
 status=0
+echo "== the PyTorch sgl_kernel CPU ops and the switches (tests/tools/test_sgl_cpu_ops.py, SGLang venv's python)"
+ops_started=$(date +%s)
+# Without SPECGUARD_SGL_KERNEL_LOG: the job's log counts only what the servers computed.
+env -u SPECGUARD_SGL_KERNEL_LOG SGLANG_USE_CPU_ENGINE=1 "$SPECGUARD_SGLANG_PYTHON" -m pytest tests/tools/test_sgl_cpu_ops.py \
+  -m real_sglang --noconftest -q -p no:cacheprovider -rA --junitxml "$artifacts/junit-ops.xml" || status=$?
+"$PY" .ci/no_skips.py real-SGLang-ops "$artifacts/junit-ops.xml" || status=1
+echo "== ops tests: $(( $(date +%s) - ops_started ))s"
+
+echo "== real SGLang through the suite (tests/test_real_sglang.py)"
 "$PY" -m pytest tests/test_real_sglang.py -m real_sglang -q -p no:cacheprovider -rA \
   --junitxml "$artifacts/junit.xml" || status=$?
 
-for tag in update unchanged slowed attach badflag; do
+for tag in update unchanged slowed attach badflag spec-update spec-unchanged spec-perturbed spec-attach; do
   if [[ -f "$artifacts/$tag-summary.txt" ]]; then
     echo "== verdicts: $tag run"
     cat "$artifacts/$tag-summary.txt"
   fi
 done
-for f in figures.txt contract-diff.txt; do
+for f in figures.txt contract-diff.txt contract-diff-spec.txt op-calls.txt; do
   if [[ -f "$artifacts/$f" ]]; then echo "== $f"; cat "$artifacts/$f"; fi
 done
 echo "== sgl_kernel stand-in: symbols resolved / CALLED during the job"
 echo "resolved: $(grep -c $'^RESOLVE\t' "$SPECGUARD_SGL_KERNEL_LOG" || true), called: $(grep -c $'^CALL\t' "$SPECGUARD_SGL_KERNEL_LOG" || true)"
 grep $'^CALL\t' "$SPECGUARD_SGL_KERNEL_LOG" | sort | uniq -c || echo "(no call)"
+echo "== CPU speculation ops that computed (torch, specguard_sgl_cpu_ops.py): processes logging each op, and the"
+echo "   largest call count logged (1, 10, 100, ... per process); platform overrides (has_amx=True)"
+awk -F'\t' '$1 == "OP" { split($4, n, "="); if (n[2] + 0 > max[$2]) max[$2] = n[2] + 0; if (!seen[$2 FS $3]++) procs[$2]++ }
+             $1 == "PLATFORM" { plat++ }
+             END { for (op in max) printf "%-50s processes %d, calls >= %d\n", op, procs[op], max[op]; printf "PLATFORM overrides: %d processes\n", plat }' \
+  "$SPECGUARD_SGL_KERNEL_LOG" | sort
 
 # Passing by skipping is failing: the job exists to run the real server.
 "$PY" .ci/no_skips.py real-SGLang "$artifacts/junit.xml" || status=1

@@ -1,4 +1,5 @@
-"""Real SGLang 0.5.23 on the CPU (no speculation), through the suite's own SGLang engine.
+"""Real SGLang 0.5.23 on the CPU, through the suite's own SGLang engine: plain decoding, and
+speculative decoding through SGLang's own CPU speculation path.
 
 What runs, in this order (module scope; .ci/run_real_sglang.sh prints the artifacts):
 1. the sglang-cpu suite (perf_tests/suites/sglang-cpu.toml) launches `python -m sglang.launch_server`
@@ -13,7 +14,14 @@ What runs, in this order (module scope; .ci/run_real_sglang.sh prints the artifa
    contract check against the emulator launched with the same flags (shapes only: one line per
    difference); idle CPU; teardown leaves no process of its group;
 4. idle CPU and single-stream speed with `--sleep-on-idle`;
-5. the sgl_kernel stand-in's log: symbols were resolved (so the log works) and none was CALLED.
+5. speculation (SPECGUARD_SGL_CPU_SPEC=1: intel_amx through SGLang's override_platform and the
+   PyTorch sgl_kernel CPU ops of tools/sgl_kernel_standin/; docs/sglang-cpu.md section 7): the
+   sglang-cpu-spec suite launched (update, unchanged, a perturbed draft whose accept-length gate
+   fails); four servers started by hand (reference, standalone, ngram, eagle3 adaptive): greedy
+   token identity against the reference on every prompt, accept length on /generate, chat sglext
+   and sglang:spec_accept_length, attach with the steps in use per run, the speculative contract
+   against the emulator, the op-call log;
+6. the sgl_kernel stand-in's log: symbols were resolved (so the log works) and none was CALLED.
 
 Skipped unless SPECGUARD_SGLANG_PYTHON names the SGLang venv's python (.ci/setup_sglang.sh makes
 it); once it is set, a missing interpreter or model is a failure, never a skip.
@@ -21,6 +29,7 @@ it); once it is set, a missing interpreter or model is a failure, never a skip.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -39,6 +48,7 @@ from real_suite_runs import engine_python, tiny_models
 pytestmark = [pytest.mark.real_sglang, pytest.mark.real_engine]
 REPO = Path(__file__).resolve().parents[1]
 SUITE = REPO / "perf_tests" / "suites" / "sglang-cpu.toml"
+SPEC_SUITE = REPO / "perf_tests" / "suites" / "sglang-cpu-spec.toml"
 RUN_TIMEOUT_S = 600
 STARTUP_TIMEOUT_S = 300
 sys.path.insert(0, str(REPO / "tools"))
@@ -56,7 +66,8 @@ JOB_TAG_VAR = "SPECGUARD_SGLANG_JOB_TAG"  # set in every server's environment: f
 def sglang_env() -> dict[str, str]:
     """The environment the job needs; a set-but-broken one fails (only an unset one skips)."""
     python = engine_python("SPECGUARD_SGLANG_PYTHON", ".ci/setup_sglang.sh", ".ci/run_real_sglang.sh")
-    models = tiny_models("SPECGUARD_SGLANG_MODELS", "~/.cache/specguard/tiny-models-sglang", ("target",), python)
+    models = tiny_models("SPECGUARD_SGLANG_MODELS", "~/.cache/specguard/tiny-models-sglang",
+                         ("target", "draft-same", "draft-70", "draft-20", "eagle3-random", "draft-under-test"), python)
     env = {**os.environ, "SPECGUARD_SGLANG_PYTHON": python, "SPECGUARD_SGLANG_MODELS": str(models)}
     env.setdefault("SPECGUARD_SGL_KERNEL_LOG", str(Path(os.environ.get("SPECGUARD_REAL_SGLANG_ARTIFACTS", "/tmp"))
                                                    / "sgl_kernel_standin.log"))
@@ -143,19 +154,25 @@ def group_cpu_seconds(pgid: int) -> float:
 class HandServer:
     """`python -m sglang.launch_server` started by hand (not by the suite), in its own group."""
 
-    def __init__(self, env: dict[str, str], work: Path, name: str, extra: list[str] = ()) -> None:
+    def __init__(self, env: dict[str, str], work: Path, name: str, extra: list[str] = (),
+                 flags: list[str] = SERVER_FLAGS, extra_env: dict[str, str] | None = None, wait: bool = True) -> None:
         self.port = _free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.tag = uuid.uuid4().hex[:12]
         self.log = work / f"hand-{name}-{self.port}.log"
         model = str(Path(env["SPECGUARD_SGLANG_MODELS"]) / "target")
         self.cmd = [env["SPECGUARD_SGLANG_PYTHON"], "-m", "sglang.launch_server", "--model-path", model,
-                    "--host", "127.0.0.1", "--port", str(self.port), *SERVER_FLAGS, *extra]
-        started = time.monotonic()
+                    "--host", "127.0.0.1", "--port", str(self.port), *flags, *extra]
+        self.started = time.monotonic()
         with open(self.log, "wb") as log:
             self.proc = subprocess.Popen(self.cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                         env={**env, **SERVER_ENV, JOB_TAG_VAR: self.tag}, start_new_session=True)
-        deadline = started + STARTUP_TIMEOUT_S
+                                         env={**env, **SERVER_ENV, **(extra_env or {}), JOB_TAG_VAR: self.tag},
+                                         start_new_session=True)
+        if wait:
+            self.wait_ready()
+
+    def wait_ready(self) -> None:
+        deadline = self.started + STARTUP_TIMEOUT_S
         while True:
             if self.proc.poll() is not None:
                 raise AssertionError(f"hand-started server exited ({self.proc.returncode}); log tail:\n{self.tail()}")
@@ -168,7 +185,7 @@ class HandServer:
                 self.stop()
                 raise AssertionError(f"hand-started server not ready after {STARTUP_TIMEOUT_S}s:\n{self.tail()}")
             time.sleep(0.5)
-        self.startup_s = time.monotonic() - started
+        self.startup_s = time.monotonic() - self.started
 
     def tail(self, n: int = 30) -> str:
         return "\n".join(self.log.read_text(errors="replace").splitlines()[-n:])
@@ -219,10 +236,11 @@ def single_stream_tok_s(url: str, input_ids: list[int], tokens: int = 256, timeo
 # ------------------------------------------------------------------------------ suite runs
 
 def run_suite(work: Path, baselines: Path, tag: str, env: dict[str, str], *args: str,
-              cpus: set[int] | None = None) -> tuple[int, str, dict[str, str], dict]:
-    """One `pytest perf_tests` session of the sglang-cpu suite (real_suite_runs.run_suite); every
-    process it starts carries the job tag, swept if the session has to be killed."""
-    return real_suite_runs.run_suite(SUITE, work, baselines, tag, env, *args, timeout_s=RUN_TIMEOUT_S, cpus=cpus,
+              cpus: set[int] | None = None, suite: Path = SUITE,
+              timeout_s: float = RUN_TIMEOUT_S) -> tuple[int, str, dict[str, str], dict]:
+    """One `pytest perf_tests` session of a suite (default sglang-cpu; real_suite_runs.run_suite);
+    every process it starts carries the job tag, swept if the session has to be killed."""
+    return real_suite_runs.run_suite(suite, work, baselines, tag, env, *args, timeout_s=timeout_s, cpus=cpus,
                                      on_timeout=lambda: kill_tagged(env.get(JOB_TAG_VAR)))
 
 
@@ -493,16 +511,388 @@ def test_sleep_on_idle_brings_idle_cpu_down(env, work_dir):
     assert not group_members(server.proc.pid)
 
 
-def test_sgl_kernel_standin_was_never_called(env):
-    """The stand-in logs every symbol it hands out and every call: the log of this whole job must
-    show symbols resolved (the log works, SGLang did import it) and not one call."""
+# ------------------------------------------------------------------------------ speculation
+
+# SGLang's own CPU speculation path (docs/sglang-cpu.md section 7): intel_amx reached through
+# SGLang's override_platform(has_amx=True) and the sgl_kernel CPU ops in PyTorch, both switched on
+# by SPECGUARD_SGL_CPU_SPEC=1 (tools/sgl_kernel_standin/).
+SPEC_FLAGS = ["--device", "cpu", "--attention-backend", "intel_amx", "--disable-cuda-graph", "--enable-metrics",
+              "--max-running-requests", "8", "--mem-fraction-static", "0.2", "--max-total-tokens", "65536"]
+SPEC_ENV = {"SPECGUARD_SGL_CPU_SPEC": "1"}
+SPEC_RUN_TIMEOUT_S = 900
+SPEC_STEPS = 3  # standalone and eagle3: --speculative-num-steps 3, topk 1, 4 draft tokens
+IDENTITY_PROMPTS = 16
+IDENTITY_TOKENS = 40
+SPEC_STATE: dict = {}  # readings shared between the tests below (the job's table)
+
+
+def spec_server_args(models: Path) -> dict[str, list[str]]:
+    """The hand-started servers: the reference without speculation and three speculative ones,
+    each as the suite file's configuration of the same name (sglang-cpu-spec.toml)."""
+    chain = ["--speculative-num-steps", str(SPEC_STEPS), "--speculative-eagle-topk", "1",
+             "--speculative-num-draft-tokens", str(SPEC_STEPS + 1)]
+    return {
+        "reference": [],
+        "standalone": ["--speculative-algorithm", "STANDALONE", "--speculative-draft-model-path",
+                       str(models / "draft-same"), *chain],
+        "ngram": ["--speculative-algorithm", "NGRAM", "--speculative-num-draft-tokens", "8"],
+        "eagle3": ["--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", str(models / "eagle3-random"),
+                   *chain, "--speculative-adaptive"],
+    }
+
+
+def cell_readings(doc: dict) -> dict[tuple[str, int], dict]:
+    """Per cell: mean tok/s, mean accept length (/generate), summed correct-drafts histogram,
+    steps in use per run, server-side accept lengths per run."""
+    out = {}
+    for cell in doc.get("cells", []):
+        runs = cell["runs"]
+        acc = [r["accept_length"] for r in runs if r.get("accept_length") is not None]
+        hist: list[int] = []
+        for r in runs:
+            for i, n in enumerate(r.get("correct_drafts_histogram") or []):
+                hist += [0] * (i + 1 - len(hist))
+                hist[i] += n
+        out[(cell["config"], cell["concurrency"])] = {
+            "tok_s": sum(r["output_throughput"] for r in runs) / len(runs),
+            "accept": sum(acc) / len(acc) if acc else None,
+            "runs_with_histogram": sum(1 for r in runs if r.get("correct_drafts_histogram")),
+            "runs": len(runs), "hist": hist,
+            "steps": [r.get("spec_num_steps") for r in runs],
+            "server_accept": [r.get("server_accept_length") for r in runs],
+        }
+    return out
+
+
+def table_lines(tag: str, doc: dict) -> list[str]:
+    lines = []
+    for (config, c), v in sorted(cell_readings(doc).items(), key=lambda kv: (kv[0][0], kv[0][1])):
+        acc = f"{v['accept']:.3f}" if v["accept"] is not None else "-"
+        steps = f" steps in use {v['steps']}" if any(s is not None for s in v["steps"]) else ""
+        hist = f" correct-drafts histogram {v['hist']}" if v["hist"] else ""
+        lines.append(f"{tag}: {config:10s} C={c}  {v['tok_s']:7.1f} tok/s  accept {acc}{hist}{steps}")
+    return lines
+
+
+def test_spec_suite_launches_records_gates_unchanged_and_catches_a_perturbed_draft(env, work_dir, tmp_path):
+    """The sglang-cpu-spec suite launched by specguard (reference on intel_amx, ngram, standalone,
+    weak): update, unchanged, then the standalone draft replaced by a perturbed copy under the
+    same path (draft-under-test -> draft-70): its accept-length gate must fail, named."""
+    baselines = tmp_path / "spec-baselines"
+    tag = uuid.uuid4().hex[:12]
+    env = {**env, JOB_TAG_VAR: tag}
+    models = Path(env["SPECGUARD_SGLANG_MODELS"])
+    link = models / "draft-under-test"
+    assert link.is_symlink() and os.readlink(link) == "draft-same", \
+        f"{link} must point at draft-same: rerun tools/build_tiny_models.py --out {models}"
+    launched = ("-k", "not eagle3")  # eagle3 is measured attached (test_spec_attach_...)
+
+    code, out, res, doc = run_suite(work_dir, baselines, "spec-update", env, "--update-baselines", *launched,
+                                    suite=SPEC_SUITE, timeout_s=SPEC_RUN_TIMEOUT_S)
+    assert code == 0 and res and set(res.values()) == {"passed"}, out[-4000:]
+    for name in ("reference", "ngram", "standalone", "weak"):
+        server = doc["servers"][name]
+        assert server["mode"] == "launched" and server["effective_args"]["engine_version"] == "0.5.23", server
+        eff = server["effective_args"]
+        assert (eff.get("attention_backend") or eff.get("server_args", {}).get("attention_backend")) == "intel_amx", eff
+    assert all(r["failed"] == 0 for c in doc["cells"] for r in c["runs"]), doc["cells"]
+    cells = cell_readings(doc)
+    for c in (1, 2):
+        assert cells["reference", c]["accept"] is None
+        assert cells["standalone", c]["accept"] == pytest.approx(SPEC_STEPS + 1, abs=0.05), cells["standalone", c]
+        assert 1.1 < cells["weak", c]["accept"] < 1.5, cells["weak", c]  # draft-20: 10/8 = 1.25
+        assert cells["ngram", c]["accept"] > 1.5, cells["ngram", c]
+        for name in ("ngram", "standalone", "weak"):  # the correct-drafts histogram, every run
+            assert cells[name, c]["runs_with_histogram"] == cells[name, c]["runs"], (name, c, cells[name, c])
+        hist = cells["standalone", c]["hist"]
+        assert len(hist) == SPEC_STEPS + 1 and hist[SPEC_STEPS] == sum(hist), hist  # every verify accepted all
+    SPEC_STATE["update"] = doc
+    for line in table_lines("spec suite, update run", doc):
+        figure(work_dir, line)
+    assert not processes_with_tag(tag), processes_with_tag(tag)
+
+    code, out, res, doc = run_suite(work_dir, baselines, "spec-unchanged", env, "--require-baselines", *launched,
+                                    suite=SPEC_SUITE, timeout_s=SPEC_RUN_TIMEOUT_S)
+    assert code == 0 and set(res.values()) == {"passed"}, out[-4000:]
+    assert set(verdicts(doc, "accept_length").values()) == {"pass"}, verdicts(doc, "accept_length")
+    for line in table_lines("spec suite, unchanged run", doc):
+        figure(work_dir, line)
+    assert not processes_with_tag(tag), processes_with_tag(tag)
+
+    # A perturbed draft under the same path: nothing in the fingerprint changes, the gate compares.
+    perturbed = link.with_name("draft-under-test.perturbed")
+    perturbed.unlink(missing_ok=True)
+    perturbed.symlink_to("draft-70")
+    os.replace(perturbed, link)
+    try:
+        code, out, res, doc = run_suite(work_dir, baselines, "spec-perturbed", env, "--require-baselines",
+                                        "-k", "standalone", suite=SPEC_SUITE, timeout_s=SPEC_RUN_TIMEOUT_S)
+    finally:
+        restore = link.with_name("draft-under-test.restore")
+        restore.unlink(missing_ok=True)
+        restore.symlink_to("draft-same")
+        os.replace(restore, link)
+    assert not processes_with_tag(tag), processes_with_tag(tag)
+    failed = {t: m for t, m in res.items() if m != "passed"}
+    assert code == 1, out[-4000:]
+    assert {"test_accept_length[standalone-c1]", "test_accept_length[standalone-c2]"} <= set(failed), failed
+    assert all("standalone" in t and m.startswith("failure") for t, m in failed.items()), failed
+    for line in table_lines("spec suite, perturbed draft (draft-70 as standalone's draft)", doc):
+        figure(work_dir, line)
+    figure(work_dir, f"spec suite, perturbed draft: failed {sorted(failed)}")
+
+
+@pytest.fixture(scope="module")
+def spec_servers(env, work_dir):
+    """reference, standalone, ngram and eagle3 (adaptive) started by hand, together, each with
+    --sleep-on-idle (four idle schedulers would otherwise busy-poll two cores)."""
+    servers: dict[str, HandServer] = {}
+    try:
+        for name, extra in spec_server_args(Path(env["SPECGUARD_SGLANG_MODELS"])).items():
+            servers[name] = HandServer(env, work_dir, f"spec-{name}", [*extra, "--sleep-on-idle"], flags=SPEC_FLAGS,
+                                       extra_env=SPEC_ENV, wait=False)
+        for server in servers.values():
+            server.wait_ready()
+        figure(work_dir, "speculative servers started by hand, together (to /health_generate 200): "
+               + ", ".join(f"{n} {s.startup_s:.0f} s" for n, s in servers.items()))
+        yield servers
+    finally:
+        for server in servers.values():
+            server.stop()
+        for server in servers.values():
+            assert not group_members(server.proc.pid), (server.cmd, group_members(server.proc.pid))
+
+
+def _generate(url: str, ids: list[int], tokens: int) -> dict:
+    r = httpx.post(url + "/generate", json={"input_ids": ids, "sampling_params": {
+        "max_new_tokens": tokens, "temperature": 0, "ignore_eos": True}}, timeout=300)
+    r.raise_for_status()
+    return r.json()
+
+
+def identity_prompts() -> list[list[int]]:
+    """Random ids within the 512-token vocabulary, and repetitive ones (a 5-id phrase repeated)."""
+    import random
+
+    rng = random.Random(24)
+    prompts = [[rng.randrange(3, 512) for _ in range(rng.randint(8, 40))] for _ in range(IDENTITY_PROMPTS - 4)]
+    prompts += [[rng.randrange(3, 512) for _ in range(5)] * 6 for _ in range(4)]
+    return prompts
+
+
+def test_speculative_greedy_output_is_token_identical_to_the_reference(spec_servers, work_dir):
+    """Greedy verification: every prompt's output under speculation equals the reference server's
+    greedy output (no speculation, same model and attention backend), 4 requests at a time so that
+    verification runs batched."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    prompts = identity_prompts()
+    outputs = {}
+    for name, server in spec_servers.items():
+        with ThreadPoolExecutor(4) as pool:
+            outputs[name] = list(pool.map(lambda p: _generate(server.url, p, IDENTITY_TOKENS), prompts))
+    ref = [o["output_ids"] for o in outputs["reference"]]
+    assert all(len(o) == IDENTITY_TOKENS for o in ref)
+    identical = {}
+    for name in ("standalone", "ngram", "eagle3"):
+        same = [o["output_ids"] == r for o, r in zip(outputs[name], ref)]
+        identical[name] = sum(same)
+        metas = [o["meta_info"] for o in outputs[name]]
+        accept = [m["spec_accept_length"] for m in metas]
+        figure(work_dir, f"token identity, {name}: {sum(same)}/{len(prompts)} prompts identical to the reference's "
+                         f"greedy output ({IDENTITY_TOKENS} tokens each, 4 concurrent); per-request accept length "
+                         f"min {min(accept):.3f} mean {sum(accept) / len(accept):.3f} max {max(accept):.3f}")
+        SPEC_STATE[f"identity-{name}"] = (sum(same), len(prompts), accept)
+        if name == "standalone":  # a draft that predicts as the target does accepts every draft
+            assert min(accept) >= SPEC_STEPS + 1 - 0.01, accept
+            assert all(m["spec_correct_drafts_histogram"][SPEC_STEPS] == m["spec_verify_ct"] for m in metas), metas[0]
+        elif name == "ngram":  # the output repeats with period 10: n-gram lookup finds it
+            assert sum(accept) / len(accept) > 1.5, accept
+        else:  # a random EAGLE-3 head: chance acceptance over a 512-token vocabulary
+            assert max(accept) < 1.2, accept
+    assert identical == {n: len(prompts) for n in identical}, identical
+
+
+def _metric(url: str, name: str) -> float | None:
+    text = httpx.get(url + "/metrics", timeout=30).text
+    values = [float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+              if line.startswith(name + "{") or line.startswith(name + " ")]
+    return values[0] if values else None
+
+
+def _chat_sglext(url: str, tokens: int) -> dict:
+    """A streamed /v1/chat/completions asking for return_spec_tokens_details: the sglext chunk."""
+    body = {"model": "default", "messages": [{"role": "user", "content": "Count with me."}], "max_tokens": tokens,
+            "temperature": 0, "ignore_eos": True, "stream": True, "return_spec_tokens_details": True}
+    details = None
+    with httpx.stream("POST", url + "/v1/chat/completions", json=body, timeout=300) as r:
+        assert r.status_code == 200, r.read()[:300]
+        for line in r.iter_lines():
+            if line.startswith("data:") and "sglext" in line:
+                details = json.loads(line[5:])["sglext"]["spec_tokens_details"]
+    assert details is not None, "no sglext.spec_tokens_details chunk"
+    return details
+
+
+# Tokens per request for the metric comparison: >= 80 verifies at each server's steady accept length
+# (standalone 4, ngram up to 8, eagle3 ~1), so the scheduler's last decode-log fold window (40
+# verifies) lies inside the request.
+METRIC_TOKENS = {"standalone": 400, "ngram": 720, "eagle3": 120}
+
+
+def test_accept_length_on_generate_chat_sglext_and_the_servers_metric_agree(spec_servers, work_dir):
+    """Per server: one /generate and one streamed chat request (sglext.spec_tokens_details). The
+    server's sglang:spec_accept_length is accepted tokens / verifies over its last decode-log fold
+    window (every 40 decode batches, metrics_reporter.py log_decode_stats); each request is long
+    enough (>= 80 verifies) that this window lies inside it, and nothing else runs. Then the
+    request's completion_tokens / spec_verify_ct agrees with it within 1/spec_verify_ct: the request
+    counts the token of its prefill, the scheduler's verify counter does not. NGRAM is warmed first
+    with the same prompt (its corpus then holds the output's n-grams), so its acceptance is steady from
+    a request's start."""
+    lines = []
+    for name in ("standalone", "ngram", "eagle3"):
+        url, tokens = spec_servers[name].url, METRIC_TOKENS[name]
+        if name == "ngram":  # the same prompt once before: the corpus then holds this output's n-grams
+            _generate(url, [11, 12, 13, 14], tokens)
+        gen = _generate(url, [11, 12, 13, 14], tokens)["meta_info"]
+        gauge_gen = _metric(url, "sglang:spec_accept_length")
+        if name == "ngram":
+            _chat_sglext(url, tokens)
+        chat = _chat_sglext(url, tokens)
+        gauge_chat = _metric(url, "sglang:spec_accept_length")
+        for route, req, gauge in (("/generate", gen, gauge_gen), ("chat sglext", chat, gauge_chat)):
+            v = req["spec_verify_ct"]
+            explained = 1.0 / v
+            lines.append(f"accept length, {name}, {route}: request {req['spec_accept_length']:.4f} "
+                         f"(verify ct {v}), sglang:spec_accept_length {gauge}, difference "
+                         f"{abs(req['spec_accept_length'] - (gauge or 0)):.4f} (prefill token explains {explained:.4f})")
+            SPEC_STATE.setdefault("metric-lines", []).append(lines[-1])
+            assert v >= 80, lines[-1]
+            assert gauge is not None and gauge > 0, (name, route, gauge)
+            assert abs(req["spec_accept_length"] - gauge) <= explained + 1e-9, lines[-1]
+            assert req["spec_correct_drafts_histogram"] and sum(req["spec_correct_drafts_histogram"]) == v, req
+    for line in lines:
+        figure(work_dir, line)
+
+
+def test_spec_attach_to_the_hand_started_servers_with_adaptive_steps(env, work_dir, tmp_path, spec_servers):
+    """Attach mode: the suite measures standalone, ngram and eagle3 on the servers started by hand
+    (each with its reference, the hand-started intel_amx server); eagle3 runs
+    --speculative-adaptive, so every run of it reports the steps in use (sglang:spec_num_steps)."""
+    urls = [f"{n}={s.url}" for n, s in spec_servers.items()]
+    args = [a for u in urls for a in ("--server-url", u)]
+    code, out, res, doc = run_suite(work_dir, tmp_path / "b", "spec-attach", env, *args, "-k",
+                                    "standalone or ngram or eagle3", "--concurrency", "2", "--repeats", "2",
+                                    suite=SPEC_SUITE, timeout_s=SPEC_RUN_TIMEOUT_S)
+    assert code == 0, out[-4000:]
+    for name in ("standalone", "ngram", "eagle3", "reference"):
+        server = doc["servers"][name]
+        assert server["attached"] and server["effective_args"]["engine_version"] == "0.5.23", server
+    cells = cell_readings(doc)
+    assert {c for _, c in cells} == {2}, sorted(cells)
+    for c in (2,):
+        steps = cells["eagle3", c]["steps"]
+        assert steps and all(isinstance(s, (int, float)) and s >= 1 for s in steps), steps  # adaptive: read per run
+        assert cells["standalone", c]["accept"] == pytest.approx(SPEC_STEPS + 1, abs=0.05)
+        assert cells["eagle3", c]["accept"] < 1.2
+    assert doc["servers"]["eagle3"]["effective_args"].get("speculative_adaptive") is True
+    for server in spec_servers.values():
+        assert server.proc.poll() is None  # attach never stops a server it did not start
+    for line in table_lines("spec suite, attach run", doc):
+        figure(work_dir, line)
+
+
+def spec_probe(url: str, ids: list[int]) -> dict:
+    """contract_shapes.probe plus the speculative fields: the OpenAI routes asked for
+    return_spec_tokens_details (sglext chunk), the native /generate not streamed."""
+    out = contract_shapes.probe(url, ids)
+    with httpx.Client(base_url=url, timeout=120) as c:
+        model = c.get("/server_info").json().get("served_model_name") or "default"
+        sp = {"max_new_tokens": 16, "temperature": 0, "ignore_eos": True}
+        out["/generate not streamed"] = {"status": 200, "body": c.post("/generate", json={
+            "input_ids": ids, "sampling_params": sp}).json()}
+        for path, body in (("/v1/completions", {"prompt": ids}),
+                           ("/v1/chat/completions", {"messages": [{"role": "user", "content": "Say something."}]})):
+            status, ev = contract_shapes._sse_events(c, path, {
+                "model": model, **body, "max_tokens": 16, "temperature": 0, "ignore_eos": True, "stream": True,
+                "stream_options": {"include_usage": True}, "return_spec_tokens_details": True})
+            sglext = [e for e in ev if isinstance(e, dict) and "sglext" in e]
+            out[f"{path} stream, return_spec_tokens_details"] = {
+                "status": status, **contract_shapes._openai_pick(ev), "sglext chunks": len(sglext),
+                **({"sglext_chunk": sglext[-1]} if sglext else {})}
+    return out
+
+
+def same_history(url: str) -> None:
+    """What state-dependent fields need before a probe, sent alike to both servers: a request long
+    enough for the scheduler's decode-log fold (40 verifies; /server_info internal_states then has
+    avg_spec_accept_length) and one request aborted by its client (sglang:num_aborted_requests_total
+    has a series only after the first abort on the real server)."""
+    _generate(url, [5, 6, 7], 200)
+    with contract_shapes.foreign_stream(url, {}, [5, 6, 7]) as streaming:
+        assert streaming
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and httpx.post(url + "/flush_cache", timeout=30).status_code != 200:
+        time.sleep(0.5)  # the aborted request leaves the scheduler
+
+
+def test_live_contract_speculative_fields_emulator_matches_the_real_server(env, work_dir, spec_servers):
+    """The emulator launched with the standalone server's flags answers the same requests, the
+    speculative fields included, with the same shapes (one line per difference)."""
+    real = spec_servers["standalone"]
+    port = _free_port()
+    model = str(Path(env["SPECGUARD_SGLANG_MODELS"]) / "target")
+    spec_flags = spec_server_args(Path(env["SPECGUARD_SGLANG_MODELS"]))["standalone"]
+    with open(work_dir / f"emulator-spec-{port}.log", "wb") as f:
+        emu = subprocess.Popen([sys.executable, "-m", "specguard.emulator.launch_server", "--model-path", model,
+                                "--host", "127.0.0.1", "--port", str(port), *SPEC_FLAGS, *spec_flags],
+                               stdout=f, stderr=subprocess.STDOUT, start_new_session=True, cwd=REPO)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        wait_http(url, emu)
+        ids = list(range(10, 42))
+        for u in (real.url, url):
+            same_history(u)
+        got_real, got_emu = spec_probe(real.url, ids), spec_probe(url, ids)
+    finally:
+        os.killpg(emu.pid, signal.SIGTERM)
+        emu.wait(30)
+    for probe in (got_real, got_emu):  # both really answered with the speculative fields
+        assert probe["/v1/chat/completions stream, return_spec_tokens_details"]["sglext chunks"] >= 1
+        assert "spec_verify_ct" in probe["/generate not streamed"]["body"]["meta_info"]
+    diffs = contract_shapes.compare(got_real, got_emu, ("real", "emulator"))
+    (work_dir / "contract-diff-spec.txt").write_text("".join(d + "\n" for d in diffs) + f"{len(diffs)} difference(s)\n")
+    figure(work_dir, f"live contract, speculative (standalone) real vs emulator: {len(diffs)} difference(s)")
+    assert not diffs, f"{len(diffs)} contract difference(s), real vs emulator:\n" + "\n".join(diffs)
+
+
+# The ops SGLang 0.5.23's CPU speculation path calls (docs/sglang-cpu.md section 7).
+CPU_SPEC_OPS = ("extend_attention_cpu", "decode_attention_cpu", "build_draft_decode_metadata_cpu",
+                "verify_tree_greedy_cpu", "build_tree_kernel_efficient_cpu", "reconstruct_indices_from_tree_mask",
+                "assign_extend_cache_locs_cpu", "assign_draft_cache_locs_contiguous_cpu",
+                "fill_accept_out_cache_loc_cpu", "fill_bonus_tokens_cpu", "assign_req_to_token_pool_cpu",
+                "copy_all_layer_kv_cache_cpu")
+
+
+def test_op_call_log_names_the_ops_that_computed(env, work_dir, spec_servers):
+    """Every op of the CPU speculation path computed in this job (OP lines of the stand-in log:
+    1st, 10th, 100th, ... call of each op per process), and SGLang's own platform override was
+    what made intel_amx reachable (PLATFORM lines)."""
     log = Path(env["SPECGUARD_SGL_KERNEL_LOG"])
-    lines = log.read_text().splitlines() if log.exists() else []
-    resolved = sorted({line.split("\t")[1] for line in lines if line.startswith("RESOLVE\t")})
-    called = [line for line in lines if line.startswith("CALL\t")]
-    assert resolved, f"no symbol resolved in {log}: the stand-in was not used (or does not log)"
-    assert not called, "sgl_kernel stand-in symbols were CALLED:\n" + "\n".join(sorted(set(called)))
-    assert all(re.match(r"sgl_kernel(\.\w+)+$", name) for name in resolved), resolved
+    lines = [line.split("\t") for line in log.read_text().splitlines()] if log.exists() else []
+    most: dict[str, int] = {}
+    for f in lines:
+        if f[0] == "OP":
+            name = f[1].split(".", 1)[1]
+            most[name] = max(most.get(name, 0), int(f[3].split("=")[1]))
+    platform = {f[2] for f in lines if f[0] == "PLATFORM"}
+    summary = ", ".join(f"{op} >= {most.get(op, 0)}" for op in CPU_SPEC_OPS)
+    (work_dir / "op-calls.txt").write_text(summary.replace(", ", "\n") + "\n")
+    figure(work_dir, f"op-call log (calls in the busiest process, as logged at 1, 10, 100, ...): {summary}; "
+                     f"platform override in {len(platform)} processes")
+    assert set(most) <= set(CPU_SPEC_OPS), set(most) - set(CPU_SPEC_OPS)
+    assert not [op for op in CPU_SPEC_OPS if op not in most], [op for op in CPU_SPEC_OPS if op not in most]
+    assert platform
 
 
 def test_shape_diff_is_one_line_per_difference_naming_the_side():
@@ -548,3 +938,15 @@ assert not hasattr(sgl_kernel, "__wrapped__") and sgl_kernel.STANDIN
     assert ["CALL", "sgl_kernel.flash_attn.flash_attn_with_kvcache"] in events
     assert ["CALL", "sgl_kernel.common_ops.rmsnorm"] in events
     assert ["RESOLVE", "sgl_kernel.common_ops.rmsnorm"] in events and ["MISSING", "sgl_kernel.scalar_type"] in events
+
+
+def test_sgl_kernel_standin_was_never_called(env):
+    """The stand-in logs every symbol it hands out and every call: the log of this whole job must
+    show symbols resolved (the log works, SGLang did import it) and not one call."""
+    log = Path(env["SPECGUARD_SGL_KERNEL_LOG"])
+    lines = log.read_text().splitlines() if log.exists() else []
+    resolved = sorted({line.split("\t")[1] for line in lines if line.startswith("RESOLVE\t")})
+    called = [line for line in lines if line.startswith("CALL\t")]
+    assert resolved, f"no symbol resolved in {log}: the stand-in was not used (or does not log)"
+    assert not called, "sgl_kernel stand-in symbols were CALLED:\n" + "\n".join(sorted(set(called)))
+    assert all(re.match(r"sgl_kernel(\.\w+)+$", name) for name in resolved), resolved
