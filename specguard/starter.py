@@ -4,14 +4,21 @@ a CI workflow), from the embedded emulator or from a running server's /server_in
 from __future__ import annotations
 
 import os
+import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 
-from specguard.config import ConfigError, parse_suite, tomllib
+from specguard.config import ConfigError, parse_suite
 from specguard.engines import EffectiveArgs, get_engine
 from specguard.server import ServerStartError, check_url
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
 
 STARTER = Path(__file__).parent / "data" / "starter"
 CONFIG_NAMES = {"EAGLE3": "eagle3", "EAGLE": "eagle", "NEXTN": "mtp", "STANDALONE": "standalone", "NGRAM": "ngram"}
@@ -39,7 +46,7 @@ def _toml_value(value: object) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 
-def _server_table(name: str, keys: dict[str, object]) -> str:
+def _server_table(name: str, keys: Mapping[str, object]) -> str:
     lines = [f"[servers.{name}]"] + [f"{k} = {_toml_value(v)}" for k, v in keys.items() if v is not None]
     return "\n".join(lines) + "\n"
 

@@ -159,7 +159,7 @@ class BaselineStore:
         validate_document(doc, path, config)
         return doc
 
-    def history(self, config: str, fingerprint: Fingerprint, concurrency: int) -> CellHistory | None:
+    def history(self, config: str, fingerprint: Fingerprint, level: int | str) -> CellHistory | None:
         """Stored sessions of this cell with this exact fingerprint, or None."""
         doc = self.load_file(config)
         if doc is None:
@@ -167,7 +167,7 @@ class BaselineStore:
         entry = doc["entries"].get(fingerprint.key)
         if entry is None:
             return None
-        cell = entry["cells"].get(cell_key(concurrency))
+        cell = entry["cells"].get(cell_key(level))
         if not cell:
             return None
         sessions = [stored_session_from_json(s) for s in cell["sessions"]]

@@ -15,13 +15,17 @@ import sys
 import pytest
 
 from specguard.plugin import state
-from specguard.plugin.collection import (ALGORITHM_MARKERS, pytest_collection_finish, pytest_collection_modifyitems,
-                                         pytest_generate_tests, pytest_runtest_teardown)
+from specguard.plugin.collection import (
+    ALGORITHM_MARKERS,
+    pytest_collection_finish,
+    pytest_collection_modifyitems,
+    pytest_generate_tests,
+    pytest_runtest_teardown,
+)
 from specguard.plugin.fixtures import cell, specguard
 from specguard.plugin.options import check_run_options, debug_wanted, get_suite, pytest_addoption, suite_path
-from specguard.plugin.outcomes import TestLog, pytest_sessionfinish, pytest_terminal_summary
-from specguard.plugin.scheduling import (pytest_configure_node, pytest_testnodedown, pytest_xdist_make_scheduler,
-                                         run_notes)
+from specguard.plugin.outcomes import LOG, TestLog, pytest_sessionfinish, pytest_terminal_summary
+from specguard.plugin.scheduling import pytest_configure_node, pytest_testnodedown, pytest_xdist_make_scheduler, run_notes
 
 __all__ = ["cell", "pytest_addoption", "pytest_collection_finish", "pytest_collection_modifyitems",
            "pytest_configure", "pytest_configure_node", "pytest_generate_tests", "pytest_runtest_teardown",
@@ -37,8 +41,8 @@ def pytest_configure(config: pytest.Config) -> None:
         config.addinivalue_line("markers", f"{name}: specguard cells of configurations using {name}")
     # pytest-benchmark is opt-in (--specguard-benchmark); an unused fixture is not worth a warning.
     config.addinivalue_line("filterwarnings", "ignore:Benchmark fixture was not used")
-    config.stash[state.LOG] = TestLog(debug_wanted(config))
-    config.pluginmanager.register(config.stash[state.LOG], "specguard-test-log")
+    config.stash[LOG] = TestLog(debug_wanted(config))
+    config.pluginmanager.register(config.stash[LOG], "specguard-test-log")
     config.stash[state.WORKER_DOCS] = []
     config.stash[state.WORKER_STAGES] = []
     # Decided here, while output capture is suspended, so the real streams are what is checked.

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
+
 import pytest
 
 from specguard.config import FAIL_RULES, ConfigError, Suite, load_suite, validate_suite
@@ -87,9 +88,9 @@ def test_paths(config: pytest.Config) -> list[Path]:
 def suite_path(config: pytest.Config) -> Path | None:
     """The suite file of this run, or None when it has none (`pytest tests` of a project)."""
     if config.getoption("--suite"):
-        return Path(config.getoption("--suite"))
+        return Path(str(config.getoption("--suite")))
     if config.getini("specguard_suite"):
-        return Path(config.rootpath) / config.getini("specguard_suite")
+        return Path(config.rootpath) / str(config.getini("specguard_suite"))
     found: list[Path] = []
     for p in test_paths(config):
         p = p if p.is_absolute() else Path(config.invocation_params.dir) / p

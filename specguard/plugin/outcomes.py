@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Literal
 
 import pytest
 
@@ -22,10 +23,9 @@ from specguard.plugin import state
 from specguard.plugin.collection import cell_of
 from specguard.plugin.fixtures import FAILURE_KIND
 from specguard.plugin.hints import record_command
-from specguard.plugin.scheduling import (WORKER_OUTPUT_KEY, WORKER_STAGE_KEY, claim_dir, commit_worker_stages,
-                                         is_worker)
+from specguard.plugin.scheduling import WORKER_OUTPUT_KEY, WORKER_STAGE_KEY, claim_dir, commit_worker_stages, is_worker
 from specguard.report.publish import write_report_dir
-from specguard.report.results import ResultsDoc, family_holm, merge_documents, write_results
+from specguard.report.results import FailedTestDoc, ResultsDoc, family_holm, merge_documents, write_results
 from specguard.report.terminal import render_summary
 from specguard.session.results import build_results
 
@@ -64,7 +64,7 @@ class TestLog:
         self.tests: dict[str, dict[str, Any]] = {}
 
     @property
-    def failed(self) -> list[dict[str, str]]:
+    def failed(self) -> list[FailedTestDoc]:
         return [{"nodeid": t["nodeid"], "kind": t["kind"], "message": t["message"]}
                 for t in self.tests.values() if t["outcome"] == "failed"]
 
@@ -127,10 +127,12 @@ def _emit_holm_test(config: pytest.Config, holm: dict[str, Any]) -> None:
     if failed:
         props.append((FAILURE_KIND, STATUS_REGRESSION))
     location = ("specguard", None, "family_holm")
+    phases: list[tuple[Literal["setup", "call", "teardown"], Literal["passed", "failed"], str | None]] = [
+        ("setup", "passed", None), ("call", "failed" if failed else "passed", holm["message"] if failed else None),
+        ("teardown", "passed", None)]
     terminal = config.pluginmanager.get_plugin("terminalreporter")
     hook = config.pluginmanager.subset_hook_caller("pytest_runtest_logreport", [terminal] if terminal else [])
-    for when, outcome, longrepr in (("setup", "passed", None), ("call", "failed" if failed else "passed",
-                                    holm["message"] if failed else None), ("teardown", "passed", None)):
+    for when, outcome, longrepr in phases:
         report = TestReport(HOLM_NODEID, location, {"family_holm": 1}, outcome, longrepr, when, user_properties=list(props))
         # Every plugin sees it (JUnit, this log, xdist); the terminal reporter only counts it, so
         # its progress line stays at 100% and `N passed/failed` includes it.
@@ -140,7 +142,10 @@ def _emit_holm_test(config: pytest.Config, holm: dict[str, Any]) -> None:
             terminal.stats.setdefault(category, []).append(report)
 
 
-def exit_status(current: int, failed: list[dict[str, str]], baselines_failed: bool = False) -> int:
+LOG = pytest.StashKey[TestLog]()
+
+
+def exit_status(current: int, failed: list[FailedTestDoc], baselines_failed: bool = False) -> int:
     """1 when a test found a regression (Holm's family test included), 3 when tests failed only
     because they could not measure, or a refresh wrote nothing; pytest's other codes stay."""
     kinds = {f["kind"] for f in failed}
@@ -187,9 +192,10 @@ def _session_document(config: pytest.Config, interrupted: bool) -> tuple[Results
             return None
         doc = build_results(sg)
         if is_worker(config):  # the controller merges, reports and commits baselines
-            config.workeroutput[WORKER_OUTPUT_KEY] = json.dumps(doc)
+            output: dict[str, str] = config.workeroutput  # type: ignore[attr-defined]  # set by pytest-xdist
+            output[WORKER_OUTPUT_KEY] = json.dumps(doc)
             if sg.options.update_baselines:
-                config.workeroutput[WORKER_STAGE_KEY] = json.dumps(stage.to_json())
+                output[WORKER_STAGE_KEY] = json.dumps(stage.to_json())
             return None
         return doc, outcome
     if config.stash.get(state.WORKER_DOCS, None):
@@ -214,7 +220,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     holm = family_holm(doc)
     if holm is not None and not interrupted:
         _emit_holm_test(config, holm)
-    log = config.stash[state.LOG]
+    log = config.stash[LOG]
     status = exit_status(session.exitstatus, log.failed, baselines_failed=bool(baselines and baselines.write_failed))
     session.exitstatus = status
     doc["tests"] = sorted(log.tests.values(), key=lambda t: t["nodeid"])

@@ -56,4 +56,8 @@ def _stop_servers_on_sigterm(config: pytest.Config) -> None:
     if previous not in (signal.SIG_DFL, None):
         return  # someone else (a runner, a test) handles it: leave theirs
     signal.signal(signal.SIGTERM, _on_sigterm)
-    config.add_cleanup(lambda: signal.signal(signal.SIGTERM, previous))
+
+    def restore() -> None:
+        signal.signal(signal.SIGTERM, previous)
+
+    config.add_cleanup(restore)

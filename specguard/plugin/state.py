@@ -2,25 +2,21 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pytest
 
 from specguard.config import Suite
+from specguard.plugin.live import LiveLine
 from specguard.report.results import ResultsDoc
+from specguard.session import GateSession
 
-if TYPE_CHECKING:
-    from specguard.plugin.live import LiveLine
-    from specguard.plugin.outcomes import TestLog
-    from specguard.session import GateSession
-
-SESSION = pytest.StashKey["GateSession"]()
+SESSION = pytest.StashKey[GateSession]()
 SUITE = pytest.StashKey[Suite]()
 DOC = pytest.StashKey[ResultsDoc]()
-LOG = pytest.StashKey["TestLog"]()
 WORKER_DOCS = pytest.StashKey[list[ResultsDoc]]()  # xdist controller: each worker's results document
 WORKER_STAGES = pytest.StashKey[list[dict[str, Any]]]()  # xdist controller: each worker's staged baselines
-LIVE = pytest.StashKey["LiveLine"]()
+LIVE = pytest.StashKey[LiveLine]()
 INTERACTIVE = pytest.StashKey[bool]()
 RUN_NOTES = pytest.StashKey[list[str]]()
 TESTRUN = pytest.StashKey[str]()  # xdist controller: the run id (its claim directory is removed at the end)

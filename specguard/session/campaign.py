@@ -136,7 +136,7 @@ class Campaign:
         failure = self._first_stage(name, levels, level, driver)
         if self._cells.cell(name, level) is None:
             raise failure or ConfigUnavailable(f"{name} {self._levels.name(level)} not measured", skip=False)
-        results = self._verdicts.decide(name, stage=1)
+        results: list[GateResult] | None = self._verdicts.decide(name, stage=1)
         if not self._design.sequential or self._pool.state(name).mode != MODE_LAUNCHED:
             return
         stage = 1
@@ -152,11 +152,8 @@ class Campaign:
         if name not in wanted:
             return None
         ref = self._suite.servers[name].reference
-        launched = max(self._cells.launches(name, c) for c in levels)
         ref_levels = sorted({r.concurrency for r in results if r.gate == SPECULATION})
-        ref_state = self._pool.state(ref) if ref else None
-        if ref and ref in wanted and ref_levels and ref_state is not None and ref_state.mode == MODE_LAUNCHED \
-                and ref_state.failure is None and all(self._cells.launches(ref, c) <= launched for c in ref_levels):
+        if ref and ref in wanted and ref_levels and self._reference_can_follow(ref, ref_levels, name, levels):
             self._pool.stop(name)
             why = self._add_launch(ref, ref_levels)
             self._pool.stop(ref)
@@ -165,6 +162,14 @@ class Campaign:
         self._note_relaunch(name, stage, wanted.get(name, []), why)
         decided = self._verdicts.decide(name, stage=stage)
         return None if why else decided
+
+    def _reference_can_follow(self, ref: str, ref_levels: list[int], name: str, levels: list[int]) -> bool:
+        """The reference was launched here, is healthy, and has no more launches than `name` at the
+        speculation levels (it comes along to keep the pair level, never to get ahead)."""
+        state = self._pool.state(ref)
+        launched = max(self._cells.launches(name, c) for c in levels)
+        return (state.mode == MODE_LAUNCHED and state.failure is None
+                and all(self._cells.launches(ref, c) <= launched for c in ref_levels))
 
     def _note_relaunch(self, name: str, stage: int, reasons: list[str], failed: str | None) -> None:
         """Why a configuration was launched again (the summary's "relaunched" line), per stage."""

@@ -6,11 +6,11 @@ from __future__ import annotations
 import shlex
 import shutil
 import subprocess
+from collections.abc import Sequence
 from typing import Any
 
 from specguard.config import ServerConfig, Suite
-from specguard.decide.baselines import (BaselineError, BaselineStore, Fingerprint, cell_key,
-                                        stored_session_from_json)
+from specguard.decide.baselines import BaselineError, BaselineStore, Fingerprint, cell_key, stored_session_from_json
 from specguard.decide.gates import session_spread
 from specguard.decide.stats import SpreadEstimate
 from specguard.labels import GateLabel
@@ -188,7 +188,7 @@ class Histories:
     def spread(self, metric: str, cells: list[tuple[str, int]]) -> SpreadEstimate | None:
         """The metric's between-session spread pooled over these cells whose stored history is
         known by now (configurations already started: their fingerprints are known)."""
-        histories = {}
+        histories: dict[tuple[str, int], Sequence[Sequence[float]]] = {}
         for name, level in cells:
             if self._pool.state(name).handle is None:
                 continue

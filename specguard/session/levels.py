@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from specguard.config import SweepConfig, Suite
+from specguard.config import Suite, SweepConfig
 from specguard.labels import Level
 from specguard.measure.metrics import workload_categories
 from specguard.session.options import RunOptions

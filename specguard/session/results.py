@@ -10,8 +10,20 @@ from specguard.decide.baselines import now_iso
 from specguard.decide.gates import GateResult, counts_as_failure
 from specguard.engines import redact
 from specguard.labels import STATUS_OK, GateLabel
-from specguard.report.results import (CONFIG_FIELDS, SCHEMA, SCHEMA_VERSION, CellDoc, ConfigDoc, ResultsDoc, ServerDoc,
-                                      cell_summary, clean, crossovers, decision_dict, detectable_drop)
+from specguard.report.results import (
+    CONFIG_FIELDS,
+    SCHEMA,
+    SCHEMA_VERSION,
+    CellDoc,
+    ConfigDoc,
+    ResultsDoc,
+    ServerDoc,
+    cell_summary,
+    clean,
+    crossovers,
+    decision_dict,
+    detectable_drop,
+)
 from specguard.session.gate_session import GateSession
 
 

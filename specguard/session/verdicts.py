@@ -3,9 +3,19 @@ decision per test when a configuration was decided in stages (relaunch on suspic
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from specguard.config import Suite
-from specguard.decide.gates import (ERROR, SKIP, GateDesign, GateResult, final_failures, final_results,
-                                    launch_history_gate, must_win_gate)
+from specguard.decide.gates import (
+    ERROR,
+    SKIP,
+    GateDesign,
+    GateResult,
+    final_failures,
+    final_results,
+    launch_history_gate,
+    must_win_gate,
+)
 from specguard.labels import ACCEPT_LENGTH, SPECULATION, THROUGHPUT, GateLabel
 from specguard.session.cells import ACCEPT_LENGTHS, REQUEST_GOODPUTS, THROUGHPUTS, CellStore
 from specguard.session.history import Histories
@@ -17,6 +27,25 @@ from specguard.session.servers import ServerPool
 
 def _mean(xs: list[float]) -> float | None:
     return sum(xs) / len(xs) if xs else None
+
+
+@dataclass(frozen=True)
+class _Pair:
+    """One speculation test: the speculative configuration and its reference at one level."""
+
+    name: str
+    ref: str
+    level: int
+    stage: int
+    where: str  # "speculation eagle3 c16": how its messages begin
+    goodput: bool  # decided on request goodput rather than tok/s
+
+    @property
+    def metric(self) -> str:
+        return REQUEST_GOODPUTS if self.goodput else THROUGHPUTS
+
+    def error(self, message: str) -> GateResult:
+        return GateResult(SPECULATION, self.name, self.level, ERROR, f"{self.where}: {message}", stage=self.stage)
 
 
 class Verdicts:
@@ -108,48 +137,59 @@ class Verdicts:
                                    design=self._design, spread=spread, stage=stage, **extra)
 
     def _speculation(self, name: str, level: int, must_win_up_to: int | None, stage: int) -> GateResult:
+        """The speculative configuration against its reference: measured in this session where it
+        was, else its stored sessions of the same environment."""
         ref = self._suite.servers[name].reference
-        where = f"speculation {name} {self._levels.name(level)}"
-
-        def error(message: str) -> GateResult:
-            return GateResult(SPECULATION, name, level, ERROR, f"{where}: {message}", stage=stage)
-
+        pair = _Pair(name, ref or "", level, stage, where=f"speculation {name} {self._levels.name(level)}",
+                     goodput=self._suite.tolerances.speculation_metric == "goodput")
         if ref is None:
-            return error(f"configuration has no reference in {self._suite.path}")
-        goodput = self._suite.tolerances.speculation_metric == "goodput"
-        metric = REQUEST_GOODPUTS if goodput else THROUGHPUTS
-        slo = self._suite.sweep.slo
-        spec = self._cells.launch_values(name, level, metric)
-        if goodput and any(v <= 0 for launch in spec for v in launch):
-            return error(f"goodput 0 in a run: no request met sweep.slo = {slo!r}, so the goodput ratio is "
-                         f"undefined; loosen the SLOs or lower the level")
-        limit = self._planner.must_win_limit(name, must_win_up_to)
-        common = dict(must_win=limit is not None and level <= limit, tol=self._suite.tolerances,
-                      alpha_cell=self._planner.current.alpha_for(SPECULATION, name, level), design=self._design,
-                      spread=self._histories.spread(metric, self._planner.current.selected_cells), stage=stage,
-                      pair_histories=(self._histories.stored(name, level, metric),
-                                      self._histories.stored(ref, level, metric)))
-        ref_cell = self._cells.cell(ref, level)
-        if ref_cell is not None:
-            if ref_cell.error:
-                return error(f"reference {ref} {self._levels.name(level)} could not be measured: "
-                             f"{ref_cell.error.splitlines()[0]}")
-            role = ", measured as reference" if (ref, level) in self._cells.reference_roles else ""
-            ref_values = self._cells.launch_values(ref, level, metric)
-            if goodput and any(v <= 0 for launch in ref_values for v in launch):
-                return error(f"reference {ref} had goodput 0 in a run (no request met sweep.slo = {slo!r}); the "
-                             f"goodput ratio is undefined")
-            return _on_goodput(must_win_gate(name, level, spec, ref_values, f"{ref} (this session{role})", **common), metric)
+            return pair.error(f"configuration has no reference in {self._suite.path}")
+        spec = self._cells.launch_values(name, level, pair.metric)
+        if pair.goodput and any(v <= 0 for launch in spec for v in launch):
+            return pair.error(f"goodput 0 in a run: no request met sweep.slo = {self._suite.sweep.slo!r}, so the goodput "
+                              f"ratio is undefined; loosen the SLOs or lower the level")
+        if self._cells.cell(ref, level) is not None:
+            return self._against_measured(pair, spec, must_win_up_to)
+        return self._against_stored(pair, spec, must_win_up_to)
+
+    def _against_measured(self, pair: _Pair, spec: list[list[float]], must_win_up_to: int | None) -> GateResult:
+        """The reference was measured in this session (the day cancels)."""
+        ref_cell = self._cells[(pair.ref, pair.level)]
+        if ref_cell.error:
+            return pair.error(f"reference {pair.ref} {self._levels.name(pair.level)} could not be measured: "
+                              f"{ref_cell.error.splitlines()[0]}")
+        ref_values = self._cells.launch_values(pair.ref, pair.level, pair.metric)
+        if pair.goodput and any(v <= 0 for launch in ref_values for v in launch):
+            return pair.error(f"reference {pair.ref} had goodput 0 in a run (no request met sweep.slo = "
+                              f"{self._suite.sweep.slo!r}); the goodput ratio is undefined")
+        role = ", measured as reference" if (pair.ref, pair.level) in self._cells.reference_roles else ""
+        return self._compare(pair, spec, must_win_up_to, f"{pair.ref} (this session{role})", ref_values, None)
+
+    def _against_stored(self, pair: _Pair, spec: list[list[float]], must_win_up_to: int | None) -> GateResult:
+        """The reference could not be measured here: its stored sessions of this environment, if any."""
+        ref = pair.ref
         failure = self._pool.state(ref).failure
         if failure is not None and not failure.skip:
-            return error(f"reference {ref!r} could not be measured: {failure.line}")
+            return pair.error(f"reference {ref!r} could not be measured: {failure.line}")
         why = f"reference {ref!r} cannot be measured here ({failure.line})" if failure else f"reference {ref!r} was not measured"
-        history, reason, is_error = self._histories.reference(name, ref, level, metric)
+        history, reason, is_error = self._histories.reference(pair.name, ref, pair.level, pair.metric)
         if history is None:
-            return GateResult(SPECULATION, name, level, ERROR if is_error else SKIP,
-                              f"{where}: {why} and has no usable stored baseline: {reason}", stage=stage)
+            return GateResult(SPECULATION, pair.name, pair.level, ERROR if is_error else SKIP,
+                              f"{pair.where}: {why} and has no usable stored baseline: {reason}", stage=pair.stage)
         label = f"{ref} (stored, {len(history)} session{'s' if len(history) != 1 else ''}, same environment)"
-        return _on_goodput(must_win_gate(name, level, spec, None, label, reference_history=history, **common), metric)
+        return self._compare(pair, spec, must_win_up_to, label, None, history)
+
+    def _compare(self, pair: _Pair, spec: list[list[float]], must_win_up_to: int | None, label: str,
+                 reference: list[list[float]] | None, reference_history: list[list[float]] | None) -> GateResult:
+        limit = self._planner.must_win_limit(pair.name, must_win_up_to)
+        result = must_win_gate(
+            pair.name, pair.level, spec, reference, label, must_win=limit is not None and pair.level <= limit,
+            tol=self._suite.tolerances, alpha_cell=self._planner.current.alpha_for(SPECULATION, pair.name, pair.level),
+            design=self._design, spread=self._histories.spread(pair.metric, self._planner.current.selected_cells),
+            reference_history=reference_history, stage=pair.stage,
+            pair_histories=(self._histories.stored(pair.name, pair.level, pair.metric),
+                            self._histories.stored(pair.ref, pair.level, pair.metric)))
+        return _on_goodput(result) if pair.goodput else result
 
     def _record(self, result: GateResult) -> GateResult:
         """The result as its test reports it: named at its level, with the server's notes."""
@@ -166,9 +206,9 @@ class Verdicts:
         return result
 
 
-def _on_goodput(result: GateResult, metric: str) -> GateResult:
-    """The speculation gate decided on goodput ([tolerances] speculation_metric = "goodput") says so."""
-    if metric == REQUEST_GOODPUTS:
-        result.message = result.message.replace(" tok/s", " good req/s").replace(
-            f"speculation {result.config} c{result.concurrency}:", f"speculation (goodput) {result.config} c{result.concurrency}:")
+def _on_goodput(result: GateResult) -> GateResult:
+    """A speculation gate decided on goodput (advanced.speculation_metric = "goodput") says so."""
+    where = f"{result.config} c{result.concurrency}:"
+    result.message = result.message.replace(" tok/s", " good req/s").replace(
+        f"speculation {where}", f"speculation (goodput) {where}")
     return result
