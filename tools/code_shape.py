@@ -31,7 +31,8 @@ class Function:
 
 def gate_path_modules() -> list[str]:
     """The specguard modules a `pytest perf_tests` run imports (the plugin, as pytest loads it)."""
-    code = "import sys, specguard.plugin, specguard.plugin.gate_tests; print('\\n'.join(sorted(m for m in sys.modules if m.startswith('specguard'))))"
+    code = ("import sys, specguard.plugin, specguard.plugin.gate_tests; "
+            "print('\\n'.join(sorted(m for m in sys.modules if m.startswith('specguard'))))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO)
     return out.stdout.split()
 
