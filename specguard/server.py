@@ -35,7 +35,7 @@ class ServerHandle:
     base_url: str
     engine: Engine
     effective: EffectiveArgs
-    process: subprocess.Popen | None = None  # None when attached
+    process: subprocess.Popen[bytes] | None = None  # None when attached
     log_path: Path | None = None
     command: list[str] = field(default_factory=list)  # redacted
     api_key: str | None = None
@@ -69,7 +69,7 @@ def free_port() -> int:
     """A port that is free now; launch retries with another if the server loses the race."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((HOST, 0))
-        return s.getsockname()[1]
+        return int(s.getsockname()[1])
 
 
 def _port_in_use_failure(log_path: Path) -> bool:
@@ -145,7 +145,7 @@ def wait_ready(handle: ServerHandle, timeout_s: float, poll_s: float = 0.5) -> N
     path = handle.engine.readiness_path
     with handle.control_client() as client:
         while True:
-            if not handle.alive():
+            if handle.process is not None and handle.process.poll() is not None:  # a launched server that exited
                 handle.process.wait()
                 raise ServerStartError(_start_failure(handle, "exited during start-up"))
             try:
@@ -245,39 +245,49 @@ def attach(name: str, url: str, engine: Engine, *, api_key: str | None = None,
     """Use a running server. Unreachable, unauthorised or non-SGLang addresses fail within
     seconds with one line; a server that answers but is still loading gets ready_timeout_s."""
     handle = ServerHandle(name=name, base_url=check_url(url, flag), engine=engine, effective=EffectiveArgs(), api_key=api_key)
-    base = handle.base_url
-    path = engine.readiness_path
+    with handle.control_client() as client:
+        _wait_attachable(client, handle.base_url, engine.readiness_path, ready_timeout_s, flag)
+        handle.effective = _read_attached_args(client, engine, cfg, handle.base_url, flag)
+    return handle
+
+
+def _wait_attachable(client: httpx.Client, base: str, path: str, ready_timeout_s: float, flag: str) -> None:
+    """Poll `path` until 200. A refused connection gets ATTACH_PROBE_S to start answering, a
+    server that answers (still loading) ready_timeout_s; anything else fails at once."""
     refused_until = time.monotonic() + ATTACH_PROBE_S
     deadline = time.monotonic() + ready_timeout_s
     last = ""
-    with handle.control_client() as client:
-        while True:
-            try:
-                r = client.get(path, timeout=min(10.0, ready_timeout_s))
-            except httpx.HTTPError as exc:
-                problem = _refusal(exc, base, flag) or f"{base}: {type(exc).__name__}: {exc}"
-                if not isinstance(exc, httpx.ConnectError) or "resolved" in problem or time.monotonic() >= refused_until:
-                    raise ServerStartError(problem) from None
-                last = problem
-            else:
-                if r.status_code == 200:
-                    break
-                problem = http_status_problem(r.status_code, base, path, r.text, flag)
-                if problem:
-                    raise ServerStartError(problem)
-                last = f"{base}{path} answered {r.status_code} (still loading?)"
-            if time.monotonic() >= deadline:
-                raise ServerStartError(f"{last or base + ' not ready'}; gave up after {ready_timeout_s:g}s")
-            time.sleep(0.5)
+    while True:
         try:
-            handle.effective = engine.read_effective_args(client, cfg)
-        except httpx.HTTPStatusError as exc:
-            resp = exc.response
-            problem = http_status_problem(resp.status_code, base, resp.request.url.path, resp.text, flag)
-            raise ServerStartError(problem or f"{base}{resp.request.url.path} answered {resp.status_code}; "
-                                              f"cannot read the server's arguments") from None
+            r = client.get(path, timeout=min(10.0, ready_timeout_s))
         except httpx.HTTPError as exc:
-            raise ServerStartError(_refusal(exc, base, flag) or f"{base}: {type(exc).__name__}: {exc}") from None
-        except ValueError as exc:
-            raise ServerStartError(f"{base} is not an SGLang server: its server-info route did not answer JSON ({exc})") from None
-    return handle
+            problem = _refusal(exc, base, flag) or f"{base}: {type(exc).__name__}: {exc}"
+            if not isinstance(exc, httpx.ConnectError) or "resolved" in problem or time.monotonic() >= refused_until:
+                raise ServerStartError(problem) from None
+            last = problem
+        else:
+            if r.status_code == 200:
+                return
+            status_problem = http_status_problem(r.status_code, base, path, r.text, flag)
+            if status_problem:
+                raise ServerStartError(status_problem)
+            last = f"{base}{path} answered {r.status_code} (still loading?)"
+        if time.monotonic() >= deadline:
+            raise ServerStartError(f"{last or base + ' not ready'}; gave up after {ready_timeout_s:g}s")
+        time.sleep(0.5)
+
+
+def _read_attached_args(client: httpx.Client, engine: Engine, cfg: ServerConfig | None, base: str,
+                        flag: str) -> EffectiveArgs:
+    """The attached server's effective arguments; a route that fails is one line naming it."""
+    try:
+        return engine.read_effective_args(client, cfg)
+    except httpx.HTTPStatusError as exc:
+        resp = exc.response
+        problem = http_status_problem(resp.status_code, base, resp.request.url.path, resp.text, flag)
+        raise ServerStartError(problem or f"{base}{resp.request.url.path} answered {resp.status_code}; "
+                                          f"cannot read the server's arguments") from None
+    except httpx.HTTPError as exc:
+        raise ServerStartError(_refusal(exc, base, flag) or f"{base}: {type(exc).__name__}: {exc}") from None
+    except ValueError as exc:
+        raise ServerStartError(f"{base} is not an SGLang server: its server-info route did not answer JSON ({exc})") from None

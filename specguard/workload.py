@@ -127,18 +127,18 @@ def build_workload(spec: WorkloadSpec, num_prompts: int = 256) -> Workload:
     elif spec.kind == "repeated-id":
         prompts = (Prompt(input_ids=(spec.repeated_id,) * spec.input_len),)
     elif spec.kind == "text":
-        rows = shipped_prompts()
-        order = np.random.default_rng(spec.seed).permutation(len(rows))
-        prompts = tuple(Prompt(text=rows[i]["text"], category=rows[i]["category"]) for i in order)
+        shipped = shipped_prompts()
+        order = np.random.default_rng(spec.seed).permutation(len(shipped))
+        prompts = tuple(Prompt(text=shipped[i]["text"], category=shipped[i]["category"]) for i in order)
     elif spec.kind == "categories":  # the shipped per-category sets, round robin (specguard/datasets.py)
         prompts = tuple(Prompt(text=t, category=c) for c, t in datasets.interleaved_categories())
     elif spec.kind == "sharegpt":
         try:
-            rows = datasets.read_sharegpt(Path(spec.path or ""))
+            conversations = datasets.read_sharegpt(Path(spec.path or ""))
         except datasets.DatasetError as exc:
             raise WorkloadError(str(exc)) from None
-        order = np.random.default_rng(spec.seed).permutation(len(rows))
-        prompts = tuple(Prompt(text=rows[i][1], category=rows[i][0]) for i in order)
+        order = np.random.default_rng(spec.seed).permutation(len(conversations))
+        prompts = tuple(Prompt(text=conversations[i][1], category=conversations[i][0]) for i in order)
     else:
         prompts = tuple(_read_jsonl(Path(spec.path or "")))
     return Workload(spec=spec, prompts=prompts)
@@ -194,6 +194,11 @@ _VOCAB_MESSAGES = (
 )
 _PROBE_ID = 2**31 - 1
 _PROBE_MIN_VERSION = (0, 5, 23)  # validated (and so harmless) from this version on
+# (top-level fields, sampling_params fields) of each probe, tried in order until one tells
+_PROBES: tuple[tuple[dict[str, Any], dict[str, Any]], ...] = (
+    ({"token_ids_logprob": [_PROBE_ID], "return_logprob": True}, {}),
+    ({}, {"logit_bias": {str(_PROBE_ID): 0.0}}),
+)
 
 
 def _version_tuple(version: str) -> tuple[int, ...]:
@@ -217,31 +222,47 @@ def vocab_size_from_server(client: Any, *, server_info: dict[str, Any] | None = 
        the probe itself could crash them.
     /model_info, /server_info and /v1/models carry no vocabulary size, and /tokenize only
     encodes text, so there is nothing else to read."""
-    info = server_info
-    try:
-        model_info = client.get("/model_info", timeout=10.0)
-        model_info = model_info.json() if model_info.status_code == 200 else {}
-        if info is None:
-            r = client.get("/server_info", timeout=10.0)
-            info = r.json() if r.status_code == 200 else {}
-    except Exception:  # noqa: BLE001 - any transport or JSON error: nothing read
-        model_info, info = {}, info or {}
+    model_info, info = _model_and_server_info(client, server_info)
     for source in (model_info, info):
-        for key in ("model_path", "tokenizer_path"):
-            value = source.get(key) if isinstance(source, dict) else None
-            if isinstance(value, str) and value:
-                found = vocab_size_from_model_dir(value)
-                if found:
-                    return found, f"config.json of the served model ({value})"
+        served = _vocab_of_served_dir(source)
+        if served:
+            return served
     version = str((info or {}).get("version", ""))
     if not version or _version_tuple(version) < _PROBE_MIN_VERSION:
         return None, f"server version {version or 'unknown'} < 0.5.23: not probed"
-    probes = (
-        {"token_ids_logprob": [_PROBE_ID], "return_logprob": True},
-        {"sampling_params_extra": {"logit_bias": {str(_PROBE_ID): 0.0}}},
-    )
-    for extra in probes:
-        sampling = {"max_new_tokens": 1, "temperature": 0, **extra.pop("sampling_params_extra", {})}
+    return _probe_vocab(client, version) or (None, f"server {version} did not tell its vocabulary")
+
+
+def _model_and_server_info(client: Any, server_info: dict[str, Any] | None) -> tuple[Any, Any]:
+    """The JSON of /model_info and of /server_info (unless given); {} for what cannot be read,
+    and for both when either request fails."""
+    try:
+        r = client.get("/model_info", timeout=10.0)
+        model_info = r.json() if r.status_code == 200 else {}
+        if server_info is not None:
+            return model_info, server_info
+        r = client.get("/server_info", timeout=10.0)
+        return model_info, (r.json() if r.status_code == 200 else {})
+    except Exception:  # noqa: BLE001 - any transport or JSON error: nothing read
+        return {}, server_info or {}
+
+
+def _vocab_of_served_dir(info: Any) -> tuple[int, str] | None:
+    """The vocabulary in the config.json of the model or tokenizer directory a server names, when
+    that directory is local here."""
+    for key in ("model_path", "tokenizer_path"):
+        value = info.get(key) if isinstance(info, dict) else None
+        if isinstance(value, str) and value:
+            found = vocab_size_from_model_dir(value)
+            if found:
+                return found, f"config.json of the served model ({value})"
+    return None
+
+
+def _probe_vocab(client: Any, version: str) -> tuple[int, str] | None:
+    """The vocabulary from SGLang's 400 to an out-of-vocabulary id; None when no probe tells."""
+    for extra, sampling_extra in _PROBES:
+        sampling = {"max_new_tokens": 1, "temperature": 0, **sampling_extra}
         body = {"input_ids": [0], "sampling_params": sampling, "stream": False, **extra}
         try:
             r = client.post("/generate", json=body, timeout=30.0)
@@ -253,7 +274,7 @@ def vocab_size_from_server(client: Any, *, server_info: dict[str, Any] | None = 
             m = pattern.search(r.text)
             if m:
                 return int(m.group(1)) + offset, f"server {version} (out-of-vocabulary probe: {m.group(0)})"
-    return None, f"server {version} did not tell its vocabulary"
+    return None
 
 
 def resolve_vocab_bound(spec: WorkloadSpec, *, model_path: str | None = None, client: Any = None,

@@ -151,3 +151,68 @@ def test_a_user_meets_at_most_35_keys_outside_advanced():
                                              ("workload", WorkloadSpec), ("tolerances", Tolerances))
             for f in dataclasses.fields(cls) if f.name != "name" and ADVANCED_KEYS.get(f.name) != t]
     assert len(user) <= 35, user
+
+
+def test_a_value_is_blamed_on_the_flag_that_set_it_else_on_its_key_as_the_file_spells_it():
+    from specguard.config import Origin
+    at = Origin(Path("s.toml"), {"sweep.concurrency": "--concurrency"})
+    assert at("sweep.concurrency", [1, 4]) == "--concurrency 1,4 (command line)"  # as typed
+    assert at("sweep.launches", 0) == "s.toml: advanced.launches = 0"
+    assert at("sweep.repeats", 1) == "s.toml: sweep.repeats = 1"
+
+
+def test_a_bad_value_from_the_command_line_names_the_flag_not_the_file(tmp_path):
+    import dataclasses
+
+    from specguard.config import validate_suite
+    suite = load_suite(write(tmp_path, GOOD))
+    bad = dataclasses.replace(suite, sweep=dataclasses.replace(suite.sweep, repeats=1))
+    with pytest.raises(ConfigError) as err:
+        validate_suite(bad, {"sweep.repeats": "--repeats"})
+    assert str(err.value) == ("--repeats 1 (command line): the gates need at least 2 runs per cell to estimate noise; "
+                              "set repeats >= 2")
+
+
+@pytest.mark.parametrize("change,message", [
+    (("num_steps = 3\n", ""), "servers.eagle3: SGLang refuses eagle_topk/num_draft_tokens without num_steps; set num_steps too"),
+    (("num_draft_tokens = 4", "num_draft_tokens = 6"),
+     "servers.eagle3: eagle_topk = 1 with num_steps = 3 and num_draft_tokens = 6: SGLang silently runs num_steps + 1 = 4 "
+     "draft tokens with topk 1; set num_draft_tokens = 4, or num_steps = 5 to draft 6 tokens"),
+    (('reference = "baseline"', 'reference = "eagle3"'),
+     "servers.eagle3.reference = 'eagle3' is itself speculative; name a non-speculative configuration"),
+    (('[servers.eagle3]', 'speculation_must_win_up_to = 4\n\n[servers.eagle3]'),
+     "servers.baseline.speculation_must_win_up_to only makes sense on a speculative configuration"),
+    (('[servers.eagle3]', 'startup_timeout_s = 0\n\n[servers.eagle3]'), "servers.baseline.startup_timeout_s must be positive"),
+    (('model_path = "/models/t"\nspeculative', 'model_path = ""\nspeculative'), "servers.eagle3.model_path is required"),
+    (('speculative_algorithm = "EAGLE3"', 'speculative_algorithm = "MEDUSA"'),
+     "servers.eagle3.speculative_algorithm = 'MEDUSA'; use one of EAGLE, EAGLE3, NEXTN, STANDALONE, NGRAM"),
+    (('[servers.eagle3]', 'speculative_config = { method = "ngram" }\n\n[servers.eagle3]'),
+     "servers.baseline.speculative_config is vLLM's; for emulator use speculative_algorithm and "
+     "num_steps/eagle_topk/num_draft_tokens"),
+    (('engine = "emulator"\nmodel_path = "/models/t"\nspeculative', 'engine = "vllm"\nmodel_path = "/models/t"\nspeculative'),
+     "servers.eagle3: vLLM takes speculative_config (a table), not speculative_algorithm"),
+    (("num_steps = 3", "num_steps = 0"), "servers.eagle3.num_steps = 0 must be positive"),
+])
+def test_a_server_mistake_is_one_line_naming_the_key_and_the_fix(tmp_path, change, message):
+    path = write(tmp_path, GOOD.replace(*change, 1))
+    with pytest.raises(ConfigError) as err:
+        load_suite(path)
+    assert str(err.value) == f"{path}: {message}"
+
+
+@pytest.mark.parametrize("advanced,message", [
+    ("launches = 0", "advanced.launches = 0: must be >= 1 (server launches per configuration)"),
+    ('relaunch = "always"', "advanced.relaunch = 'always': use \"off\" or \"on-suspicion\" (docs/statistics.md)"),
+    ("relaunch_p = 1.0", "advanced.relaunch_p = 1.0: must be in (0, 1), e.g. 0.05"),
+    ("prior_between_dof = 0", "advanced.prior_day_sd = 0.005 / prior_between_dof = 0.0: prior_day_sd must be >= 0 and "
+                              "prior_between_dof > 0 (inf: the prior as known)"),
+    ("history_sessions = 0", "advanced.history_sessions = 0: must be >= 1"),
+    ("read_timeout_s = 0", "advanced.read_timeout_s = 0.0: must be positive"),
+    ('speculation_metric = "goodput"', "advanced.speculation_metric = 'goodput': goodput needs SLOs; set "
+                                       "[sweep] slo = \"ttft_ms=...,tpot_ms=...\""),
+])
+def test_a_design_or_statistics_mistake_names_its_advanced_key(tmp_path, advanced, message):
+    path = write(tmp_path, GOOD + f"\n[advanced]\n{advanced}\n")
+    with pytest.raises(ConfigError) as err:
+        load_suite(path)
+    assert str(err.value) == f"{path}: {message}"

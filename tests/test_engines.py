@@ -424,6 +424,38 @@ def test_adaptive_on_reports_the_steps_gauge_and_does_not_block_on_draft_tokens(
     assert engine.steps_in_use(sglang_eff(sglang_info()), {"sglang:spec_num_steps": 1.0}) is None  # not adaptive
 
 
+def test_asked_values_are_the_configurations_else_the_servers_command_line():
+    from specguard.engines.sglang_args import AskedSpeculation
+    cfg = ServerConfig(name="eagle3", model_path="/m", speculative_algorithm="EAGLE3", num_steps=3, reference="b")
+    launch = ("python -m sglang.launch_server --speculative-num-steps 5 --speculative-eagle-topk=4 "
+              "--speculative-num-draft-tokens x")
+    assert AskedSpeculation.of(cfg, launch) == AskedSpeculation(num_steps=3, eagle_topk=4, num_draft_tokens=None)
+
+
+def test_an_algorithm_reported_as_its_family_is_named_as_typed():
+    from specguard.engines.sglang import reported_algorithm
+    nextn = "python -m sglang.launch_server --speculative-algorithm nextn"
+    assert reported_algorithm("EAGLE", nextn) == "NEXTN"  # _resolve_speculative_algorithm_alias reports EAGLE
+    assert reported_algorithm("EAGLE", "") == "EAGLE"  # command line unknown: as reported
+    assert reported_algorithm("EAGLE3", nextn) == "EAGLE3" and reported_algorithm(None, nextn) is None
+
+
+def test_silent_rewrites_of_what_was_asked_block_and_say_why():
+    # eagle_topk 1 makes SGLang run num_steps + 1 draft tokens whatever num_draft_tokens says
+    info = sglang_info("python -m sglang.launch_server --speculative-algorithm EAGLE3 --max-running-requests 64",
+                       speculative_algorithm="EAGLE3", speculative_num_steps=3, speculative_eagle_topk=1,
+                       speculative_num_draft_tokens=4, max_running_requests=32,
+                       states=[{"effective_max_running_requests_per_dp": 32}])
+    cfg = ServerConfig(name="eagle3", model_path="/m", speculative_algorithm="EAGLE3", num_steps=5, eagle_topk=1,
+                       num_draft_tokens=16, reference="b")
+    checks = get_engine("sglang").check_args(cfg, sglang_eff(info), max_concurrency=16)
+    assert [c.message for c in checks if c.blocking] == [
+        "asked for 16 draft tokens, server runs 4: topk=1 forces num_steps+1",
+        "asked for num_steps=5, server runs 3",
+        "asked for max_running_requests=64, server runs 32",  # from the server's own command line
+    ]
+
+
 def test_sglang_metrics_snapshot_sums_counters_and_queue_gauges_and_averages_steps():
     labels = 'engine_type="unified",model_name="m",tp_rank="{}"'
     text = "\n".join([f"sglang:num_running_reqs{{{labels.format(r)}}} {n}" for r, n in ((0, 3.0), (1, 2.0))] +

@@ -142,3 +142,33 @@ def test_attach_mode_reads_the_vocabulary_from_the_server(tmp_path):
     # Nothing tells: the suite's value stands, and the note says so once.
     bound = resolve_vocab_bound(WorkloadSpec(), client=old)
     assert bound.vocab_size == DEFAULT_VOCAB_SIZE and "workload.vocab_size = 32000 (the default)" in bound.note
+
+
+class _LogitBiasOnly(_FakeSGLang):
+    """A 0.5.23 server whose token_ids_logprob answer names no range, and whose first probe fails."""
+
+    def post(self, path, json=None, timeout=None):
+        self.posts.append(json)
+        if json.get("token_ids_logprob"):
+            raise OSError("connection reset")
+        bias = json["sampling_params"].get("logit_bias") or {}
+        return _FakeResponse(400, {"error": {"message": f"logit_bias must have keys in [0, {self.vocab - 1}], got {list(bias)}"}})
+
+
+def test_the_logit_bias_probe_tells_when_the_first_probe_does_not():
+    server = _LogitBiasOnly(vocab=512)
+    size, how = vocab_size_from_server(server)
+    assert size == 512 and "keys in [0, 511]" in how
+    first, second = (sorted(p) for p in server.posts)
+    assert first == ["input_ids", "return_logprob", "sampling_params", "stream", "token_ids_logprob"]
+    assert second == ["input_ids", "sampling_params", "stream"]
+    assert server.posts[1]["sampling_params"] == {"max_new_tokens": 1, "temperature": 0, "logit_bias": {str(2**31 - 1): 0.0}}
+
+
+def test_server_info_already_read_is_not_asked_again():
+    server = _FakeSGLang(version="0.5.6")
+    asked = []
+    get = server.get
+    server.get = lambda path, timeout=None: (asked.append(path), get(path, timeout))[1]
+    assert vocab_size_from_server(server, server_info={"version": "0.5.23", "model_path": "/nowhere"})[0] == 512
+    assert asked == ["/model_info"]

@@ -133,10 +133,10 @@ class Engine:
     def launch_command(self, cfg: ServerConfig, host: str, port: int, api_key: str | None) -> list[str]:
         raise NotImplementedError
 
-    def request_extra_body(self, cfg: ServerConfig) -> dict | None:
+    def request_extra_body(self, cfg: ServerConfig) -> dict[str, Any] | None:
         return None
 
-    def route_extra_body(self, api: str) -> dict | None:
+    def route_extra_body(self, api: str) -> dict[str, Any] | None:
         """Fields this engine needs in every request of one route (e.g. SGLang's
         return_spec_tokens_details on the OpenAI routes, which /generate would refuse)."""
         return None
@@ -185,7 +185,8 @@ class Engine:
         server_tokens = after[name] - before[name]
         if abs(server_tokens - client_tokens) < 0.5:
             return None
-        return f"token counts disagree: responses reported {client_tokens} completion tokens, server counter {name} rose by {server_tokens:g}"
+        return (f"token counts disagree: responses reported {client_tokens} completion tokens, "
+                f"server counter {name} rose by {server_tokens:g}")
 
     def check_args(self, cfg: ServerConfig, eff: EffectiveArgs, max_concurrency: int) -> list[ArgCheck]:
         return []

@@ -62,7 +62,7 @@ class VLLMEngine(Engine):
             cmd += ["--api-key", api_key]
         return cmd
 
-    def request_extra_body(self, cfg: ServerConfig) -> dict | None:
+    def request_extra_body(self, cfg: ServerConfig) -> dict[str, Any] | None:
         """Each streamed chunk then carries its token ids, so multi-token events are counted
         exactly instead of spread evenly from the usage total."""
         return {"return_token_ids": True}

@@ -1,0 +1,276 @@
+"""SGLang 0.5.23's argument rules, and the checks of a server's effective arguments against a
+configuration (paths relative to python/sglang/srt/: argument resolution in
+arg_groups/speculative_hook.py, adaptive speculation in speculative/adaptive_spec_params.py;
+docs/sglang-0.5.23-facts.md has the detail).
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass, replace
+from typing import Any
+
+from specguard.config import ServerConfig
+from specguard.engines.base import ArgCheck, EffectiveArgs
+
+# NEXTN (MTP heads) is an alias that SGLang resolves to EAGLE and reports as such
+# (_resolve_speculative_algorithm_alias); with a Gemma4 assistant draft both become FROZEN_KV_MTP.
+ALGORITHM_FAMILY = {"NEXTN": "EAGLE", "EAGLE": "EAGLE"}
+EAGLE_FAMILY = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE")  # _handle_eagle_family
+MODELLED_ALGORITHMS = (*EAGLE_FAMILY, "NGRAM")  # the algorithms whose argument rules specguard checks
+# Families whose handler sets max_running_requests = 48 when it is not given (_handle_dflash,
+# _handle_dspark, _handle_frozen_kv_mtp, _handle_eagle_family, _handle_ngram; not UNO).
+DEFAULT_CAP_48 = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM", "DFLASH", "DSPARK", "FROZEN_KV_MTP")
+ADAPTIVE_ALGORITHMS = ("EAGLE", "EAGLE3")  # adaptive_unsupported_reason (NEXTN arrives as EAGLE)
+NGRAM_DEFAULT_BFS_BREADTH = 10  # --speculative-ngram-max-bfs-breadth (arg_groups/fields/spec.py)
+NGRAM_DEFAULT_DRAFT_TOKENS = 12  # _handle_ngram
+# _auto_choose_speculative_params: (num_steps, eagle_topk, num_draft_tokens) when steps are not given
+AUTO_PARAMS_BIG = (5, 4, 8)
+AUTO_PARAMS_DEFAULT = (3, 1, 4)
+AUTO_PARAMS_BIG_ARCHS = ("LlamaForCausalLM", "Grok1ForCausalLM", "Grok1VForCausalLM")
+
+
+def json_int(v: Any) -> int | None:
+    """An int from JSON (never a bool), else None."""
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+
+def flag_value(launch_command: str, flag: str) -> str | None:
+    """A flag's value as typed on the server's command line (its `launch_command`)."""
+    try:
+        argv = shlex.split(launch_command)
+    except ValueError:
+        return None
+    for i, a in enumerate(argv):
+        if a == flag and i + 1 < len(argv):
+            return argv[i + 1]
+        if a.startswith(flag + "="):
+            return a.split("=", 1)[1]
+    return None
+
+
+def launched_algorithm(launch_command: str) -> str | None:
+    """The algorithm as typed on the command line (so NEXTN is told apart from EAGLE)."""
+    value = flag_value(launch_command, "--speculative-algorithm")
+    return value.upper() if value else None
+
+
+def has_flag(launch_command: str, flag: str) -> bool:
+    """A boolean flag typed on the server's command line."""
+    try:
+        return flag in shlex.split(launch_command)
+    except ValueError:
+        return False
+
+
+def auto_params(algorithm: str | None, architecture: str | None) -> tuple[int, int, int]:
+    """(steps, topk, draft tokens) SGLang 0.5.23 picks when steps are not given
+    (speculative_hook.py _auto_choose_speculative_params: STANDALONE first, then by architecture)."""
+    if (algorithm or "").upper() == "STANDALONE":
+        return AUTO_PARAMS_DEFAULT
+    return AUTO_PARAMS_BIG if architecture in AUTO_PARAMS_BIG_ARCHS else AUTO_PARAMS_DEFAULT
+
+
+def ngram_params(num_steps: int | None, num_draft_tokens: int | None, max_bfs_breadth: int | None) -> tuple[int, int, int]:
+    """(steps, topk, draft tokens) of an NGRAM server (speculative_hook.py _handle_ngram): topk is
+    always --speculative-ngram-max-bfs-breadth, draft tokens default 12, steps draft // topk; no
+    topk == 1 rewrite, and draft tokens without steps is valid."""
+    topk = max_bfs_breadth or NGRAM_DEFAULT_BFS_BREADTH
+    draft = num_draft_tokens if num_draft_tokens is not None else NGRAM_DEFAULT_DRAFT_TOKENS
+    return (num_steps if num_steps is not None else draft // topk), topk, draft
+
+
+def adaptive_unsupported_reason(algorithm: str | None, asked_topk: int | None, eff: EffectiveArgs) -> str | None:
+    """Why SGLang 0.5.23 turns --speculative-adaptive off, as far as /server_info tells
+    (adaptive_spec_params.py adaptive_unsupported_reason, same order; the platform-worker
+    case is not visible from outside)."""
+    algo = ALGORITHM_FAMILY.get((algorithm or "").upper(), (algorithm or "").upper())
+    if algo not in ADAPTIVE_ALGORITHMS:
+        return f"speculative_algorithm={algo or None} (only EAGLE/EAGLE3 are supported)"
+    if asked_topk is not None and asked_topk != 1:
+        return f"speculative_eagle_topk={asked_topk} (only topk=1 is supported)"
+    if (eff.attn_dp_size or 1) > 1:
+        return "attention DP is not supported (adaptive tier decisions are not synchronized across DP ranks)"
+    for key, why in (("enable_multi_layer_eagle", "MultiLayerEagleWorkerV2 does not implement adaptive"),
+                     ("enable_two_batch_overlap", "adaptive state swap would discard the TboAttnBackend wrapper"),
+                     ("enable_pdmux", "adaptive state swap does not update decode_attn_backend_group")):
+        if eff.raw.get(key) is True:
+            return f"{key}=True is not supported ({why})"
+    return None
+
+
+def _asked(cfg_value: int | None, launch_command: str, flag: str) -> int | None:
+    """What was asked: the configuration's value, else what the server's command line says."""
+    if cfg_value is not None:
+        return cfg_value
+    value = flag_value(launch_command, flag)
+    return int(value) if value is not None and value.isdigit() else None
+
+
+@dataclass(frozen=True)
+class AskedSpeculation:
+    """Steps, topk and draft tokens as asked: the configuration's value, else the server's command line."""
+
+    num_steps: int | None
+    eagle_topk: int | None
+    num_draft_tokens: int | None
+
+    @classmethod
+    def of(cls, cfg: ServerConfig, launch_command: str) -> AskedSpeculation:
+        return cls(_asked(cfg.num_steps, launch_command, "--speculative-num-steps"),
+                   _asked(cfg.eagle_topk, launch_command, "--speculative-eagle-topk"),
+                   _asked(cfg.num_draft_tokens, launch_command, "--speculative-num-draft-tokens"))
+
+
+def _ngram_checks(asked: AskedSpeculation, eff: EffectiveArgs) -> list[ArgCheck]:
+    """NGRAM's topk is its BFS breadth whatever topk was asked; its defaults are said, not blocked."""
+    checks: list[ArgCheck] = []
+    breadth = json_int(eff.raw.get("speculative_ngram_max_bfs_breadth"))
+    steps, topk, draft = ngram_params(asked.num_steps, asked.num_draft_tokens, breadth)
+    if asked.eagle_topk is not None and eff.eagle_topk is not None and asked.eagle_topk != eff.eagle_topk:
+        checks.append(ArgCheck(f"asked for eagle_topk={asked.eagle_topk}, NGRAM server runs {eff.eagle_topk}: NGRAM's "
+                               f"topk is --speculative-ngram-max-bfs-breadth (default {NGRAM_DEFAULT_BFS_BREADTH}), "
+                               f"set that flag instead", True))
+    if asked.num_steps is None or asked.num_draft_tokens is None:
+        checks.append(ArgCheck(f"NGRAM defaults: server runs {eff.num_steps} steps, topk {eff.eagle_topk}, "
+                               f"{eff.num_draft_tokens} draft tokens (SGLang 0.5.23 _handle_ngram: draft tokens "
+                               f"default {NGRAM_DEFAULT_DRAFT_TOKENS}, steps = draft // topk; expected "
+                               f"{steps}/{topk}/{draft})", False))
+    return checks
+
+
+def _adaptive_draft_checks(asked: AskedSpeculation, eff: EffectiveArgs) -> list[ArgCheck]:
+    """Adaptive speculation runs num_steps + 1 draft tokens whatever was asked."""
+    if asked.num_draft_tokens is not None and eff.num_draft_tokens is not None and asked.num_draft_tokens != eff.num_draft_tokens:
+        return [ArgCheck(f"asked for {asked.num_draft_tokens} draft tokens, server runs {eff.num_draft_tokens}: "
+                         f"adaptive speculation sets num_steps + 1 (_init_adaptive_speculative_params)", True)]
+    return []
+
+
+def _default_steps_note(eff: EffectiveArgs) -> ArgCheck:
+    """The steps/topk/draft tokens a server chose itself, against 0.5.23's table for its architecture."""
+    expected = auto_params(eff.speculative_algorithm, eff.architecture)
+    chosen = (eff.num_steps, eff.eagle_topk, eff.num_draft_tokens)
+    arch = eff.architecture or "an architecture /model_info did not report"
+    note = "" if chosen == expected or eff.architecture is None else \
+        f"; 0.5.23's table gives {expected[0]}/{expected[1]}/{expected[2]} for it"
+    return ArgCheck(f"num_steps not set: server chose steps {chosen[0]}, topk {chosen[1]}, {chosen[2]} draft tokens "
+                    f"for {arch} (SGLang _auto_choose_speculative_params: (5, 4, 8) for Llama and Grok, "
+                    f"(3, 1, 4) otherwise){note}", False)
+
+
+def _rewrite_checks(asked: AskedSpeculation, eff: EffectiveArgs, ngram: bool) -> list[ArgCheck]:
+    """Each asked value the server runs differently: a silent rewrite, blocking."""
+    checks: list[ArgCheck] = []
+    want_draft, draft = asked.num_draft_tokens, eff.num_draft_tokens
+    if want_draft is not None and draft is not None and draft != want_draft:
+        why = ""
+        if not ngram and eff.eagle_topk == 1 and eff.num_steps is not None and draft == eff.num_steps + 1:
+            why = ": topk=1 forces num_steps+1"
+        checks.append(ArgCheck(f"asked for {want_draft} draft tokens, server runs {draft}{why}", True))
+    for label, want, runs in (("num_steps", asked.num_steps, eff.num_steps), ("eagle_topk", asked.eagle_topk, eff.eagle_topk)):
+        if want is not None and runs is not None and want != runs:
+            checks.append(ArgCheck(f"asked for {label}={want}, server runs {runs}", True))
+    return checks
+
+
+def _per_rank_cap_checks(eff: EffectiveArgs, asked_cap: int | None) -> list[ArgCheck]:
+    """Ranks whose request caps differ, or fall below the total's share (KV capacity limits them)."""
+    checks: list[ArgCheck] = []
+    per_rank = eff.max_running_requests_per_rank
+    if len(set(per_rank)) > 1:
+        checks.append(ArgCheck(f"ranks run different request caps {per_rank} (internal_states "
+                               f"effective_max_running_requests_per_dp)", False))
+    if per_rank and eff.max_running_requests is not None:
+        expected = max(1, eff.max_running_requests // (eff.attn_dp_size or 1))
+        if min(per_rank) < expected:
+            checks.append(ArgCheck(f"per-rank request cap is {min(per_rank)}, below max_running_requests // attn_dp_size "
+                                   f"= {expected}: KV capacity limits it (token_capacity // 2)", asked_cap is not None))
+    return checks
+
+
+def _queueing_check(eff: EffectiveArgs, asked_cap: int | None, capacity: int, max_concurrency: int) -> ArgCheck:
+    """A sweep beyond the requests the server runs at once: the higher levels queue."""
+    default = ""
+    if (asked_cap is None and eff.max_running_requests == 48
+            and ALGORITHM_FAMILY.get(eff.speculative_algorithm or "", eff.speculative_algorithm) in DEFAULT_CAP_48):
+        default = " (SGLang's default cap of 48 under speculation)"
+    dp, per_rank = eff.attn_dp_size or 1, eff.max_running_requests_per_rank
+    ranks = f" = {min(per_rank)} per rank x {dp} attention-DP ranks" if dp > 1 and per_rank else ""
+    return ArgCheck(f"the server runs at most {capacity} requests at once{ranks}{default} but the sweep goes to "
+                    f"{max_concurrency}: higher concurrency queues; set max_running_requests on every configuration "
+                    f"for a fair sweep", asked_cap is not None)
+
+
+def check_args(cfg: ServerConfig, eff: EffectiveArgs, max_concurrency: int) -> list[ArgCheck]:
+    """Differences between the configuration and the server, each one line; `blocking` marks
+    the silent rewrites that make a launched configuration not what the suite describes."""
+    checks: list[ArgCheck] = []
+    algo = eff.speculative_algorithm
+    family = ALGORITHM_FAMILY.get(algo or "", algo)
+    if algo and algo not in MODELLED_ALGORITHMS:
+        checks.append(ArgCheck(f"server runs {algo}, an algorithm specguard does not model: its steps/topk/draft "
+                               f"tokens are not checked (measured as {cfg.name})", False))
+    elif cfg.speculative_algorithm or algo:
+        checks += _speculation_checks(cfg, eff, family)
+    checks += _adaptive_checks(cfg, eff)
+    checks += _cap_checks(cfg, eff, max_concurrency)
+    return checks
+
+
+def _speculation_checks(cfg: ServerConfig, eff: EffectiveArgs, family: str | None) -> list[ArgCheck]:
+    """Steps, topk and draft tokens: the algorithm's own resolution first, then every other rewrite."""
+    asked = AskedSpeculation.of(cfg, eff.launch_command)
+    ngram = family == "NGRAM"
+    checks: list[ArgCheck] = []
+    if ngram:
+        checks += _ngram_checks(asked, eff)
+        asked = replace(asked, eagle_topk=None)  # NGRAM's topk is its BFS breadth, checked just above
+    elif eff.speculative_adaptive:
+        checks += _adaptive_draft_checks(asked, eff)
+        asked = replace(asked, num_draft_tokens=None)  # adaptive sets draft tokens, checked just above
+    elif asked.num_steps is None and family is not None:
+        checks.append(_default_steps_note(eff))
+    return checks + _rewrite_checks(asked, eff, ngram)
+
+
+def _adaptive_checks(cfg: ServerConfig, eff: EffectiveArgs) -> list[ArgCheck]:
+    """Adaptive speculation on is said; asked for and switched off by the server blocks, with the reason."""
+    asked = "--speculative-adaptive" in cfg.args or has_flag(eff.launch_command, "--speculative-adaptive")
+    if eff.speculative_adaptive:
+        where = eff.raw.get("speculative_adaptive_config") or "the default table"
+        return [ArgCheck(f"adaptive speculation on ({where}): steps follow the batch size; each run reports the "
+                         f"steps in use (spec_num_steps, from sglang:spec_num_steps)", False)]
+    if asked and eff.speculative_adaptive is False:
+        asked_topk = _asked(cfg.eagle_topk, eff.launch_command, "--speculative-eagle-topk")
+        reason = adaptive_unsupported_reason(cfg.speculative_algorithm or eff.speculative_algorithm, asked_topk, eff)
+        return [ArgCheck(f"asked for --speculative-adaptive, server runs static steps {eff.num_steps}: SGLang 0.5.23 "
+                         f"switched it off ({reason or 'see the server log: speculative_adaptive disabled'})", True)]
+    return []
+
+
+def _cap_checks(cfg: ServerConfig, eff: EffectiveArgs, max_concurrency: int) -> list[ArgCheck]:
+    """The running-request cap: as asked, the same on every rank, and high enough for the sweep."""
+    checks: list[ArgCheck] = []
+    asked_cap = _asked(cfg.max_running_requests, eff.launch_command, "--max-running-requests")
+    if asked_cap is not None and eff.max_running_requests not in (None, asked_cap):
+        checks.append(ArgCheck(f"asked for max_running_requests={asked_cap}, server runs {eff.max_running_requests}", True))
+    checks += _per_rank_cap_checks(eff, asked_cap)
+    capacity = eff.request_capacity
+    if capacity is not None and capacity < max_concurrency:
+        checks.append(_queueing_check(eff, asked_cap, capacity, max_concurrency))
+    return checks
+
+
+def matches(cfg: ServerConfig, eff: EffectiveArgs) -> str | None:
+    """None when an attached server can stand for `cfg`, else the reason it cannot."""
+    want = (cfg.speculative_algorithm or "").upper() or None
+    have = eff.speculative_algorithm
+    if want == have:
+        return None
+    if (want and have and ALGORITHM_FAMILY.get(want) == ALGORITHM_FAMILY.get(have)
+            and not launched_algorithm(eff.launch_command)):
+        return None  # EAGLE reported, command line unknown: NEXTN and EAGLE both fit
+    if want and have and have not in MODELLED_ALGORITHMS:
+        return None  # FROZEN_KV_MTP, DFLASH, ...: accepted on attach, check_args warns
+    return f"server runs {have or 'no speculation'}; config {cfg.name} needs {want or 'no speculation'}"
