@@ -565,10 +565,10 @@ def test_itl_estimated_spreads_over_every_gap():
 def test_an_event_without_tokens_gives_a_finite_gap():
     """A token-count of 0 on an event (SGLang never sends one) counts as one token, not 1/0."""
     import warnings
+    from array import array
 
     from specguard.measure.client import RequestRecord
     from specguard.measure.metrics import per_token_itl_s
-    from array import array
     rec = RequestRecord(index=0, send_s=0.0, event_s=array("d", [0.0, 0.1, 0.3]), event_tokens=array("I", [1, 0, 2]))
     with warnings.catch_warnings():
         warnings.simplefilter("error")

@@ -109,7 +109,8 @@ def test_native_summary_keeps_the_servers_own_latencies(captures):
 
 
 def test_crlf_split_between_reads_and_times_per_read():
-    data = b'data: {"meta_info":{"completion_tokens":1}}\r\n\r\ndata: {"meta_info":{"completion_tokens":3}}\r\n\r\ndata: [DONE]\r\n\r\n'
+    data = (b'data: {"meta_info":{"completion_tokens":1}}\r\n\r\n'
+            b'data: {"meta_info":{"completion_tokens":3}}\r\n\r\ndata: [DONE]\r\n\r\n')
     cut = data.index(b"\r\n\r\n") + 1  # between \r and \n
     p = StreamParser("native")
     p.feed(data[:cut], 1.0)
@@ -271,8 +272,10 @@ def test_openai_sglext_chunk_before_the_usage_chunk_gives_the_verify_count(captu
 
 
 def test_openai_usage_chunk_before_sglext_keeps_the_usage():
-    usage = b'data: {"id":"c1","object":"text_completion","created":1,"model":"m","choices":[],"usage":{"prompt_tokens":4,"total_tokens":10,"completion_tokens":6}}\n\n'
-    content = b'data: {"id":"c1","object":"text_completion","created":1,"model":"m","choices":[{"index":0,"text":"abc","logprobs":null,"finish_reason":"length","matched_stop":null}],"usage":null}\n\n'
+    usage = (b'data: {"id":"c1","object":"text_completion","created":1,"model":"m","choices":[],'
+             b'"usage":{"prompt_tokens":4,"total_tokens":10,"completion_tokens":6}}\n\n')
+    content = (b'data: {"id":"c1","object":"text_completion","created":1,"model":"m","choices":[{"index":0,"text":"abc",'
+               b'"logprobs":null,"finish_reason":"length","matched_stop":null}],"usage":null}\n\n')
     p = StreamParser("openai")
     p.feed(content + usage + sglext_chunk("text_completion", {"spec_verify_ct": 2}) + b"data: [DONE]\n\n", 1.0)
     s = p.close()

@@ -29,8 +29,8 @@ class RequestRecord:
     index: int
     send_s: float
     end_s: float = 0.0
-    event_s: array = field(default_factory=lambda: array("d"))  # arrival of token-bearing events
-    event_tokens: array = field(default_factory=lambda: array("I"))  # new tokens in each event (1 if estimated)
+    event_s: array[float] = field(default_factory=lambda: array("d"))  # arrival of token-bearing events
+    event_tokens: array[int] = field(default_factory=lambda: array("I"))  # new tokens in each event (1 if estimated)
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     spec_verify_ct: int | None = None
@@ -57,7 +57,7 @@ class RequestOptions:
     api: str = "native"
     output_len: int = 128
     model: str = "default"  # the OpenAI routes' "model" field
-    extra_body: dict | None = None  # engine-specific additions (e.g. vLLM's return_token_ids)
+    extra_body: dict[str, object] | None = None  # engine-specific additions (e.g. vLLM's return_token_ids)
 
 
 def build_body(prompt: Prompt, options: RequestOptions) -> bytes:
@@ -66,7 +66,7 @@ def build_body(prompt: Prompt, options: RequestOptions) -> bytes:
         raise ValueError(f"api must be one of {APIS}, got {options.api!r}")
     n = options.output_len
     if options.api == "native":
-        body: dict = {
+        body: dict[str, object] = {
             "sampling_params": {"max_new_tokens": n, "temperature": 0, "ignore_eos": True},
             "stream": True,
         }

@@ -4,6 +4,7 @@ in-process loop; workers.py runs it in other processes; this module picks one)."
 from __future__ import annotations
 
 import asyncio
+from typing import Protocol
 
 from specguard.measure.http1 import Connection, Endpoint
 from specguard.measure.load import LoadSettings, RunResult, client_processes, encode_requests, run_requests
@@ -11,34 +12,27 @@ from specguard.measure.workers import WorkerPool
 from specguard.workload import Workload
 
 
-class LoadGenerator:
-    """The runs of one cell: a private event loop and one connection per closed-loop worker,
-    or worker processes that each have those (synchronous API, so pytest-benchmark can time
-    each run)."""
+class _Runs(Protocol):
+    """Where a cell's runs are sent from: this process, or worker processes (WorkerPool)."""
+
+    def run(self, requests: list[bytes]) -> RunResult: ...
+
+    def close(self) -> None: ...
+
+
+class _InProcessRuns:
+    """A private event loop and one kept-alive connection per closed-loop worker."""
 
     def __init__(self, base_url: str, settings: LoadSettings) -> None:
-        self.base_url = base_url
-        self.settings = settings
-        self.processes = client_processes(settings)
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._pool = None
-        if self.processes > 1:
-            self._pool = WorkerPool(base_url, settings, self.processes)
-        else:
-            self._loop = asyncio.new_event_loop()
-            endpoint = Endpoint.from_url(base_url)
-            self._conns = [Connection(endpoint) for _ in range(settings.concurrency)]
+        self._settings = settings
+        self._loop = asyncio.new_event_loop()
+        endpoint = Endpoint.from_url(base_url)
+        self._conns = [Connection(endpoint) for _ in range(settings.concurrency)]
 
-    def run(self, workload: Workload) -> RunResult:
-        requests = encode_requests(self.base_url, workload, self.settings)
-        if self._pool is not None:
-            return self._pool.run(requests)
-        return self._loop.run_until_complete(run_requests(self._conns, requests, self.settings))
+    def run(self, requests: list[bytes]) -> RunResult:
+        return self._loop.run_until_complete(run_requests(self._conns, requests, self._settings))
 
     def close(self) -> None:
-        if self._pool is not None:
-            self._pool.close()
-            return
         # A run stopped by Ctrl-C leaves its request tasks pending: cancel and await them, as
         # asyncio.run does, so that closing the loop does not print one warning per task.
         pending = asyncio.all_tasks(self._loop)
@@ -51,7 +45,29 @@ class LoadGenerator:
         self._loop.run_until_complete(asyncio.sleep(0))  # let the transports finish closing
         self._loop.close()
 
-    def __enter__(self) -> "LoadGenerator":
+
+class LoadGenerator:
+    """The runs of one cell: a private event loop and one connection per closed-loop worker,
+    or worker processes that each have those (synchronous API, so pytest-benchmark can time
+    each run)."""
+
+    def __init__(self, base_url: str, settings: LoadSettings) -> None:
+        self.base_url = base_url
+        self.settings = settings
+        self.processes = client_processes(settings)
+        self._runs: _Runs
+        if self.processes > 1:
+            self._runs = WorkerPool(base_url, settings, self.processes)
+        else:
+            self._runs = _InProcessRuns(base_url, settings)
+
+    def run(self, workload: Workload) -> RunResult:
+        return self._runs.run(encode_requests(self.base_url, workload, self.settings))
+
+    def close(self) -> None:
+        self._runs.close()
+
+    def __enter__(self) -> LoadGenerator:
         return self
 
     def __exit__(self, *exc: object) -> None:

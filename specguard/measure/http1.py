@@ -18,11 +18,13 @@ import ssl
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import cast
 from urllib.parse import urlsplit
 
 Sink = Callable[[bytes, float], None]  # (body bytes, arrival time in perf_counter seconds)
 MAX_HEAD_BYTES = 64 * 1024
 ERROR_BODY_BYTES = 2000  # kept of a non-200 body, for the error message
+# Parser states, in this order: the chunked body's states are those below _LENGTH.
 _HEAD, _CHUNK_SIZE, _CHUNK_DATA, _CHUNK_CRLF, _TRAILERS, _LENGTH, _UNTIL_CLOSE, _DONE = range(8)
 
 
@@ -44,7 +46,7 @@ class Endpoint:
     base_path: str = ""
 
     @classmethod
-    def from_url(cls, base_url: str) -> "Endpoint":
+    def from_url(cls, base_url: str) -> Endpoint:
         parts = urlsplit(base_url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"server URL must be http:// or https:// with a host, got {base_url!r}")
@@ -60,14 +62,18 @@ class Endpoint:
         return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
 
 
+def _no_sink(piece: bytes, arrival_s: float) -> None:
+    """The sink between exchanges (no body is expected then)."""
+
+
 class _Protocol(asyncio.Protocol):
     """Parses responses as bytes arrive; one exchange at a time."""
 
     def __init__(self) -> None:
         self.transport: asyncio.Transport | None = None
         self.closed = False
-        self._waiter: asyncio.Future | None = None
-        self._sink: Sink | None = None
+        self._waiter: asyncio.Future[None] | None = None
+        self._sink: Sink = _no_sink
         self._state = _DONE
         self._pending = b""
         self._left = 0  # bytes left in the current chunk or fixed-length body
@@ -80,7 +86,8 @@ class _Protocol(asyncio.Protocol):
 
     # -- asyncio callbacks ----------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
+        # create_connection() hands a stream transport (plain or TLS): both are asyncio.Transport
+        self.transport = cast(asyncio.Transport, transport)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
@@ -97,22 +104,31 @@ class _Protocol(asyncio.Protocol):
         t = time.perf_counter()
         self.last_rx_s = t
         if self._waiter is None:
-            self.closed = True  # bytes nobody asked for: the connection cannot be trusted
-            self.transport.close()
+            self._close_transport()  # bytes nobody asked for: the connection cannot be trusted
             return
         try:
             if self._state == _HEAD:
-                data = self._head(self._pending + data if self._pending else data)
-                if data is None:
+                body = self._head(self._pending + data if self._pending else data)
+                if body is None:
                     return
-            self._body(data, t)
+                data = body
+            if self._state < _LENGTH:
+                self._chunked_body(data, t)
+            else:
+                self._delimited_body(data, t)
         except Exception as exc:  # a protocol violation, or the sink's own error (bad stream)
             self._fail(exc)
-            self.closed = True
+            self._close_transport()
+
+    def _close_transport(self) -> None:
+        self.closed = True
+        if self.transport is not None:
             self.transport.close()
 
     # -- an exchange ----------------------------------------------------------------------------
-    def start(self, request: bytes, sink: Sink, read_timeout_s: float) -> asyncio.Future:
+    def start(self, request: bytes, sink: Sink, read_timeout_s: float) -> asyncio.Future[None]:
+        if self.transport is None:
+            raise ConnectionFailed("not connected")
         loop = asyncio.get_running_loop()
         self._waiter = loop.create_future()
         self._read_timeout_s = read_timeout_s
@@ -134,14 +150,13 @@ class _Protocol(asyncio.Protocol):
             self._timer = asyncio.get_running_loop().call_later(self._read_timeout_s - idle, self._check_idle)
             return
         self._fail(ReadTimeout(f"no data for {self._read_timeout_s:g}s"))
-        self.closed = True
-        self.transport.close()
+        self._close_transport()
 
     def _finish(self) -> None:
         self._state = _DONE
         if self._timer is not None:
             self._timer.cancel()
-        waiter, self._waiter, self._sink = self._waiter, None, None
+        waiter, self._waiter, self._sink = self._waiter, None, _no_sink
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
 
@@ -149,7 +164,7 @@ class _Protocol(asyncio.Protocol):
         self._state = _DONE
         if self._timer is not None:
             self._timer.cancel()
-        waiter, self._waiter, self._sink = self._waiter, None, None
+        waiter, self._waiter, self._sink = self._waiter, None, _no_sink
         if waiter is not None and not waiter.done():
             waiter.set_exception(exc)
 
@@ -196,7 +211,8 @@ class _Protocol(asyncio.Protocol):
         elif len(self.error_body) < ERROR_BODY_BYTES:
             self.error_body += piece[: ERROR_BODY_BYTES - len(self.error_body)]
 
-    def _body(self, data: bytes, t: float) -> None:
+    def _delimited_body(self, data: bytes, t: float) -> None:
+        """A body of known length (_LENGTH), or one that the server's close ends (_UNTIL_CLOSE)."""
         state = self._state
         if state == _LENGTH:
             piece = data[: self._left] if len(data) > self._left else data
@@ -205,13 +221,14 @@ class _Protocol(asyncio.Protocol):
                 self._emit(piece, t)
             if self._left == 0:
                 self._finish()
-            return
-        if state == _UNTIL_CLOSE:
-            if data:
-                self._emit(data, t)
-            return
-        if state == _DONE:
-            return
+        elif state == _UNTIL_CLOSE and data:
+            self._emit(data, t)
+        # _DONE: bytes after the response are ignored
+
+    def _chunked_body(self, data: bytes, t: float) -> None:
+        """Transfer-Encoding: chunked. One loop over the read, states inline: it runs once per
+        streamed event, so no call per chunk beyond the sink."""
+        state = self._state
         buf = self._pending + data if self._pending else data
         n = len(buf)
         pos = 0
@@ -243,18 +260,26 @@ class _Protocol(asyncio.Protocol):
                     raise ConnectionFailed("chunk not followed by CRLF")
                 pos += 2
                 state = _CHUNK_SIZE
-            else:  # _TRAILERS: header lines, then an empty line ends the body
-                eol = buf.find(b"\r\n", pos)
-                if eol < 0:
-                    break
-                empty = eol == pos
-                pos = eol + 2
-                if empty:
-                    self._pending = b""
-                    self._finish()
-                    return
+            else:  # _TRAILERS
+                pos = self._skip_trailers(buf, pos)
+                if pos < 0:
+                    return  # the body ended; the exchange is finished
+                break
         self._state = state
         self._pending = buf[pos:] if pos < n else b""
+
+    def _skip_trailers(self, buf: bytes, pos: int) -> int:
+        """Trailer header lines from `pos`, then the empty line that ends the body: there the
+        exchange is finished and -1 returned; else where the incomplete line starts."""
+        while True:
+            eol = buf.find(b"\r\n", pos)
+            if eol < 0:
+                return pos
+            if eol == pos:
+                self._pending = b""
+                self._finish()
+                return -1
+            pos = eol + 2
 
 
 @functools.lru_cache(maxsize=1)
@@ -302,11 +327,10 @@ class Connection:
         for attempt in (1, 2):
             proto = self._proto
             reused = proto is not None and not proto.closed
-            if not reused:
+            if proto is None or proto.closed:
                 proto = self._proto = await self._open()
             try:
                 await proto.start(request, sink, read_timeout_s)
-                break
             except ConnectionFailed:
                 self.close()
                 # A kept-alive connection that the server closed as the request went out, before
@@ -317,9 +341,10 @@ class Connection:
             except BaseException:
                 self.close()  # a half-read response leaves the connection unusable
                 raise
-        if not proto.keep_alive:
-            self.close()
-        return proto.status, bytes(proto.error_body), proto.last_rx_s
+            if not proto.keep_alive:
+                self.close()
+            return proto.status, bytes(proto.error_body), proto.last_rx_s
+        raise AssertionError("unreachable: the second attempt returns or raises")
 
     def close(self) -> None:
         if self._proto is not None and self._proto.transport is not None:

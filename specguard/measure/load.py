@@ -24,10 +24,10 @@ import asyncio
 import math
 import os
 import time
-
-import numpy as np
 from array import array
 from dataclasses import dataclass, field
+
+import numpy as np
 
 from specguard.measure.client import ROUTES, RequestOptions, RequestRecord, build_body, encode_request, send_request
 from specguard.measure.http1 import Connection, Endpoint
@@ -46,7 +46,7 @@ class LoadSettings:
     run_timeout_s: float = 600.0  # the whole run
     api_key: str | None = None
     model: str = "default"
-    extra_body: dict | None = None
+    extra_body: dict[str, object] | None = None
     workers: int | None = None  # client processes; None: $SPECGUARD_CLIENT_WORKERS, else by concurrency
     # Open loop: mean arrivals per second (None: closed loop); `concurrency` is then the cap on
     # requests in flight, and `burstiness` the gamma shape of the gaps (1.0 = Poisson).
@@ -81,7 +81,7 @@ class RunResult:
     timed_out: bool = False
     client_cpu_s: float = 0.0  # CPU time of every client process during the run
     processes: int = 1
-    turnaround_s: array = field(default_factory=lambda: array("d"))  # last byte in -> next request out, per worker
+    turnaround_s: array[float] = field(default_factory=lambda: array("d"))  # last byte in -> next request out, per worker
     load_model: str = ""  # "closed-loop c=16" or "poisson 8 req/s, cap 64" (load_model())
 
 
@@ -163,8 +163,9 @@ async def run_requests(conns: list[Connection], requests: list[bytes], settings:
         result.timed_out = True
         await asyncio.gather(*pending, return_exceptions=True)
     for t in done:
-        if t.exception() is not None:
-            raise t.exception()  # a bug in the client, not a server failure
+        exc = t.exception()
+        if exc is not None:
+            raise exc  # a bug in the client, not a server failure
     result.end_s = time.perf_counter()
     result.client_cpu_s = time.process_time() - cpu0
 
@@ -225,8 +226,8 @@ async def run_open_loop(conns: list[Connection], requests: list[bytes], settings
         task.cancel()
         result.timed_out = True
         await asyncio.gather(task, return_exceptions=True)
-    elif task.exception() is not None:
-        raise task.exception()  # a bug in the client, not a server failure
+    elif (exc := task.exception()) is not None:
+        raise exc  # a bug in the client, not a server failure
     result.end_s = time.perf_counter()
     result.client_cpu_s = time.process_time() - cpu0
     for i, rec in enumerate(records):

@@ -8,8 +8,9 @@ token. Accept length is a ratio of sums over the run's own requests.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Iterable, Sequence
+from typing import Protocol
 
 import numpy as np
 
@@ -59,7 +60,7 @@ class RunMetrics:
     request_goodput: float | None = None
     slo_attainment: float | None = None  # good requests / requests sent
     # Per prompt category (when the workload's prompts carry one): see category_summaries().
-    categories: dict[str, "CategorySummary"] = field(default_factory=dict)
+    categories: dict[str, CategorySummary] = field(default_factory=dict)
 
 
 @dataclass
@@ -105,30 +106,70 @@ def workload_categories(workload: Workload, num_requests: int) -> list[str]:
 def category_summaries(run: RunResult, categories: Sequence[str], duration_s: float) -> dict[str, CategorySummary]:
     """Split a run's requests by category (`categories[k]` is request k's, k = record.index) and
     summarise each; {} when no request has a category."""
+    groups = _requests_by_category(run.requests, categories)
+    run_output_tokens = completed_output_tokens(run.requests) or 1  # a run without tokens: every share is 0
+    return {c: _category_summary(groups[c], run_output_tokens, duration_s) for c in sorted(groups)}
+
+
+def _requests_by_category(records: Iterable[RequestRecord], categories: Sequence[str]) -> dict[str, list[RequestRecord]]:
+    """Records grouped by their index's category; an index outside `categories` or an empty
+    category leaves the record out."""
     groups: dict[str, list[RequestRecord]] = {}
-    for r in run.requests:
+    for r in records:
         c = categories[r.index] if 0 <= r.index < len(categories) else ""
         if c:
             groups.setdefault(c, []).append(r)
-    total_out = sum(r.completion_tokens or 0 for r in run.requests if r.ok) or 1
-    out: dict[str, CategorySummary] = {}
-    for c in sorted(groups):
-        rs = groups[c]
-        ok = [r for r in rs if r.ok]
-        tokens = sum(r.completion_tokens or 0 for r in ok)
-        with_verify = [r for r in ok if r.spec_verify_ct]
-        verify_ct = sum(r.spec_verify_ct or 0 for r in with_verify)
-        ttft = [(r.first_token_s - r.send_s) * 1e3 for r in ok if r.first_token_s is not None]
-        tpot = [(r.end_s - r.first_token_s) * 1e3 / (r.completion_tokens - 1) for r in ok
-                if r.first_token_s is not None and (r.completion_tokens or 0) > 1]
-        out[c] = CategorySummary(
-            requests=len(rs), completed=len(ok), output_tokens=tokens, output_throughput=tokens / duration_s,
-            throughput_share=tokens / total_out,
-            accept_length=sum(r.completion_tokens or 0 for r in with_verify) / verify_ct if verify_ct else None,
-            total_verify_ct=verify_ct,
-            median_ttft_ms=float(np.median(ttft)) if ttft else math.nan,
-            median_tpot_ms=float(np.median(tpot)) if tpot else math.nan)
+    return groups
+
+
+def _category_summary(records: list[RequestRecord], run_output_tokens: int, duration_s: float) -> CategorySummary:
+    ok = [r for r in records if r.ok]
+    tokens = completed_output_tokens(ok)
+    accept_length, verify_ct = requests_accept_length(ok)
+    return CategorySummary(
+        requests=len(records), completed=len(ok), output_tokens=tokens, output_throughput=tokens / duration_s,
+        throughput_share=tokens / run_output_tokens, accept_length=accept_length, total_verify_ct=verify_ct,
+        median_ttft_ms=_median_or_nan(ttft_ms(ok)), median_tpot_ms=_median_or_nan(tpot_ms(ok)))
+
+
+def completed_output_tokens(records: Iterable[RequestRecord]) -> int:
+    """The server's completion tokens summed over the records that succeeded."""
+    return sum(r.completion_tokens or 0 for r in records if r.ok)
+
+
+def requests_accept_length(records: Iterable[RequestRecord]) -> tuple[float | None, int]:
+    """(accept length, verify steps) over the requests that report verify steps: a ratio of sums,
+    completion tokens / spec_verify_ct; (None, 0) when none does."""
+    with_verify = [r for r in records if r.spec_verify_ct]
+    verify_ct = sum(r.spec_verify_ct or 0 for r in with_verify)
+    if not verify_ct:
+        return None, verify_ct
+    return sum(r.completion_tokens or 0 for r in with_verify) / verify_ct, verify_ct
+
+
+def ttft_ms(records: Iterable[RequestRecord]) -> list[float]:
+    """Send -> first token-bearing event, of each request that had one."""
+    out: list[float] = []
+    for r in records:
+        first_s = r.first_token_s
+        if first_s is not None:
+            out.append((first_s - r.send_s) * 1e3)
     return out
+
+
+def tpot_ms(records: Iterable[RequestRecord]) -> list[float]:
+    """(end - first token) / (completion tokens - 1), of each request with a first token and at
+    least two tokens (a single-token response has no time per output token)."""
+    out: list[float] = []
+    for r in records:
+        first_s, tokens = r.first_token_s, r.completion_tokens or 0
+        if first_s is not None and tokens > 1:
+            out.append((r.end_s - first_s) * 1e3 / (tokens - 1))
+    return out
+
+
+def _median_or_nan(values: list[float]) -> float:
+    return float(np.median(values)) if values else math.nan
 
 
 def _percentiles(values: np.ndarray, name: str, out: dict[str, float]) -> None:
@@ -174,52 +215,26 @@ def summarize_run(run: RunResult, server_accept_length: dict[str, float] | None 
     """
     ok = [r for r in run.requests if r.ok]
     bad = [r for r in run.requests if not r.ok]
-    start = min((r.send_s for r in run.requests), default=run.start_s)
-    end = max((r.end_s for r in run.requests), default=run.end_s)
-    duration_s = max(end - start, 1e-9)
-    out_tokens = sum(r.completion_tokens or 0 for r in ok)
-    in_tokens = sum(r.prompt_tokens or 0 for r in ok)
-
-    latency: dict[str, float] = {}
-    ttft = np.array([(r.first_token_s - r.send_s) * 1e3 for r in ok if r.first_token_s is not None])
-    e2e = np.array([(r.end_s - r.send_s) * 1e3 for r in ok])
-    tpot = np.array(
-        [
-            (r.end_s - r.first_token_s) * 1e3 / (r.completion_tokens - 1)
-            for r in ok
-            if r.first_token_s is not None and (r.completion_tokens or 0) > 1
-        ]
-    )
-    itl = np.concatenate([per_token_itl_s(r) for r in ok]) if ok else np.empty(0)
-    itl *= 1e3  # in place: at 2M tokens a run's ITL array is 16 MB
-    for name, values in (("ttft_ms", ttft), ("tpot_ms", tpot), ("itl_ms", itl), ("e2e_latency_ms", e2e)):
-        _percentiles(values, name, latency)
-
-    with_verify = [r for r in ok if r.spec_verify_ct]
-    verify_ct = sum(r.spec_verify_ct or 0 for r in with_verify)
-    accept_length = sum(r.completion_tokens or 0 for r in with_verify) / verify_ct if verify_ct else None
-    if accept_length is None and accept_length_source:
-        accept_length = (server_accept_length or {}).get(accept_length_source)
+    duration_s = run_duration_s(run)
+    out_tokens = completed_output_tokens(ok)
+    accept_length, verify_ct = run_accept_length(ok, server_accept_length, accept_length_source)
     histogram = drafts_histogram(ok)
-    proposed = sum(r.spec_num_proposed_drafts or 0 for r in ok if r.spec_num_correct_drafts is not None)
-    correct = sum(r.spec_num_correct_drafts or 0 for r in ok if r.spec_num_proposed_drafts)
-
     metrics = RunMetrics(
         concurrency=run.concurrency,
         num_requests=len(run.requests),
         completed=len(ok),
         failed=len(bad),
         duration_s=duration_s,
-        total_input_tokens=in_tokens,
+        total_input_tokens=sum(r.prompt_tokens or 0 for r in ok),
         total_output_tokens=out_tokens,
         output_throughput=out_tokens / duration_s,
         request_throughput=len(ok) / duration_s,
-        latency_ms=latency,
+        latency_ms=latency_percentiles_ms(ok),
         accept_length=accept_length,
         total_verify_ct=verify_ct,
         correct_drafts_histogram=histogram,
         acceptance_by_position=acceptance_by_position(histogram),
-        spec_accept_rate=correct / proposed if proposed else None,
+        spec_accept_rate=spec_accept_rate(ok),
         server_accept_length=dict(server_accept_length or {}),
         tokens_estimated=any(r.tokens_estimated for r in ok),
         client_cpu_fraction=run.client_cpu_s / (duration_s * run.processes),
@@ -232,11 +247,55 @@ def summarize_run(run: RunResult, server_accept_length: dict[str, float] | None 
     if categories:
         metrics.categories = category_summaries(run, categories, duration_s)
     metrics.warnings.extend(accept_length_disagreements(metrics))
-    if metrics.client_cpu_fraction > CLIENT_BUSY_FRACTION:
-        metrics.warnings.append(
-            f"the load generator was busy {metrics.client_cpu_fraction:.0%} of the run: it may be part of what was "
-            f"measured (more client processes: {WORKERS_ENV}, or fewer concurrent streams per machine)")
+    metrics.warnings.extend(client_busy_warnings(metrics.client_cpu_fraction))
     return metrics
+
+
+def run_accept_length(records: Iterable[RequestRecord], server_accept_length: dict[str, float] | None,
+                      accept_length_source: str | None) -> tuple[float | None, int]:
+    """(accept length, verify steps): the requests' own (requests_accept_length); the engine's
+    `accept_length_source` from `server_accept_length` only when no request reports verify steps."""
+    accept_length, verify_ct = requests_accept_length(records)
+    if accept_length is None and accept_length_source:
+        accept_length = (server_accept_length or {}).get(accept_length_source)
+    return accept_length, verify_ct
+
+
+def run_duration_s(run: RunResult) -> float:
+    """First send to last byte over the run's requests (the run's own window when it has none),
+    never 0 (every rate divides by it)."""
+    start_s = min((r.send_s for r in run.requests), default=run.start_s)
+    end_s = max((r.end_s for r in run.requests), default=run.end_s)
+    return max(end_s - start_s, 1e-9)
+
+
+def latency_percentiles_ms(records: Sequence[RequestRecord]) -> dict[str, float]:
+    """mean, median, p90 and p99 (LATENCY_STATS) of TTFT, TPOT, per-token ITL and e2e latency
+    over `records` (the completed requests), keyed e.g. `p99_itl_ms`; NaN where there is no value."""
+    itl = np.concatenate([per_token_itl_s(r) for r in records]) if records else np.empty(0)
+    itl *= 1e3  # in place: at 2M tokens a run's ITL array is 16 MB
+    e2e = [(r.end_s - r.send_s) * 1e3 for r in records]
+    latency: dict[str, float] = {}
+    for name, values in (("ttft_ms", np.array(ttft_ms(records))), ("tpot_ms", np.array(tpot_ms(records))),
+                         ("itl_ms", itl), ("e2e_latency_ms", np.array(e2e))):
+        _percentiles(values, name, latency)
+    return latency
+
+
+def spec_accept_rate(records: Sequence[RequestRecord]) -> float | None:
+    """Accepted drafts / proposed drafts summed over the requests (a request's proposed count only
+    where it reports its correct count, and vice versa); None when none was proposed."""
+    proposed = sum(r.spec_num_proposed_drafts or 0 for r in records if r.spec_num_correct_drafts is not None)
+    correct = sum(r.spec_num_correct_drafts or 0 for r in records if r.spec_num_proposed_drafts)
+    return correct / proposed if proposed else None
+
+
+def client_busy_warnings(client_cpu_fraction: float) -> list[str]:
+    """One warning when the client processes were busier than CLIENT_BUSY_FRACTION of a core each."""
+    if client_cpu_fraction > CLIENT_BUSY_FRACTION:
+        return [f"the load generator was busy {client_cpu_fraction:.0%} of the run: it may be part of what was "
+                f"measured (more client processes: {WORKERS_ENV}, or fewer concurrent streams per machine)"]
+    return []
 
 
 def drafts_histogram(records: Iterable[RequestRecord]) -> list[int]:
@@ -308,11 +367,21 @@ def outliers(values: Sequence[float], k_mad: float = 5.0) -> list[int]:
     return [i for i, v in enumerate(arr) if abs(v - med) > k_mad * mad]
 
 
+class RunFigures(Protocol):
+    """What the gates read of one run (a measured RunMetrics, a stored RunSample)."""
+
+    @property
+    def output_throughput(self) -> float: ...
+
+    @property
+    def accept_length(self) -> float | None: ...
+
+
 class RunSeries:
     """The per-run figures the gates compare, for anything holding ``runs`` with
     ``output_throughput`` and ``accept_length`` (a measured cell, a stored baseline session)."""
 
-    runs: Sequence
+    runs: Sequence[RunFigures]
 
     @property
     def throughputs(self) -> list[float]:

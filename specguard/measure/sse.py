@@ -90,13 +90,9 @@ class StreamParser:
     def feed(self, chunk: bytes, arrival_s: float | None) -> None:
         """Consume bytes that arrived at `arrival_s`; complete events are handled now."""
         data = self._buf + chunk if self._buf else chunk
-        if not self._crlf:
-            if self._crlf is None:
-                first = data.find(b"\n")
-                if first < 0:
-                    self._buf = data
-                    return
-                self._crlf = first > 0 and data[first - 1] == 13
+        if self._crlf is None and not self._line_ending_known(data):
+            self._buf = data
+            return
         if self._crlf:
             data = data.replace(b"\r\n", b"\n")
         native = self.api == "native"
@@ -105,32 +101,45 @@ class StreamParser:
         pos = 0
         while True:
             nl = find(b"\n", pos)
-            if nl < 0 or nl + 1 >= n:
+            if nl < 0 or nl + 1 >= n:  # a line end needs the byte after it: does the event end there?
                 break
-            if data[nl + 1] == _LF:  # the usual single-line event
-                end, nxt = nl, nl + 2
-            else:  # several lines (multi-line data, other fields); rare
+            if data[nl + 1] != _LF:  # several lines (multi-line data, other fields); rare
                 end = find(b"\n\n", nl)
                 if end < 0:
                     break
-                nxt = end + 2
-            if end == nl and data.startswith(b"data:", pos):
+                self._multi_line_event(data[pos:end], arrival_s)
+                pos = end + 2
+                continue
+            # the usual single-line event, handled on positions inside `data` (no copy for native)
+            if data.startswith(b"data:", pos):
                 p = pos + 5
-                if p < end and data[p] == _SPACE:
+                if p < nl and data[p] == _SPACE:
                     p += 1
                 if native:
-                    self._native(data, p, end, arrival_s)
+                    self._native(data, p, nl, arrival_s)
                 else:
-                    self._openai(data[p:end], arrival_s)
-            elif end != nl:
-                payload = _joined_data(data[pos:end])
-                if payload is not None:
-                    if native:
-                        self._native(payload, 0, len(payload), arrival_s)
-                    else:
-                        self._openai(payload, arrival_s)
-            pos = nxt
+                    self._openai(data[p:nl], arrival_s)
+            pos = nl + 2
         self._buf = data[pos:] if pos < n else b""
+
+    def _line_ending_known(self, data: bytes) -> bool:
+        """Decide the stream's line ending (CRLF or LF) from its first line; False until a
+        whole line has arrived."""
+        first = data.find(b"\n")
+        if first < 0:
+            return False
+        self._crlf = first > 0 and data[first - 1] == 13
+        return True
+
+    def _multi_line_event(self, event: bytes, arrival_s: float | None) -> None:
+        """An event of several lines (without its blank line): its `data:` lines joined."""
+        payload = _joined_data(event)
+        if payload is None:
+            return
+        if self.api == "native":
+            self._native(payload, 0, len(payload), arrival_s)
+        else:
+            self._openai(payload, arrival_s)
 
     def close(self) -> StreamSummary:
         """End of the byte stream: decode what only the last event carries."""
@@ -279,7 +288,7 @@ class StreamParser:
             _spec_details(self.summary, details)
 
 
-def _spec_details(s: StreamSummary, src: dict) -> None:
+def _spec_details(s: StreamSummary, src: dict[str, Any]) -> None:
     """Speculation counts of one request from a final meta_info or a spec_tokens_details object."""
     s.spec_verify_ct = _int_or_none(src.get("spec_verify_ct"))
     s.spec_num_correct_drafts = _int_or_none(src.get("spec_num_correct_drafts"))

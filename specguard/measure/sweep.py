@@ -12,8 +12,8 @@ cleanly: the flush waits a bounded time for idle, then the cell ends as not meas
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import httpx
 
@@ -54,8 +54,8 @@ def plain_driver(run_once: Callable[[], None], warmup: int, repeats: int) -> Non
 
 
 def measure_cell(handle: ServerHandle, workload: Workload, sweep: SweepConfig, concurrency: int, *,
-                 api: str | None = None, extra_body: dict | None = None, max_failed: int = 0, driver: Driver = plain_driver,
-                 progress: Progress | None = None, flush_timeout_s: float = FLUSH_TIMEOUT_S,
+                 api: str | None = None, extra_body: dict[str, object] | None = None, max_failed: int = 0,
+                 driver: Driver = plain_driver, progress: Progress | None = None, flush_timeout_s: float = FLUSH_TIMEOUT_S,
                  request_rate: float | None = None, burstiness: float = 1.0, num_requests: int | None = None,
                  slo_ms: dict[str, float] | None = None) -> CellMeasurement:
     """Measure a cell; request failures above `max_failed` make the cell an error with the first errors;
@@ -65,27 +65,9 @@ def measure_cell(handle: ServerHandle, workload: Workload, sweep: SweepConfig, c
     goodput; prompts with categories give every run per-category summaries."""
     engine = handle.engine
     cell = CellMeasurement(config=handle.name, concurrency=concurrency)
-    api = api or sweep.api
-    route_body = engine.route_extra_body(api)
-    if route_body:
-        extra_body = {**route_body, **(extra_body or {})}
-    settings = LoadSettings(
-        concurrency=concurrency,
-        num_requests=num_requests or sweep.num_requests(concurrency),
-        api=api,
-        read_timeout_s=sweep.read_timeout_s,
-        run_timeout_s=sweep.run_timeout_s,
-        api_key=handle.api_key,
-        model=handle.effective.raw.get("served_model_name") or "default",
-        extra_body=extra_body,
-        request_rate=request_rate,
-        burstiness=burstiness,
-        arrival_seed=workload.spec.seed,
-    )
-    categories = workload_categories(workload, settings.num_requests)
-    if not any(categories):
-        categories = None
-    total = sweep.warmup + sweep.repeats
+    settings = cell_load_settings(handle, workload, sweep, concurrency, api=api, extra_body=extra_body,
+                                  request_rate=request_rate, burstiness=burstiness, num_requests=num_requests)
+    categories = run_categories(workload, settings.num_requests)
     all_runs: list[RunMetrics] = []
     started = time.monotonic()
 
@@ -99,22 +81,12 @@ def measure_cell(handle: ServerHandle, workload: Workload, sweep: SweepConfig, c
         def run_once() -> None:
             i = len(all_runs)
             if progress:
-                phase = "warmup" if i < sweep.warmup else f"run {i - sweep.warmup + 1}/{sweep.repeats}"
-                progress(f"{handle.name} c{concurrency} {phase} ({i + 1}/{total})")
+                progress(f"{handle.name} c{concurrency} {run_phase(i, sweep)} ({i + 1}/{sweep.warmup + sweep.repeats})")
             if not handle.alive():
-                raise ServerGone(f"server {handle.name!r} exited (code {handle.process.returncode})")
-            engine.flush_cache(client, flush_timeout_s)
-            before = engine.metrics_snapshot(client)
-            run = generator.run(workload)
-            after = engine.metrics_snapshot(client)
-            metrics = summarize_run(run, engine.server_accept_lengths(client, before, after), engine.accept_length_source,
-                                    slo_ms=slo_ms, categories=categories)
-            metrics.spec_num_steps = engine.steps_in_use(handle.effective, after)
-            if metrics.failed == 0:
-                disagreement = engine.token_count_disagreement(before, after, metrics.total_output_tokens)
-                if disagreement:
-                    metrics.warnings.append(disagreement)
-            all_runs.append(metrics)
+                code = handle.process.returncode if handle.process is not None else None
+                raise ServerGone(f"server {handle.name!r} exited (code {code})")
+            all_runs.append(measure_run(handle, client, generator, workload, flush_timeout_s=flush_timeout_s,
+                                        slo_ms=slo_ms, categories=categories))
 
         try:
             driver(run_once, sweep.warmup, sweep.repeats)
@@ -128,6 +100,64 @@ def measure_cell(handle: ServerHandle, workload: Workload, sweep: SweepConfig, c
     cell.runs = all_runs[sweep.warmup:]
     _judge_cell(cell, handle, max_failed, sweep.repeats)
     return cell
+
+
+def cell_load_settings(handle: ServerHandle, workload: Workload, sweep: SweepConfig, concurrency: int, *,
+                       api: str | None, extra_body: dict[str, object] | None, request_rate: float | None,
+                       burstiness: float, num_requests: int | None) -> LoadSettings:
+    """The load of every run of a cell: the sweep's API unless `api` is given, the engine's
+    fields for that route under the caller's `extra_body` (the caller's value wins a clash), the server's
+    served model name and API key, and the workload's seed for the arrival times."""
+    api = api or sweep.api
+    route_body = handle.engine.route_extra_body(api)
+    if route_body:
+        extra_body = {**route_body, **(extra_body or {})}
+    return LoadSettings(
+        concurrency=concurrency,
+        num_requests=num_requests or sweep.num_requests(concurrency),
+        api=api,
+        read_timeout_s=sweep.read_timeout_s,
+        run_timeout_s=sweep.run_timeout_s,
+        api_key=handle.api_key,
+        model=handle.effective.raw.get("served_model_name") or "default",
+        extra_body=extra_body,
+        request_rate=request_rate,
+        burstiness=burstiness,
+        arrival_seed=workload.spec.seed,
+    )
+
+
+def run_categories(workload: Workload, num_requests: int) -> list[str] | None:
+    """Request index -> prompt category for a run, or None when no prompt has one (the runs
+    then carry no per-category summaries)."""
+    categories = workload_categories(workload, num_requests)
+    return categories if any(categories) else None
+
+
+def run_phase(run_index: int, sweep: SweepConfig) -> str:
+    """A run's label in progress lines: warmup, or "run k/N" counting the measured runs from 1."""
+    if run_index < sweep.warmup:
+        return "warmup"
+    return f"run {run_index - sweep.warmup + 1}/{sweep.repeats}"
+
+
+def measure_run(handle: ServerHandle, client: httpx.Client, generator: LoadGenerator, workload: Workload, *,
+                flush_timeout_s: float, slo_ms: dict[str, float] | None, categories: list[str] | None) -> RunMetrics:
+    """One run from a flushed cache, with the server's own accept lengths and token count read
+    around it (before and after snapshots of its metrics) to check the requests against."""
+    engine = handle.engine
+    engine.flush_cache(client, flush_timeout_s)
+    before = engine.metrics_snapshot(client)
+    run = generator.run(workload)
+    after = engine.metrics_snapshot(client)
+    metrics = summarize_run(run, engine.server_accept_lengths(client, before, after), engine.accept_length_source,
+                            slo_ms=slo_ms, categories=categories)
+    metrics.spec_num_steps = engine.steps_in_use(handle.effective, after)
+    if metrics.failed == 0:
+        disagreement = engine.token_count_disagreement(before, after, metrics.total_output_tokens)
+        if disagreement:
+            metrics.warnings.append(disagreement)
+    return metrics
 
 
 class ServerGone(RuntimeError):

@@ -19,8 +19,9 @@ import subprocess
 import sys
 import time
 from array import array
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import IO, Any
 
 from specguard.measure.http1 import Connection, Endpoint
 from specguard.measure.load import LoadSettings, RunResult, run_requests
@@ -48,7 +49,7 @@ def merge(parts: list[RunResult], concurrency: int) -> RunResult:
                      load_model=parts[0].load_model if parts else "")
 
 
-def _send(stream: BinaryIO, obj: Any) -> None:
+def _send(stream: IO[bytes], obj: object) -> None:
     data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
     stream.write(_LEN.pack(len(data)) + data)
     stream.flush()
@@ -73,21 +74,36 @@ def _recv(fd: int, deadline: float) -> Any:
     return pickle.loads(_read_exactly(fd, size, deadline))
 
 
+@dataclass
+class _Worker:
+    """One worker process and its pipes: commands in (its stdin), replies out (its stdout)."""
+
+    process: subprocess.Popen[bytes]
+    commands: IO[bytes]
+    replies: IO[bytes]
+
+    @classmethod
+    def start(cls, env: dict[str, str]) -> _Worker:
+        proc = subprocess.Popen([sys.executable, "-m", "specguard.measure.workers"], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, env=env)
+        assert proc.stdin is not None and proc.stdout is not None  # both are PIPE
+        return cls(proc, proc.stdin, proc.stdout)
+
+
 class WorkerPool:
     """`processes` worker processes sharing the closed-loop workers of one cell."""
 
     def __init__(self, base_url: str, settings: LoadSettings, processes: int) -> None:
         self.settings = settings
         self.concurrency = shares(settings.concurrency, processes)
-        self._procs: list[subprocess.Popen] = []
+        self._workers: list[_Worker] = []
         root = str(Path(__file__).resolve().parent.parent)  # this specguard, whatever the working directory
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))
         try:
             for c in self.concurrency:
-                proc = subprocess.Popen([sys.executable, "-m", "specguard.measure.workers"], stdin=subprocess.PIPE,
-                                        stdout=subprocess.PIPE, env=env)
-                self._procs.append(proc)
-                _send(proc.stdin, (base_url, settings, c))
+                worker = _Worker.start(env)
+                self._workers.append(worker)
+                _send(worker.commands, (base_url, settings, c))
         except BaseException:
             self.close()
             raise
@@ -99,12 +115,12 @@ class WorkerPool:
         counts[0] += len(requests) - sum(counts)
         start_at = time.perf_counter() + START_DELAY_S
         first = 0
-        for proc, count in zip(self._procs, counts):
-            _send(proc.stdin, ("run", requests[first:first + count], first, start_at))
+        for worker, count in zip(self._workers, counts):
+            _send(worker.commands, ("run", requests[first:first + count], first, start_at))
             first += count
         deadline = time.monotonic() + START_DELAY_S + self.settings.run_timeout_s + REPLY_GRACE_S
         try:
-            parts = [_recv(proc.stdout.fileno(), deadline) for proc in self._procs]
+            parts = [_recv(worker.replies.fileno(), deadline) for worker in self._workers]
         except (TimeoutError, EOFError) as exc:
             self.close()
             raise RuntimeError(f"client worker failed: {exc}") from None
@@ -112,21 +128,20 @@ class WorkerPool:
 
     def close(self) -> None:
         """Ask every worker to stop; kill (by pid) any that does not within a few seconds."""
-        for proc in self._procs:
+        for worker in self._workers:
             try:
-                _send(proc.stdin, ("close",))
-                proc.stdin.close()
+                _send(worker.commands, ("close",))
+                worker.commands.close()
             except (BrokenPipeError, OSError, ValueError):
                 pass
-        for proc in self._procs:
+        for worker in self._workers:
             try:
-                proc.wait(timeout=5)
+                worker.process.wait(timeout=5)
             except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-            if proc.stdout:
-                proc.stdout.close()
-        self._procs = []
+                worker.process.kill()
+                worker.process.wait()
+            worker.replies.close()
+        self._workers = []
 
 
 def main() -> None:
