@@ -157,6 +157,8 @@ def test_reconstruct_indices_from_tree_mask_on_random_trees(ops):
     for trial in range(150):
         bs, n = rng.randint(1, 4), rng.randint(1, 12)
         parents = [random_parent_table(rng, n, chain=(trial % 5 == 0)) for _ in range(bs)]
+        if trial % 3 == 1:  # a forest: more roots than node 0 (the contract: a root has no next sibling)
+            parents = [[-1 if i and rng.random() < 0.3 else p for i, p in enumerate(ps)] for ps in parents]
         mask = torch.zeros((bs, n, n), dtype=torch.bool)
         for b in range(bs):
             for i in range(n):
