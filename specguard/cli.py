@@ -12,9 +12,9 @@ from specguard import starter
 from specguard.report import compare
 from specguard.report import recommend
 from specguard.report import results
-from specguard.decide import calibrate
-from specguard.decide import study
-from specguard.tune import cli as tune_cli
+from specguard.research import calibrate
+from specguard.research import study
+from specguard.research.tune import cli as tune_cli
 from specguard.decide.baselines import atomic_write_json
 from specguard.config import ConfigError, ServerConfig, SweepConfig
 from specguard.report.results import ResultsError

@@ -4,10 +4,10 @@ import json
 
 import pytest
 
-from specguard.decide import calibrate
 from specguard.emulator.model import simulate_closed_loop
 from specguard.emulator.profile import load_profile
 from specguard.emulator.spec import SpecRequest
+from specguard.research import calibrate
 
 # seed-figures.md table A: concurrency -> (no-MTP tok/s, MTP tok/s); MTP at (1, 1, 2), capped at 48
 SEED_A = {1: (108, 121.5), 4: (286, 400.5), 16: (873, 1209), 32: (1359, 1502), 64: (2327, 1571), 128: (2800, 1635)}
@@ -15,7 +15,8 @@ MTP = SpecRequest("NEXTN", num_steps=1, topk=1, num_draft_tokens=2)
 
 
 def seed_a_csv(path):
-    head = "concurrency,baseline_tok_s,spec_tok_s,accept_length,input_len,output_len,cap,algorithm,num_steps,topk,num_draft_tokens,repeated_prompt"
+    head = ("concurrency,baseline_tok_s,spec_tok_s,accept_length,input_len,output_len,cap,algorithm,num_steps,topk,"
+            "num_draft_tokens,repeated_prompt")
     rows = [f"{c},{b},{m},2.00" + (",1000,1000,48,NEXTN,1,1,2,true" if i == 0 else "")
             for i, (c, (b, m)) in enumerate(SEED_A.items())]
     path.write_text("\n".join([head, *rows]) + "\n")

@@ -358,7 +358,7 @@ def test_statistics_md_half_width():
     import numpy as np
 
     from specguard.decide.gates import gate_confidence
-    from specguard.decide.stats import compare_to_history
+    from specguard.research.study.legacy import compare_to_history
 
     text = " ".join(STATISTICS_MD.read_text(encoding="utf-8").split())
     m = re.search(r"interval's half-width \((\S+)-(\S+) % with a 1 % between-launch spread at alpha 0.01/28\)", text)

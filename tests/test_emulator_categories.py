@@ -129,7 +129,7 @@ def test_a_code_only_acceptance_drop_shows_in_the_code_category_and_is_diluted_o
 def test_calibrate_fits_per_category_acceptance(tmp_path):
     from dataclasses import replace
 
-    from specguard.decide import calibrate
+    from specguard.research import calibrate
 
     cells = [{"config": "mtp", "runs": [
         {"categories": {"code": {"accept_length": 1.9, "total_verify_ct": 100}, "chat": {"accept_length": 1.5, "total_verify_ct": 300}}},

@@ -1,5 +1,6 @@
-"""Issue 14's gate design: launches as units, relaunch on suspicion, the must-win speculation gate,
-the history's spread with its degrees of freedom, and the one crossover estimator."""
+"""The gate design: launches as units, relaunch on suspicion, the must-win speculation gate, the
+history's spread with its degrees of freedom, and the one crossover estimator (its edges:
+tests/test_crossover.py)."""
 
 import math
 
@@ -7,13 +8,33 @@ import numpy as np
 import pytest
 
 from specguard.config import ConfigError, Tolerances, parse_suite
-from specguard.decide.crossover import estimate_crossover, first_crossing, within_factor
-from specguard.decide.gates import (design_of, GateDesign, GateResult, final_failures, launch_history_gate, must_win_gate,
-                                    relaunch_plan, session_spread)
-from specguard.decide.stats import (FAIL, INCONCLUSIVE, PASS, RatioEstimate, SpreadEstimate, between_variance,
-                                    compare_launch_sets, compare_launches, history_spread, stalled_runs)
+from specguard.decide.crossover import estimate_crossover, first_crossing
+from specguard.decide.gates import (
+    GateDesign,
+    GateResult,
+    design_of,
+    final_failures,
+    launch_history_gate,
+    must_win_gate,
+    relaunch_plan,
+    session_spread,
+)
+from specguard.decide.stats import (
+    FAIL,
+    INCONCLUSIVE,
+    PASS,
+    RatioEstimate,
+    SpreadEstimate,
+    between_variance,
+    compare_launch_sets,
+    compare_launches,
+    history_spread,
+    stalled_runs,
+)
+from specguard.research.study.legacy import unchecked_history_gate
+from specguard.research.study.truth import within_factor
 
-TOL = Tolerances()  # prior 1 %, day share 0.5 %, prior dof 8, pooled-t
+TOL = Tolerances()  # prior 1 %, day share 0.5 %
 
 
 def _est(ratio, low, high, p=0.5):
@@ -39,16 +60,14 @@ def test_more_launches_narrow_the_interval_only_by_their_own_share():
 
 def test_history_spread_enters_with_its_degrees_of_freedom():
     measured = SpreadEstimate(1e-4, 4.0)
-    var, dof, _ = between_variance(0.01, measured, 8.0, "pooled-t")
+    var, dof, _ = between_variance(0.01, measured, 8.0)
     assert var == pytest.approx(1e-4) and dof == 12.0
-    var, dof, source = between_variance(0.01, SpreadEstimate(4e-4, 4.0), 8.0, "max-known")
-    assert var == pytest.approx(4e-4) and math.isinf(dof) and "history" in source
-    assert between_variance(0.01, None, math.inf, "pooled-t")[1] == math.inf
+    assert between_variance(0.01, None, math.inf)[1] == math.inf
     hist = [[100.0, 100.1, 99.9], [101.0, 101.1, 100.9], [99.0, 99.1, 98.9]]
     kw = dict(threshold=0.97, prior_between_sd=0.01, confidence=0.999)
     t = compare_launches([[100.0, 100.1, 99.9]], hist, prior_dof=2.0, **kw)
-    known = compare_launches([[100.0, 100.1, 99.9]], hist, spread_rule="max-known", **kw)
-    assert t.dof < 10 and _width(t) > _width(known)  # few dof: a t quantile, not the normal one
+    known = compare_launches([[100.0, 100.1, 99.9]], hist, prior_dof=math.inf, **kw)
+    assert t.dof < 10 and known.dof > 1e3 and _width(t) > _width(known)  # few dof: a t quantile, not the normal one
 
 
 def test_history_spread_is_the_variance_of_session_locations():
@@ -143,10 +162,6 @@ def test_final_failures_lets_stage_two_supersede_an_inconclusive_stage_one():
     stage2 = [_result("throughput", "eagle3", 16, 0.4, PASS, stage=2)]
     failing = final_failures(stage1, stage2, tol, GateDesign())
     assert [(r.config, r.stage) for r in failing] == [("mtp", 1)]
-    halves = GateDesign(stage_alpha_rule="halves")
-    assert halves.stage_alpha(0.01) == 0.005 and halves.holm_alpha(0.01) == 0.005
-    assert GateDesign().stage_alpha(0.01) == 0.01 and GateDesign().holm_alpha(0.01) == 0.01  # "screen", the default
-    assert GateDesign(relaunch="off", stage_alpha_rule="halves").stage_alpha(0.01) == 0.01
 
 
 def test_screen_rule_lets_the_pooled_decision_supersede_a_stage_one_fail():
@@ -159,8 +174,7 @@ def test_screen_rule_lets_the_pooled_decision_supersede_a_stage_one_fail():
     assert [(r.config, r.stage) for r in final_failures(stage1, [], tol, GateDesign())] == [("eagle3", 1)]  # attach mode
     with pytest.raises(ValueError, match="relaunch_p 0.001 is below family_alpha 0.01"):
         final_failures(stage1, stage2, tol, GateDesign(suspicion_p=0.001))
-    with pytest.raises(ValueError, match="stage alpha rule"):
-        GateDesign(stage_alpha_rule="thirds")
+    assert final_failures(stage1, [], tol, GateDesign(suspicion_p=0.001, relaunch="off"))  # nothing screens: no bound
 
 
 def test_crossover_is_interpolated_on_log_concurrency_with_an_interval():
@@ -173,8 +187,8 @@ def test_crossover_is_interpolated_on_log_concurrency_with_an_interval():
     assert ahead.estimate is None and ahead.above_range
     behind = estimate_crossover({1: _est(0.9, 0.85, 0.95), 4: _est(0.8, 0.7, 0.9)})
     assert behind.below_range and behind.estimate is None
-    assert within_factor(40.0, 35.9, 1.25, [32, 64]) and not within_factor(48.0, 35.9, 1.25, [32, 64])
-    assert within_factor(None, None, 1.25, [1]) and not within_factor(None, 35.9, 1.25, [1])
+    assert within_factor(40.0, 35.9, 1.25) and not within_factor(48.0, 35.9, 1.25)
+    assert within_factor(None, None, 1.25) and not within_factor(None, 35.9, 1.25)
 
 
 def test_suite_keys_for_launches_and_relaunch_are_checked(tmp_path):
@@ -189,6 +203,7 @@ def test_suite_keys_for_launches_and_relaunch_are_checked(tmp_path):
         parse_suite({**raw, "advanced": {"launches": 2, "max_launches": 1}}, tmp_path / "s.toml")
     two = parse_suite({**raw, "advanced": {"max_launches": 2}}, tmp_path / "s.toml")
     assert design_of(two).max_launches == 2 and design_of(ok).max_launches == 3
+    assert design_of(ok) == GateDesign(launches=2, relaunch="off")
 
 
 def test_family_alphas_split_the_family_by_gate_weight_and_skip_report_only_tests():
@@ -206,21 +221,17 @@ def test_family_alphas_split_the_family_by_gate_weight_and_skip_report_only_test
     assert sum(x for x, (_, enforced) in zip(a, tests) if enforced) == pytest.approx(0.01)  # the family bound
 
 
-def test_cell_spread_pool_uses_the_cells_history_and_the_pooled_spread_only_to_check_the_prior():
-    hist = [[100.0, 100.1, 99.9], [100.2, 100.3, 100.1], [99.9, 100.0, 99.8], [100.1, 100.0, 100.2], [100.0, 99.9, 100.1]]
-    kw = dict(tolerance=0.03, prior_between_sd=0.005, alpha_cell=0.001, rule="significant")
-    loud = SpreadEstimate(4e-4, 12.0)  # the session's other cells spread 2 %
-    plain = launch_history_gate("throughput", "b", 4, [[99.0, 99.1, 98.9]], hist, **kw)
-    checked = launch_history_gate("throughput", "b", 4, [[99.0, 99.1, 98.9]], hist, spread=loud,
-                                  design=GateDesign(prior_check="pooled"), **kw)
-    as_estimate = launch_history_gate("throughput", "b", 4, [[99.0, 99.1, 98.9]], hist, spread=loud,
-                                      design=GateDesign(spread_pool="suite", prior_check="pooled"), **kw)
-    unchecked = launch_history_gate("throughput", "b", 4, [[99.0, 99.1, 98.9]], hist, spread=loud,
-                                    design=GateDesign(prior_check="off"), **kw)
-    assert "prior raised to the history's spread" in checked.estimate.between_source
-    assert unchecked.estimate.between_sd == pytest.approx(plain.estimate.between_sd)  # the pool was not used
-    # the raised prior (2 %, 8 pseudo dof) and this cell's quiet history (4 dof) against the pool as the estimate
-    assert plain.estimate.between_sd < checked.estimate.between_sd < as_estimate.estimate.between_sd + 1e-12
+def test_must_win_gate_falls_back_to_the_sessions_spread_without_stored_sessions_at_its_level():
+    """No stored session of either configuration at this level: the spread pooled over the
+    session's cells (``spread``) is the estimate; with the pair's histories, theirs is."""
+    loud = SpreadEstimate(4e-4, 12.0, "4 cells' histories")  # the session's other cells spread 2 %
+    args = ("eagle3", 16, [[104.0, 104.2, 103.9]], [[100.0, 100.1, 99.9]], "baseline")
+    kw = dict(must_win=True, tol=Tolerances(), alpha_cell=0.001, spread=loud)
+    empty = must_win_gate(*args, pair_histories=([], []), **kw)
+    quiet = [[100.0, 100.1, 99.9], [100.2, 100.3, 100.1], [99.9, 100.0, 99.8]]
+    own = must_win_gate(*args, pair_histories=(quiet, quiet), **kw)
+    assert "4 cells' histories" in empty.estimate.between_source and "4 cells'" not in own.estimate.between_source
+    assert empty.estimate.between_sd > own.estimate.between_sd
 
 
 def test_must_win_gate_uses_the_pairs_histories_when_given():
@@ -228,7 +239,7 @@ def test_must_win_gate_uses_the_pairs_histories_when_given():
     spec_hist = [list(110 * np.exp(rng.normal(0, 0.03) + rng.normal(0, 0.002, 3))) for _ in range(5)]
     ref_hist = [list(100 * np.exp(rng.normal(0, 0.03) + rng.normal(0, 0.002, 3))) for _ in range(5)]
     tol = Tolerances()
-    kw = dict(must_win=True, tol=tol, alpha_cell=0.001, design=GateDesign(prior_check="off"))
+    kw = dict(must_win=True, tol=tol, alpha_cell=0.001)
     prior_only = must_win_gate("eagle3", 16, [[104.0, 104.2, 103.9]], [[100.0, 100.1, 99.9]], "baseline", **kw)
     paired = must_win_gate("eagle3", 16, [[104.0, 104.2, 103.9]], [[100.0, 100.1, 99.9]], "baseline",
                            pair_histories=(spec_hist, ref_hist), **kw)
@@ -241,8 +252,8 @@ def test_the_cell_prior_check_raises_a_prior_its_history_contradicts_and_names_i
     hist = [list(100 * np.exp(rng.normal(0, 0.03) + rng.normal(0, 0.002, 3))) for _ in range(5)]  # 3 % spread
     kw = dict(tolerance=0.03, prior_between_sd=0.005, alpha_cell=0.001, rule="significant")
     checked = launch_history_gate("throughput", "b", 4, [[99.0, 99.1, 98.9]], hist, **kw)
-    off = launch_history_gate("throughput", "b", 4, [[99.0, 99.1, 98.9]], hist, design=GateDesign(prior_check="off"), **kw)
+    off = unchecked_history_gate("throughput", "b", 4, [[99.0, 99.1, 98.9]], hist, **kw)
     assert "prior raised to the history's spread (history of 5 sessions)" in checked.estimate.between_source
     assert checked.estimate.between_sd > 2 * off.estimate.between_sd  # 16 pseudo dof at 0.5 % no longer drown 3 %
-    with pytest.raises(ValueError, match="prior check 'sometimes'; use one of cell, pooled, off"):
-        launch_history_gate("throughput", "b", 4, [[99.0, 99.1]], hist, design=GateDesign(prior_check="sometimes"), **kw)
+    right = launch_history_gate("throughput", "b", 4, [[99.0, 99.1, 98.9]], hist, **{**kw, "prior_between_sd": 0.03})
+    assert "raised" not in right.estimate.between_source  # a prior the history agrees with stands

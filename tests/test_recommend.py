@@ -8,9 +8,10 @@ import math
 import pytest
 from synthetic_results import MTP, make_doc, seed_a_doc
 
-from specguard.labels import ExitCode
 from specguard import cli
-from specguard.report.recommend import RecommendError, first_crossing, recommend, render_text, to_json
+from specguard.decide.crossover import first_crossing
+from specguard.labels import ExitCode
+from specguard.report.recommend import RecommendError, recommend, render_text, to_json
 from specguard.report.results import validate
 
 
@@ -215,9 +216,18 @@ def test_attention_dp_results_get_no_adaptive_table():
 # -- one behaviour per test, exact values (issue 17: each kills a class of mutants) ---------------
 # Curves are built by hand (RatioEstimate values given, not computed), so these tests pin the
 # recommendation logic itself, independent of the gate statistics in decide/stats.py.
+from specguard.decide.crossover import CrossoverEstimate  # noqa: E402
 from specguard.decide.stats import RatioEstimate  # noqa: E402
 from specguard.report import recommend as rm  # noqa: E402
-from specguard.report.recommend import Band, Crossing, LevelRatio, Recommendation  # noqa: E402
+from specguard.report.recommend import Band, LevelRatio, Recommendation  # noqa: E402
+
+
+def xo(estimate: float | None, low: float | None = None, high: float | None = None, last_ahead: int | None = None,
+       first_behind: int | None = None, *, confident: bool = False, below_range: bool = False,
+       above_range: bool | None = None) -> CrossoverEstimate:
+    """A hand-made crossover; above_range defaults to "no estimate"."""
+    return CrossoverEstimate(estimate, low, high, below_range, estimate is None if above_range is None else above_range,
+                             last_ahead, first_behind, confident)
 
 
 def loglog(c0: float, c1: float, v0: float, v1: float) -> float:
@@ -240,7 +250,7 @@ def settings(algo="EAGLE3", steps=3, topk=1, tokens=4, cap=None, engine="sglang"
             "num_draft_tokens": tokens, "max_running_requests": cap, "draft_model_path": None}
 
 
-NONE = Crossing(None, None, None, None, None, False, False, True)
+NONE = xo(None)
 
 
 def make_rec(bands, sets, *, disable_at=None, crossover=NONE, ratios=None, lighter=None, switch=None, notes=None):
@@ -252,9 +262,8 @@ def make_rec(bands, sets, *, disable_at=None, crossover=NONE, ratios=None, light
 
 def test_interpolation_is_exact_on_log_log_axes():
     # log v falls from log 2 to log 0.25 (3 units of log 2) over log 1 .. log 8: zero a third of the way: c = 2
-    assert rm._interpolated([1, 8], [2.0, 0.25], 0) == pytest.approx(2.0, rel=1e-12)
-    assert rm._interpolated([2, 4, 32], [9.0, 2.0, 0.25], 1) == pytest.approx(8.0, rel=1e-12)
     assert first_crossing([1, 8], [2.0, 0.25]) == pytest.approx(2.0, rel=1e-12)
+    assert first_crossing([2, 4, 32], [9.0, 2.0, 0.25]) == pytest.approx(8.0, rel=1e-12)
     assert first_crossing([2, 4, 32], [3.0, 2.0, 0.25]) == pytest.approx(8.0, rel=1e-12)
     assert first_crossing([2, 4, 32], [0.5, 2.0, 0.25]) == 2.0  # already below at the first level
     assert first_crossing([], []) is None and first_crossing([3], [1.0]) is None
@@ -294,9 +303,12 @@ def test_crossing_lower_bound_is_capped_at_the_estimate():
 
 
 def test_crossing_already_behind_at_the_first_level():
+    # decide.crossover's estimator: behind from the first level is no crossover estimate (None;
+    # recommend's own estimator gave the first level, 2.0), the interval's upper end is that level,
+    # and the policy still switches speculation off there (_switch_point, test below)
     x = rm.crossing(curve((2, 0.8, 0.7, 0.9), (8, 0.6, 0.5, 0.7)))
-    assert x == Crossing(estimate=2.0, low=None, high=2.0, last_ahead=None, first_behind=2, confident=False,
-                         below_range=True, above_range=False)
+    assert x == xo(None, None, 2.0, None, 2, below_range=True, above_range=False)
+    assert rm._switch_point(x) == 2
 
 
 def test_crossing_behind_from_the_second_level_takes_the_interpolated_high():
@@ -313,12 +325,12 @@ def test_crossing_above_the_range_keeps_the_lower_bounds_crossing():
     assert (x.last_ahead, x.first_behind, x.confident) == (None, None, False)
     all_confident = rm.crossing(curve((1, 2.0, 1.5, 2.5), (4, 1.5, 1.2, 1.8)))
     assert all_confident.low is None  # nothing measured after the last confident level
-    assert rm.crossing([]) == Crossing(None, None, None, None, None, False, False, True)
+    assert rm.crossing([]) == xo(None)
 
 
 def test_switch_point_rounds_up_to_a_whole_concurrency_of_at_least_one():
     def at(e):
-        return rm._switch_point(Crossing(e, None, None, None, None, False, False, e is None))
+        return rm._switch_point(xo(e))
 
     assert at(None) is None
     assert (at(36.2), at(37.0), at(37.0 + 1e-12), at(0.3), at(1.0)) == (37, 37, 37, 1, 1)
@@ -349,10 +361,31 @@ def test_graph_switch_start_every_branch():
 
 def test_later_treats_no_crossing_as_infinitely_late():
     def x(e):
-        return Crossing(e, None, None, None, None, False, False, e is None)
+        return xo(e)
 
     assert rm._later(x(None), x(40.0)) and not rm._later(x(40.0), x(None)) and not rm._later(x(None), x(None))
     assert rm._later(x(41.0), x(40.0)) and not rm._later(x(40.0), x(40.0)) and not rm._later(x(39.0), x(40.0))
+
+
+def test_a_crossing_behind_from_its_first_level_switches_there_and_is_the_earliest():
+    # decide.crossover gives it no estimate; the policy reads its first level instead (_falls_behind_at)
+    behind = xo(None, None, 2.0, None, 2, below_range=True, above_range=False)
+    later = xo(5.0, first_behind=8)
+    assert rm._switch_point(behind) == 2 and rm._later(later, behind) and not rm._later(behind, later)
+    assert rm._later(xo(None), behind) and not rm._later(behind, behind)
+
+
+def test_render_text_names_a_lighter_setting_ahead_from_the_first_level():
+    spec = curve((2, 1.1, 1.05, 1.2), (8, 0.9, 0.8, 0.95))
+    light = curve((2, 1.2, 1.1, 1.3), (8, 0.95, 0.9, 0.99))
+    sw = xo(None, None, 2.0, None, 2, below_range=True, above_range=False)
+    rec = make_rec([Band(1, 2, "spec"), Band(2, 4, "light"), Band(4, None, None)],
+                   {"spec": settings(), "light": settings(steps=1, tokens=2)}, ratios={"spec": spec, "light": light},
+                   crossover=xo(4.0, None, None, 2, 8), lighter="light", switch=sw, disable_at=4)
+    rec.sglang = {"applies": False, "reason": "r"}
+    lines = render_text(rec).split("\n")
+    assert "light is ahead of spec from the lowest measured level c2" in lines
+    assert not any(line.startswith("light overtakes") for line in lines)
 
 
 def test_sglang_table_flags_and_notes_exact():
@@ -447,7 +480,8 @@ def test_to_json_every_field():
     out = to_json(rec)
     assert out == {
         "schema": "specguard-recommendation", "schema_version": 1, "source": {"file": "r.json"},
-        "level_kind": "concurrency", "reference": "base", "speculative": "spec", "lighter": None, "confidence": 0.95, "disable_speculation_at": 6,
+        "level_kind": "concurrency", "reference": "base", "speculative": "spec", "lighter": None, "confidence": 0.95,
+        "disable_speculation_at": 6,
         "crossover": {"config": "spec", "estimate": round(x.estimate, 2), "interval": [round(x.low, 2), round(x.high, 2)],
                       "between": [4, 16], "confident": True, "below_range": False, "above_range": False},
         "lighter_switch": None,
@@ -462,7 +496,7 @@ def test_to_json_every_field():
 
 
 def test_to_json_open_crossing_and_lighter_switch():
-    sw = Crossing(7.123, 5.4321, 9.876, None, 8, False, True, False)
+    sw = xo(7.123, 5.4321, 9.876, None, 8, below_range=True)
     rec = make_rec([Band(1, 7, "spec"), Band(7, 30, "light"), Band(30, None, None)],
                    {"spec": settings(), "light": settings(steps=1, tokens=2)}, lighter="light", switch=sw, disable_at=30)
     out = to_json(rec)
@@ -496,8 +530,8 @@ def test_render_text_exact():
 def test_render_text_ties_open_intervals_lighter_and_no_table():
     spec = curve((2, 1.1, 0.95, 1.2), (8, 0.9, 0.8, 1.0))
     light = curve((2, 1.05, 0.99, 1.1), (8, 0.95, 0.9, 1.01))
-    x = Crossing(4.0, None, None, None, 2, False, False, False)
-    sw = Crossing(3.0, None, None, None, 8, False, False, False)
+    x = xo(4.0, None, None, None, 2)
+    sw = xo(3.0, None, None, None, 8)
     rec = make_rec([Band(1, 3, "spec"), Band(3, 4, "light"), Band(4, None, None)],
                    {"spec": settings(engine="vllm"), "light": settings(steps=1, tokens=2, engine="vllm")},
                    ratios={"spec": spec, "light": light}, crossover=x, lighter="light", switch=sw, disable_at=4)
@@ -698,8 +732,8 @@ def test_a_lighter_option_that_never_falls_behind_is_preferred():
 
 def test_interval_text_names_the_first_and_last_measured_levels():
     c3 = curve((2, 1.0, 0.9, 1.1), (8, 1.0, 0.9, 1.1), (32, 1.0, 0.9, 1.1))
-    assert rm._interval(Crossing(5.0, None, None, None, None, False, False, False), c3) == "below c2-beyond c32"
-    assert rm._interval(Crossing(5.0, 3.4, 12.6, None, None, False, False, False), c3) == "3-13"
+    assert rm._interval(xo(5.0), c3) == "below c2-beyond c32"
+    assert rm._interval(xo(5.0, 3.4, 12.6), c3) == "3-13"
 
 
 def test_draft_token_counts_unknown_count_as_zero():
@@ -716,8 +750,9 @@ def test_a_curve_starting_exactly_at_one_is_not_below_the_range():
 
 def test_crossing_high_when_the_upper_bounds_rise_after_the_first_level():
     # behind from the first level: the interval's top is that level, whatever the later bounds do
+    # (no estimate: decide.crossover's below-range edge, where recommend's own gave the first level)
     x = rm.crossing(curve((2, 0.4, 0.3, 0.5), (8, 0.8, 0.7, 0.9)))
-    assert x.high == 2.0 and x.estimate == 2.0 and x.below_range
+    assert x.high == 2.0 and x.estimate is None and x.below_range
 
 
 def test_graph_switch_start_at_a_graph_size_just_above_another():
@@ -753,7 +788,7 @@ def test_render_text_a_lower_bound_of_exactly_one_is_tied():
 
 
 def test_to_json_a_switch_without_a_band_of_its_own():
-    sw = Crossing(7.0, None, None, None, 8, False, False, False)
+    sw = xo(7.0, None, None, None, 8)
     rec = make_rec([Band(1, None, "spec")], {"spec": settings()}, lighter="light", switch=sw)
     assert to_json(rec)["lighter_switch"]["use_lighter_from"] is None
 
@@ -818,7 +853,10 @@ def test_rate_sweep_notes_and_errors_name_request_rates():
     behind = recommend(rate_doc(make_doc({"baseline": {4: 100, 16: 300}, "mtp": {4: 60, 16: 200}}, {"mtp": dict(MTP)})))
     assert behind.notes[0] == ("mtp is already behind baseline at the lowest measured request rate (4 req/s): "
                                "speculation does not pay on this sweep")
-    assert "at or below the lowest measured level r4" in render_text(behind)
+    # behind from the first level the crossover line names that level (it printed an estimate "r~4.0"
+    # before recommend used decide.crossover, whose below-range crossover has no estimate)
+    assert "crossover: none in the measured range (mtp behind baseline from the lowest measured level r4)" \
+        in render_text(behind).splitlines()
     with pytest.raises(RecommendError, match="share fewer than 2 measured request rate levels"):
         recommend(rate_doc(make_doc({"baseline": {2: 100}, "mtp": {2: 150}}, {"mtp": dict(MTP)})))
 
@@ -846,7 +884,7 @@ def test_rate_sweep_middle_band_text():
 
 def test_rate_interval_text_names_rate_levels():
     c3 = curve((2, 1.0, 0.9, 1.1), (8, 1.0, 0.9, 1.1), (32, 1.0, 0.9, 1.1))
-    x = Crossing(5.0, None, None, None, None, False, False, False)
+    x = xo(5.0)
     assert rm._interval(x, c3, "request_rate") == "below r2-beyond r32"
     assert rm.level_kind({"sweep": {"request_rate": [], "concurrency": [1]}}) == "concurrency"
     assert rm.level_kind({}) == "concurrency" and rm.level_kind({"sweep": {"request_rate": [2]}}) == "request_rate"

@@ -1,58 +1,15 @@
-"""The statistics behind the gates: coverage, false alarms and power on simulated data."""
+"""The statistics behind the gates: coverage, false alarms and power on simulated data.
+
+The retired one-launch comparison (``compare_to_history``) is tested with the study's legacy
+design, tests/test_study_legacy.py."""
 
 import math
 
 import numpy as np
 import pytest
 
-from specguard.decide.stats import FAIL, INCONCLUSIVE, PASS, compare_sessions, compare_to_history, holm_adjust
+from specguard.decide.stats import FAIL, INCONCLUSIVE, PASS, compare_sessions, holm_adjust
 from specguard.measure.metrics import outliers
-
-
-def test_clear_drop_fails_and_no_change_passes():
-    base = [[1000, 1005, 995], [1010, 1000, 1002], [990, 995, 1000]]
-    drop = compare_to_history([850, 852, 848], base, threshold=0.95, prior_between_sd=0.01, confidence=0.99)
-    same = compare_to_history([1001, 999, 1003], base, threshold=0.95, prior_between_sd=0.01, confidence=0.99)
-    assert drop.outcome() == FAIL and drop.p_value < 1e-3
-    assert same.outcome() == PASS
-    assert drop.ratio == pytest.approx(850 / 999.7, rel=1e-3)
-
-
-def test_single_stored_session_uses_the_prior_not_zero():
-    est = compare_to_history([1000, 1001, 999], [[1000, 1001, 999]], threshold=0.95, prior_between_sd=0.03,
-                             confidence=0.95)
-    assert est.between_source == "prior" and est.between_sd == 0.03
-    assert est.high / est.low > 1.1  # the prior widens the interval far beyond the within-run spread
-
-
-def test_small_drop_within_tolerance_is_not_a_failure():
-    est = compare_to_history([980, 981, 979], [[1000, 1001, 999]] * 3, threshold=0.95, prior_between_sd=0.005,
-                             confidence=0.99)
-    assert est.low > 0.95  # the whole interval is within the 5 % tolerance: a pass, not merely "not a fail"
-    assert est.outcome() == PASS
-
-
-def test_false_fail_rate_with_between_session_drift_is_controlled():
-    """A/A: within 1%, between-session 1%; the naive within-only test fails ~13% (statistics.md)."""
-    rng = np.random.default_rng(1)
-    fails = 0
-    trials = 2000
-    for _ in range(trials):
-        hist = [list(np.exp(rng.normal(rng.normal(0, 0.01), 0.01, 3))) for _ in range(3)]
-        cur = list(np.exp(rng.normal(rng.normal(0, 0.01), 0.01, 3)))
-        est = compare_to_history(cur, hist, threshold=1.0, prior_between_sd=0.01, confidence=0.98)
-        fails += est.outcome() == FAIL
-    assert fails / trials < 0.02  # one-sided alpha 0.01, with slack for simulation error
-
-
-def test_power_for_a_large_drop():
-    rng = np.random.default_rng(2)
-    hits = 0
-    for _ in range(500):
-        hist = [list(np.exp(rng.normal(rng.normal(0, 0.01), 0.01, 3))) for _ in range(3)]
-        cur = list(np.exp(rng.normal(math.log(0.85) + rng.normal(0, 0.01), 0.01, 3)))
-        hits += compare_to_history(cur, hist, threshold=0.95, prior_between_sd=0.01, confidence=0.98).outcome() == FAIL
-    assert hits / 500 > 0.9
 
 
 def test_compare_sessions_ratio_and_inconclusive():
@@ -73,133 +30,15 @@ def test_outliers_reported():
     assert outliers([100, 150, 101]) == []  # too few runs to judge
 
 
-@pytest.mark.parametrize("bad", [[], [0.0, 1.0], [float("nan"), 1.0], [-1.0, 2.0]])
-def test_bad_samples_raise_clear_errors(bad):
-    with pytest.raises(ValueError):
-        compare_to_history(bad, [[1.0, 1.0]], threshold=0.95, prior_between_sd=0.01, confidence=0.95)
-
-
-def _drop_history(drop: float) -> tuple[list[float], list[list[float]]]:
-    base = [[1000, 1002, 998], [1004, 1001, 1003], [997, 999, 1000]]
-    return [1000 * (1 - drop) * f for f in (1.0, 1.001, 0.999)], base
-
-
-def test_significant_rule_fails_a_real_drop_beyond_the_tolerance_the_strict_rule_cannot_confirm():
-    cur, base = _drop_history(0.05)
-    strict = compare_to_history(cur, base, threshold=0.97, prior_between_sd=0.01, confidence=0.999,
-                                rule="beyond-tolerance")
-    significant = compare_to_history(cur, base, threshold=0.97, prior_between_sd=0.01, confidence=0.999,
-                                     rule="significant")
-    assert strict.ratio == pytest.approx(significant.ratio)
-    assert strict.high > 0.97 > strict.ratio  # the interval straddles the tolerance
-    assert strict.outcome() == INCONCLUSIVE
-    assert significant.high < 1.0 and significant.outcome() == FAIL
-    assert significant.p_value < strict.p_value  # tested against 1, not against 0.97
-
-
-def test_significant_rule_does_not_fail_a_real_drop_within_the_tolerance():
-    cur, base = _drop_history(0.02)
-    est = compare_to_history(cur, base, threshold=0.97, prior_between_sd=0.002, confidence=0.99, rule="significant")
-    assert est.high < 1.0 and est.ratio > 0.97  # significant, but smaller than the tolerance
-    assert est.low > 0.97 and est.outcome() == PASS  # the interval is within the tolerance too
-
-
-def test_holm_never_fails_a_drop_estimated_within_the_tolerance():
-    from specguard.decide.gates import history_gate, holm_failures
-
-    cur, base = _drop_history(0.02)
-    small = history_gate("throughput", "x", 1, cur, base, tolerance=0.03, prior_between_sd=0.002, alpha_cell=0.005,
-                          rule="significant")
-    cur, base = _drop_history(0.045)
-    big = history_gate("throughput", "x", 4, cur, base, tolerance=0.03, prior_between_sd=0.01, alpha_cell=1e-9,
-                        rule="significant")
-    assert small.estimate.p_value < 0.01 and big.verdict != FAIL and big.estimate.p_value < 0.01
-    assert holm_failures([small, big], family_alpha=0.05) == [big]
-
-
-def test_unknown_rule_is_a_clear_error():
-    with pytest.raises(ValueError, match="fail rule 'maybe'"):
-        compare_to_history([1.0, 1.0], [[1.0, 1.0]], threshold=0.95, prior_between_sd=0.01, confidence=0.95,
-                           rule="maybe")
-
-
 # -- the formulas, against an independent re-derivation (statistics.md) ----------------------
 # The oracle below uses the standard library's sample variance (n - 1) and scipy.stats' t
 # distribution; stats.py uses numpy and scipy.special. Agreement to 1e-9 pins the variance
 # formula, the degrees of freedom, the quantile and the p-value at once.
-import statistics
+import statistics  # noqa: E402
 
-from scipy import stats as sps
+from scipy import stats as sps  # noqa: E402
 
-from specguard.decide.stats import MIN_SESSIONS_FOR_SPREAD, RatioEstimate, null_ratio
-
-
-def _oracle_history(cur, hist, *, threshold, prior, confidence, rule):
-    lc = [math.log(v) for v in cur]
-    lh = [[math.log(v) for v in s] for s in hist]
-    groups = [g for g in [lc, *lh] if len(g) > 1]
-    ss = sum(sum((v - statistics.fmean(g)) ** 2 for v in g) for g in groups)
-    dof_w = sum(len(g) - 1 for g in groups)
-    sw2 = ss / dof_w
-    means = [statistics.fmean(s) for s in lh]
-    k, n_h = len(lh), statistics.fmean(len(s) for s in lh)
-    sb2 = prior**2
-    if k >= 3:
-        sb2 = max(sb2, statistics.variance(means) - sw2 / n_h)
-    within = sw2 / len(lc) + sw2 / (n_h * k)
-    var = within + sb2 * (1 + 1 / k)
-    dof = var**2 / (within**2 / dof_w)
-    se = math.sqrt(var)
-    diff = statistics.fmean(lc) - statistics.fmean(means)
-    q = sps.t.ppf(0.5 + confidence / 2, dof)
-    test_at = max(threshold, 1.0) if rule == "significant" else threshold
-    return (math.exp(diff), math.exp(diff - q * se), math.exp(diff + q * se), sps.t.cdf((diff - math.log(test_at)) / se, dof), dof)
-
-
-@pytest.mark.parametrize("cur, hist, prior, rule", [
-    ([950, 960, 955], [[1000, 1005, 995], [1010, 1000, 1002], [990, 995, 1000]], 0.01, "significant"),
-    ([950, 960, 955], [[1000, 1005, 995], [1010, 1000, 1002], [990, 995, 1000]], 0.01, "beyond-tolerance"),
-    ([1000, 1001], [[1000, 1004, 996, 1001], [1100, 1096, 1102, 1099]], 0.02, "significant"),  # K = 2: prior only
-    ([1000, 1001, 1003, 998], [[1000, 1005], [1080, 1085], [930, 935], [1010, 1000]], 0.01, "significant"),  # history spread > prior
-])
-def test_compare_to_history_matches_the_formula(cur, hist, prior, rule):
-    e = compare_to_history(cur, hist, threshold=0.97, prior_between_sd=prior, confidence=0.98, rule=rule)
-    ratio, low, high, p, dof = _oracle_history(cur, hist, threshold=0.97, prior=prior, confidence=0.98, rule=rule)
-    assert (e.ratio, e.low, e.high) == pytest.approx((ratio, low, high), rel=1e-9)
-    assert e.p_value == pytest.approx(p, rel=1e-7) and e.dof == pytest.approx(dof, rel=1e-9)
-    assert e.confidence == 0.98 and e.threshold == 0.97
-
-
-def test_history_spread_is_the_sample_sd_of_session_means():
-    """Sessions without within-run spread: the between-session sd is exactly the sample (n - 1) sd
-    of the session means of logs. A population sd (ddof=0) would be sqrt(2/3) of it."""
-    hist = [[100.0, 100.0], [105.0, 105.0], [110.0, 110.0]]
-    e = compare_to_history([100.0, 100.0], hist, threshold=0.97, prior_between_sd=0.001, confidence=0.98)
-    expected = statistics.stdev([math.log(100), math.log(105), math.log(110)])
-    assert e.between_sd == pytest.approx(expected, rel=1e-12)
-    assert e.between_source == "history of 3 sessions"
-
-
-def test_history_spread_is_net_of_the_within_session_share():
-    hist = [[100.0, 102.0], [105.0, 107.1], [110.0, 112.2]]
-    e = compare_to_history([100.0, 102.0], hist, threshold=0.97, prior_between_sd=0.001, confidence=0.98)
-    lh = [[math.log(v) for v in s] for s in hist]
-    sw2 = statistics.fmean([statistics.variance(g) for g in [[math.log(100), math.log(102)], *lh]])
-    expected = math.sqrt(statistics.variance([statistics.fmean(g) for g in lh]) - sw2 / 2)
-    assert e.between_sd == pytest.approx(expected, rel=1e-9)
-
-
-def test_fewer_than_three_sessions_never_estimate_the_spread():
-    assert MIN_SESSIONS_FOR_SPREAD == 3
-    wide = [[100.0, 100.5], [130.0, 130.5]]
-    e = compare_to_history([100.0, 100.5], wide, threshold=0.97, prior_between_sd=0.01, confidence=0.98)
-    assert e.between_source == "prior" and e.between_sd == 0.01
-
-
-def test_history_quieter_than_the_prior_keeps_the_prior():
-    quiet = [[1000.0, 1000.5], [1000.2, 1000.7], [1000.1, 1000.6]]
-    e = compare_to_history([1000.0, 1000.5], quiet, threshold=0.97, prior_between_sd=0.02, confidence=0.98)
-    assert e.between_source == "prior" and e.between_sd == 0.02
+from specguard.decide.stats import RatioEstimate, null_ratio  # noqa: E402
 
 
 def test_compare_sessions_matches_welch_plus_two_launch_offsets():
@@ -269,18 +108,6 @@ def test_holm_caps_at_one_and_keeps_the_order():
     assert holm_adjust([0.3]) == [0.3]
 
 
-@pytest.mark.parametrize("current, history, match", [
-    ([], [[1.0, 1.0]], "no current samples"),
-    ([1.0, 0.0], [[1.0, 1.0]], "current samples must be positive and finite"),
-    ([1.0, 1.0], [[1.0, -1.0]], "baseline samples must be positive and finite"),
-    ([1.0, 1.0], [[]], "no baseline sessions to compare with"),
-    ([1.0, 1.0], [], "no baseline sessions to compare with"),
-])
-def test_error_messages_name_the_side(current, history, match):
-    with pytest.raises(ValueError, match=match):
-        compare_to_history(current, history, threshold=0.95, prior_between_sd=0.01, confidence=0.95)
-
-
 def test_compare_sessions_error_names_the_side():
     with pytest.raises(ValueError, match="no b samples"):
         compare_sessions([1.0], [], threshold=1.0, launch_sd=0.01, confidence=0.95)
@@ -298,18 +125,6 @@ def test_two_runs_against_one_gives_one_degree_of_freedom():
     assert e.high == pytest.approx(math.exp(statistics.fmean(la) - math.log(100) + sps.t.ppf(0.975, 1) * se), rel=1e-9)
 
 
-def test_single_run_sessions_rest_on_the_between_spread_alone():
-    """No session has two runs: no within variance at all, the spread of the session means is the
-    whole story (normal quantiles: it is treated as known)."""
-    hist = [[990.0], [1000.0], [1010.0]]
-    e = compare_to_history([1000.0], hist, threshold=0.97, prior_between_sd=0.001, confidence=0.95)
-    sb = statistics.stdev([math.log(v[0]) for v in hist])
-    assert e.between_sd == pytest.approx(sb, rel=1e-12) and e.dof == math.inf
-    se = math.sqrt(sb**2 * (1 + 1 / 3))
-    diff = math.log(1000.0) - statistics.fmean([math.log(v[0]) for v in hist])
-    assert e.high == pytest.approx(math.exp(diff + sps.norm.ppf(0.975) * se), rel=1e-9)
-
-
 def test_unknown_rule_message_lists_the_rules():
     with pytest.raises(ValueError) as info:
         null_ratio(0.97, "maybe")
@@ -317,19 +132,21 @@ def test_unknown_rule_message_lists_the_rules():
 
 
 # -- the launch-level helpers (issue 14; their statistics are tested in tests/test_gate_design.py)
-from specguard.decide.stats import SpreadEstimate, between_variance, pool_spreads
+from specguard.decide.stats import SpreadEstimate, between_variance, pool_spreads  # noqa: E402
 
 
 def test_between_variance_without_a_measurement_is_the_prior():
-    assert between_variance(0.01, None, 8.0, "pooled-t") == (pytest.approx(1e-4), 8.0, "prior")
-    assert between_variance(0.01, None, 8.0, "max-known") == (pytest.approx(1e-4), math.inf, "prior")
-    assert between_variance(0.01, SpreadEstimate(4e-4, 0.0), 8.0, "pooled-t")[1:] == (8.0, "prior")
+    assert between_variance(0.01, None, 8.0) == (pytest.approx(1e-4), 8.0, "prior")
+    assert between_variance(0.01, None, math.inf) == (pytest.approx(1e-4), math.inf, "prior")
+    assert between_variance(0.01, SpreadEstimate(4e-4, 0.0), 8.0)[1:] == (8.0, "prior")
 
 
-def test_between_variance_rejects_an_unknown_rule_naming_the_choices():
-    with pytest.raises(ValueError) as info:
-        between_variance(0.01, None, 8.0, "bogus")
-    assert str(info.value) == "spread rule 'bogus'; use one of pooled-t, max-known"
+def test_between_variance_pools_prior_and_history_by_their_degrees_of_freedom():
+    """8 pseudo-dof of (1 %)^2 and 4 dof of (2 %)^2: (8e-4 + 16e-4) / 12 with 12 dof; an infinite
+    prior dof is a known prior, which no history moves."""
+    var, dof, source = between_variance(0.01, SpreadEstimate(4e-4, 4.0, "history of 5 sessions"), 8.0)
+    assert var == pytest.approx(2.4e-3 / 12) and dof == 12.0 and source == "prior + history of 5 sessions"
+    assert between_variance(0.01, SpreadEstimate(4e-4, 4.0), math.inf) == (pytest.approx(1e-4), math.inf, "prior")
 
 
 def test_pool_spreads_weights_by_dof_and_skips_empty_estimates():

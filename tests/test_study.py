@@ -1,17 +1,17 @@
 """The gate study: simulated launches, sessions decided by the suite's own gates, noise spreads."""
 
 import json
-from dataclasses import replace
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
 
-from specguard.decide import study
 from specguard.config import load_suite
 from specguard.emulator.model import simulate_closed_loop
 from specguard.emulator.profile import load_profile
 from specguard.emulator.spec import SpecRequest
+from specguard.research import study
 
 TINY = """
 [sweep]
@@ -109,7 +109,7 @@ def test_measure_noise_attributes_nothing_extra_to_model_made_sessions(tiny):
         docs.append({"cells": cells})
     noise, report = study.measure_noise(docs, tiny, sim_sessions=30)
     assert report["real_sessions"] == 30 and set(noise.within) == {1, 4}
-    for c, row in report["by_concurrency"].items():  # any extra is sampling error, small next to the model's own
+    for row in report["by_concurrency"].values():  # any extra is sampling error, small next to the model's own
         assert row["extra_within_sd"] < 0.5 * row["model_within_sd"]
         assert row["extra_between_sd"] < 0.5 * max(row["model_between_sd"], row["model_within_sd"])
 
@@ -145,7 +145,8 @@ def test_rescaling_a_trial_to_another_launch_spread_equals_simulating_it(tiny):
     for target in (quiet, drift2):
         direct = study.simulate_trial(tiny, 3, 7, 2, 2, target, changes, 2)
         got = study.rescale_trial(tiny, base, 3, 7, gpu, target, changes)
-        for a, b in ((got.history[1]["eagle3"], direct.history[1]["eagle3"]), (got.current["baseline"], direct.current["baseline"]),
+        for a, b in ((got.history[1]["eagle3"], direct.history[1]["eagle3"]),
+                     (got.current["baseline"], direct.current["baseline"]),
                      (got.changed["slow"], direct.changed["slow"]), (got.more["eagle3"][0], direct.more["eagle3"][0]),
                      (got.changed_more["slow"][0], direct.changed_more["slow"][0])):
             for c in tiny.sweep.concurrency:
@@ -159,7 +160,7 @@ def test_emulator_noise_presets_are_the_committed_measurements():
     import json
     from pathlib import Path
 
-    from specguard.decide.study import EMULATOR_BUSY, EMULATOR_QUIET
+    from specguard.research.study import EMULATOR_BUSY, EMULATOR_QUIET
 
     evidence = Path(__file__).resolve().parents[1] / "docs" / "evidence" / "noise"
     for label, noise in (("quiet", EMULATOR_QUIET), ("busy", EMULATOR_BUSY)):
@@ -236,8 +237,8 @@ def test_relaunches_follow_suspicion_up_to_max_launches_and_keep_the_pair_level(
     assert both.launches == {"baseline": 3, "eagle3": 3}
     assert not any("reference of" in w for w in both.relaunched["baseline"])
     assert study.GateSettings(3, tol, "on-suspicion-r1").gate_design().max_launches == 2
-    assert study._max_launches([study.GateSettings(3, tol, d) for d in ("legacy", "on-suspicion-r1")]) == 2
-    assert study._max_launches([study.GateSettings(3, tol, "on-suspicion")]) == 3
+    assert study.max_launches([study.GateSettings(3, tol, d) for d in ("legacy", "on-suspicion-r1")]) == 2
+    assert study.max_launches([study.GateSettings(3, tol, "on-suspicion")]) == 3
 
 
 def _synthetic(tiny):
@@ -291,3 +292,82 @@ def test_reference_follows_a_relaunch_where_the_pair_leans_to_a_loss(tiny):
     more_ahead = {"baseline": more["baseline"], "eagle3": [launch(1005, (3.0,)), launch(1005, (3.0,))]}
     v = study.decide_session(tiny, study.GateSettings(3, tol, "on-suspicion"), ahead, history, more_ahead)
     assert v.launches == {"baseline": 1, "eagle3": 3}, v.relaunched
+
+
+# -- the study's steps, one behaviour each ------------------------------------------------------
+def _outcome(failed=False, gates=(), inconclusive=0, launches=3, crossovers=None, crossover_c=None, relaunched=()):
+    return {"failed": failed, "gates": list(gates), "inconclusive": inconclusive, "enforced": 8,
+            "crossovers": crossovers or {"eagle3": 16}, "crossover_c": crossover_c or {"eagle3": 20.0},
+            "launches": launches, "configs": 2, "runs": launches * 2 * 4, "relaunched": list(relaunched)}
+
+
+def test_summarise_counts_fail_rates_cost_and_the_crossovers_scores(tiny):
+    from specguard.research.study.run import _summarise
+
+    rows = [_outcome(crossovers={"eagle3": 4}), _outcome(True, ["throughput"], 2, 4, {"eagle3": 4}, relaunched=["eagle3"]),
+            _outcome(crossovers={"eagle3": 1}, crossover_c={"eagle3": 30.0}), _outcome(crossovers={"eagle3": None})]
+    truth, truth_c = {"eagle3": 1}, {"eagle3": 20.0}
+    aa = _summarise(tiny, study.Change("A/A"), rows, truth, truth_c)
+    assert (aa["sessions"], aa["fail_rate"], aa["throughput_fail_rate"], aa["speculation_fail_rate"]) == (4, 0.25, 0.25, 0.0)
+    assert aa["inconclusive_rate"] == 2 / 32 and aa["sessions_with_inconclusive"] == 0.25
+    assert (aa["launches_per_config"], aa["runs_per_session"], aa["sessions_relaunching"]) == (13 / 8, 26.0, 0.25)
+    # the tiny sweep's levels are 1 and 4: "None" (ahead throughout) is two levels from 1
+    assert (aa["crossover_exact"], aa["crossover_within_one_level"]) == (0.25, 0.75)
+    assert aa["crossover_within_1_25x"] == 0.75  # 30 is 1.5x the true 20
+    changed = _summarise(tiny, study.Change("slow", "eagle3", step_scale=1.1), rows, truth, truth_c)
+    assert "crossover_exact" not in changed and changed["scenario"] == "slow"
+
+
+def test_the_table_row_names_each_designs_rule_and_prior_dof():
+    from specguard.research.study.report import render_table
+
+    def point(design, dof=16.0):
+        scen = {"scenario": "A/A", "fail_rate": 0.0, "fail_ci95": (0.0, 0.019), "launches_per_config": 1.27,
+                "runs_per_session": 61.0, "crossover_within_one_level": 1.0, "crossover_within_1_25x": None}
+        drop = {"scenario": "tok/s -5%", "isolates": "throughput", "fail_rate": 0.95, "throughput_fail_rate": 0.9,
+                "launches_per_config": 2.43}
+        settings = {"design": design, "fail_rule": "significant", "repeats": 3, "history_sessions": 5,
+                    "prior_between_sd": 0.01, "prior_between_dof": dof, "spread_rule": "pooled-t", "spread_pool": "cell"}
+        return {"settings": settings, "scenarios": [scen, drop]}
+
+    lines = render_table({"grid": [point("legacy"), point("on-suspicion-r1"), point("on-suspicion")]}).splitlines()
+    assert lines[0].endswith("| P(tok/s -5%) |") and len(lines) == 5
+    assert lines[2] == ("| legacy | significant | 3 | 5 | 0.01 | 0.0% (0.0%-1.9%) | 1.27 | 61 | 2.43 | 100% | - | "
+                        "0.95 (0.90) |")
+    assert "| 0.01 (8, pooled-t, cell) |" in lines[3] and "| 0.01 (16, pooled-t, cell) |" in lines[4]
+
+
+def test_study_usage_errors_are_one_line_and_exit_4_through_specguard(tiny, capsys):
+    from specguard.cli import main
+
+    for flags, wanted in ((["--design", "on-suspicion,halves"], "unknown --design halves; use legacy, "),
+                          (["--fail-rule", "maybe"], "unknown --fail-rule maybe; use significant, beyond-tolerance"),
+                          (["--noise", "gpu,loud"], "unknown --noise loud; use emulator, "),
+                          (["--config", "baseline"], "--config must name a speculative configuration of ")):
+        assert study.main(["--suite", str(tiny.path), *flags]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith(f"specguard study: {wanted}"), err
+        assert main(["study", "--suite", str(tiny.path), *flags]) == 4
+        capsys.readouterr()
+
+
+def test_the_first_issue14_design_decides_with_halved_alphas_and_ordinary_gates_otherwise(tiny):
+    from specguard.research.study.legacy import R1_RULES
+    from specguard.research.study.session_decisions import decision_rules
+
+    tol = replace(tiny.tolerances, history_sessions=3, family_alpha=0.01)
+    r1, default = study.GateSettings(3, tol, "on-suspicion-r1"), study.GateSettings(3, tol, "on-suspicion")
+    assert decision_rules(r1) is R1_RULES and decision_rules(default).stage_alpha_share == 1.0
+    gpu = study.preset("gpu", tiny.sweep.concurrency)
+    trial = study.simulate_trial(tiny, 1, 2, 3, 3, gpu, [], 2)
+    launches = {n: [first, *trial.more[n]] for n, first in trial.current.items()}
+    v1 = study.decide_design(tiny, r1, launches, trial.history)
+    share = study.suite_alphas(tiny, 0.01, r1.gate_design())
+    assert share["throughput"] == pytest.approx(0.01 / 8)  # r1 weighs every gate test the same: 8 can fail
+    assert not v1.failed and v1.enforced == 8
+    # the halved alpha reaches the gates: the interval of a throughput cell is the one at alpha / 2
+    from specguard.research.study.session_decisions import _start
+
+    assert _start(tiny, r1, launches, trial.history).alpha["throughput"] == pytest.approx(0.01 / 8 / 2)
+    assert _start(tiny, default, launches, trial.history).alpha["throughput"] == \
+        study.suite_alphas(tiny, 0.01, default.gate_design())["throughput"]

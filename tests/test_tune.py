@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import math
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -15,10 +14,18 @@ from specguard.config import ServerConfig, parse_suite
 from specguard.emulator.adaptive import AdaptivePolicy, AdaptiveSettings, candidate_union, load_adaptive_config
 from specguard.emulator.launch_server import decode_cuda_graph_bs
 from specguard.emulator.spec import expected_accept_length
-from specguard.tune import output
-from specguard.tune.grid import (FIXED, REFERENCE, Setting, TuneError, build_grid, predict_tok_s,
-                                 predicted_accept_length, acceptance_from_histogram)
-from specguard.tune.race import CellRuns, RacePlan, choices, choose, full_grid, race, Ledger
+from specguard.research.tune import output
+from specguard.research.tune.grid import (
+    FIXED,
+    REFERENCE,
+    Setting,
+    TuneError,
+    acceptance_from_histogram,
+    build_grid,
+    predict_tok_s,
+    predicted_accept_length,
+)
+from specguard.research.tune.race import CellRuns, Ledger, RacePlan, choices, choose, full_grid, race
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -133,6 +140,40 @@ def test_a_confidently_worse_setting_is_dropped_and_never_relaunched():
     r = race(runner, REF, grid, [64], plan)
     assert [s.name for s in r.alive[64]] == ["reference"]  # steps 1 and 5 are far slower at 64
     assert all(name == "reference" or repeats == 1 for name, _, repeats in runner.calls)
+
+
+def test_racing_runs_its_steps_in_order_probes_then_predicted_then_close_calls():
+    """The cheapest chain and the reference first, the other probes, the predicted-close settings,
+    then close calls with the rest of the repeats; a setting is never launched twice in a round."""
+    grid = build_grid(spec_cfg(), steps=[1, 2, 3, 4, 5], tree_topk=[4])
+    plan = RacePlan(warmup=1, repeats=3, first_repeats=1, launch_sd=0.01, tie_tolerance=0.03)
+    r = race(FakeRunner(3), REF, grid, [1, 4, 16, 64], plan)
+    steps = [e.split(":")[0] for e in r.ledger.events]
+    assert r.ledger.events[:2] == ["probe: reference C=[1, 4, 16, 64] x1", "probe: steps1 C=[1, 4, 16, 64] x1"]
+    order = {"probe": 0, "predicted close": 1, "close call": 2}
+    assert [order[x] for x in steps] == sorted(order[x] for x in steps) and steps[-1] == "close call"
+    assert all(e.endswith("x1") for e in r.ledger.events if not e.startswith("close call"))
+
+
+def test_verify_judges_each_level_against_the_best_fixed_no_speculation_and_the_default():
+    from types import SimpleNamespace
+
+    from specguard.research.tune.cli import _verify_level
+    from specguard.research.tune.grid import ADAPTIVE
+
+    tuned, default = Setting(ADAPTIVE, 2, 1, 3, adaptive_config="tuned"), Setting(ADAPTIVE, adaptive_config="default")
+    best = Setting(FIXED, 2, 1, 3)
+    ledger = Ledger()
+    for s, v in ((tuned, 120.0), (default, 100.0), (best, 121.0), (REF, 130.0)):
+        ledger.add(s, {8: CellRuns([v * 0.999, v, v * 1.001])}, 0, 3)
+    tol = SimpleNamespace(throughput=0.03, fail_rule="significant", speculation_min_gain=0.0)
+    row = _verify_level(ledger, 8, best, tuned, tol, RacePlan(launch_sd=0.005), 0.99)
+    v = row["verdicts"]
+    assert (row["best_fixed_setting"], row["no_speculation_tok_s"]) == ("steps2", 130.0)
+    assert v["vs_default_adaptive"]["winner"] == "tuned" and v["vs_best_fixed"]["winner"] == "tie (within noise)"
+    assert v["vs_no_speculation"]["verdict"] == "fail"  # speculation must win: 120 vs 130
+    assert _verify_level(ledger, 16, best, tuned, tol, RacePlan(), 0.99)["verdicts"]["vs_best_fixed"] == \
+        {"verdict": "error", "detail": "not measured"}
 
 
 def test_ties_within_the_tolerance_go_to_the_lighter_setting():

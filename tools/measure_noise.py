@@ -7,7 +7,7 @@ Each session is what `pytest perf_tests` does with the default suite (every conf
 launched anew), with `--repeats 5` and an empty baseline directory (so nothing is compared or
 written to baselines/), its results JSON kept. Then `study.measure_noise` turns the sessions into
 the client's extra spread over the virtual-time model, stalls and real/model means: the numbers
-behind `EMULATOR_QUIET` / `EMULATOR_BUSY` in specguard/decide/study.py and the shipped suite's
+behind `EMULATOR_QUIET` / `EMULATOR_BUSY` in specguard/research/study/noise.py and the shipped suite's
 `prior_between_sd`.
 
 Everything lands in docs/evidence/noise/<label>/: session-N.json (raw results), manifest.json
@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
             return 1
 
     from specguard.config import load_suite
-    from specguard.decide import study
+    from specguard.research import study
 
     docs = [json.loads((out / f"session-{i}.json").read_text(encoding="utf-8")) for i in range(1, args.sessions + 1)]
     noise, report = study.measure_noise(docs, load_suite(args.suite))

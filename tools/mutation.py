@@ -38,8 +38,9 @@ MODULES: dict[str, list[str]] = {
     "measure/metrics.py": ["tests/test_metrics.py", "tests/test_stats.py", "tests/test_report.py"],
     "decide/stats.py": ["tests/test_stats.py", "tests/test_gates.py", "tests/test_gate_design.py"],
     "decide/gates.py": ["tests/test_gates.py", "tests/test_stats.py", "tests/test_gate_design.py", "tests/test_report.py"],
+    "decide/crossover.py": ["tests/test_crossover.py", "tests/test_recommend.py", "tests/test_gate_design.py"],
     "decide/baselines.py": ["tests/test_baselines.py"],
-    "report/recommend.py": ["tests/test_recommend.py"],
+    "report/recommend.py": ["tests/test_recommend.py", "tests/test_crossover.py"],
     "emulator/model.py": ["tests/test_emulator_model.py"],
     "emulator/spec.py": ["tests/test_emulator_spec.py", "tests/test_emulator_model.py"],
 }

@@ -3,16 +3,16 @@
 Everything works on log values, so effects are ratios and a tolerance tau is the threshold
 log(1 - tau). Variance lives at two levels (Kalibera & Jones): runs within a server launch, and
 launches (sessions). A comparison with a stored baseline from another launch must include the
-between-launch spread; it is estimated from the stored history when there are enough sessions,
-and otherwise comes from a declared prior instead of being assumed zero.
+between-launch spread: the declared prior, pooled with the stored history's own spread with its
+degrees of freedom, never assumed zero.
 """
 
 from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 from scipy import special
@@ -20,7 +20,6 @@ from scipy import special
 from specguard.config import FAIL_RULES
 
 PASS, FAIL, INCONCLUSIVE = "pass", "fail", "inconclusive"
-MIN_SESSIONS_FOR_SPREAD = 3  # fewer stored sessions: the prior between-session spread is used
 
 
 @dataclass(frozen=True)
@@ -64,7 +63,8 @@ def _logs(values: Sequence[float], what: str) -> np.ndarray:
         raise ValueError(f"no {what} samples")
     if np.any(~np.isfinite(arr)) or np.any(arr <= 0):
         raise ValueError(f"{what} samples must be positive and finite, got {list(values)}")
-    return np.log(arr)
+    logs: np.ndarray = np.log(arr)
+    return logs
 
 
 def _pooled_within_var(groups: Sequence[np.ndarray]) -> tuple[float, float]:
@@ -113,35 +113,6 @@ def _finish(diff: float, var_parts: list[tuple[float, float]], threshold: float,
     )
 
 
-def compare_to_history(current: Sequence[float], history: Sequence[Sequence[float]], *, threshold: float,
-                       prior_between_sd: float, confidence: float, rule: str = "beyond-tolerance") -> RatioEstimate:
-    """This session's runs against K stored sessions (a prediction-interval comparison).
-
-    Var(log ratio) = sb2 (this launch's own offset) + sw2/n_c + (sb2 + sw2/n_h)/K.
-    sb2 is the larger of the declared prior and, with >= 3 sessions, the history's estimate:
-    a few sessions can reveal more spread than declared, but are too few to trust less.
-    """
-    cur = _logs(current, "current")
-    sessions = [_logs(s, "baseline") for s in history if len(s)]
-    if not sessions:
-        raise ValueError("no baseline sessions to compare with")
-    sw2, dof_w = _pooled_within_var([cur, *sessions])
-    means = np.array([s.mean() for s in sessions])
-    k = len(sessions)
-    n_h = float(np.mean([s.size for s in sessions]))
-    prior2 = prior_between_sd**2
-    sb2, source = prior2, "prior"
-    if k >= MIN_SESSIONS_FOR_SPREAD:
-        est = max(float(means.var(ddof=1)) - sw2 / n_h, 0.0)
-        if est > prior2:
-            sb2, source = est, f"history of {k} sessions"
-    diff = float(cur.mean() - means.mean())
-    within = sw2 / cur.size + sw2 / (n_h * k)
-    between = sb2 * (1 + 1 / k)
-    return _finish(diff, [(within, dof_w), (between, math.inf)], threshold, confidence, math.sqrt(sb2), source,
-                   null_ratio(threshold, rule))
-
-
 def compare_sessions(a: Sequence[float], b: Sequence[float], *, threshold: float, launch_sd: float,
                      confidence: float, rule: str = "beyond-tolerance") -> RatioEstimate:
     """a / b for two server launches measured in one session (e.g. speculation vs its reference).
@@ -176,10 +147,7 @@ def holm_adjust(p_values: Sequence[float], weights: Sequence[float] | None = Non
     return adjusted
 
 
-# -- launches as the unit of replication (issue 14) -------------------------------------------
-SPREAD_RULES = ("pooled-t", "max-known")
-
-
+# -- launches as the unit of replication -------------------------------------------------------
 @dataclass(frozen=True)
 class SpreadEstimate:
     """A measured between-session variance of log values (one-launch sessions) with its degrees
@@ -230,40 +198,31 @@ def pool_spreads(estimates: Sequence[SpreadEstimate | None], dof_cap: float | No
                           f"{len(est)} cells' histories")
 
 
-def between_variance(prior_sd: float, measured: SpreadEstimate | None, prior_dof: float,
-                     rule: str = "pooled-t") -> tuple[float, float, str]:
+def between_variance(prior_sd: float, measured: SpreadEstimate | None, prior_dof: float) -> tuple[float, float, str]:
     """Between-session variance (one-launch sessions) and its degrees of freedom.
 
-    "pooled-t": the prior counts as ``prior_dof`` pseudo-observations of the variance, the history
-    as its own dof (a scaled-inverse-chi^2 update); the test uses t with the summed dof, so a
-    history of K sessions enters with K - 1 dof, not as known. "max-known" (the earlier rule):
-    the larger of prior and history, as if known exactly.
+    The prior counts as ``prior_dof`` pseudo-observations of the variance, the history as its own
+    dof (a scaled-inverse-chi^2 update); the test uses t with the summed dof, so a history of K
+    sessions enters with K - 1 dof, not as known. An infinite ``prior_dof`` is a known prior.
     """
-    if rule not in SPREAD_RULES:
-        raise ValueError(f"spread rule {rule!r}; use one of {', '.join(SPREAD_RULES)}")
     p2 = prior_sd**2
-    if measured is None or measured.dof <= 0:
-        return p2, (math.inf if rule == "max-known" or math.isinf(prior_dof) else prior_dof), "prior"
-    if rule == "max-known":
-        if measured.var > p2:
-            return measured.var, math.inf, measured.source
-        return p2, math.inf, "prior"
-    if math.isinf(prior_dof):
-        return p2, math.inf, "prior"
+    if measured is None or measured.dof <= 0 or math.isinf(prior_dof):
+        return p2, prior_dof, "prior"
     dof = prior_dof + measured.dof
     return (prior_dof * p2 + measured.dof * measured.var) / dof, dof, f"prior + {measured.source}"
 
 
-PRIOR_CHECK_P = 0.05  # a pooled history whose spread exceeds the prior's at this level contradicts the prior
+PRIOR_CHECK_P = 0.05  # a history whose spread exceeds the prior's at this level contradicts the prior
 
 
 def checked_prior(prior_sd: float, pool: SpreadEstimate | None, p: float = PRIOR_CHECK_P) -> tuple[float, str]:
-    """The prior between-session sd, unless the session's pooled history contradicts it.
+    """The prior between-session sd, unless the history ``pool`` (the cell's own, or the pair's
+    for a speculation cell) contradicts it.
 
     A prior set too small (half the true spread, say) would otherwise pull every cell's estimate
-    down with its pseudo dof and fail unchanged code. Under "the prior is right" the pooled
+    down with its pseudo dof and fail unchanged code. Under "the prior is right" the history's
     statistic dof * S^2 / prior^2 is chi^2 with dof degrees of freedom; above its 1 - p quantile
-    the prior is replaced by the pooled estimate S (only ever raised, never lowered: the check
+    the prior is replaced by the history's estimate S (only ever raised, never lowered: the check
     is one-sided). With a right prior this happens in about p of the sessions and only widens
     their intervals."""
     if pool is None or pool.dof <= 0 or not math.isfinite(pool.dof) or pool.var <= prior_sd**2:
@@ -281,7 +240,7 @@ _MEDIAN_VAR = {1: 1.0, 2: 1.0, 3: 1.35, 4: 1.19, 5: 1.43}
 def _median(g: np.ndarray) -> float:
     """np.median of a small 1-d array, the same value (the middle one, or the mean of the two
     middle ones), without numpy's per-call overhead: the study calls it ~10^7 times."""
-    s = sorted(g.tolist())
+    s: list[float] = sorted(g.tolist())
     n = len(s)
     if n == 0:
         return math.nan
@@ -319,7 +278,7 @@ def stalled_runs(values: Sequence[float], pooled_with: Sequence[Sequence[float]]
 
 
 def _launch_logs(launches: Sequence[Sequence[float]], what: str) -> list[np.ndarray]:
-    out = [_logs(l, what) for l in launches if len(l)]
+    out = [_logs(launch, what) for launch in launches if len(launch)]
     if not out:
         raise ValueError(f"no {what} samples")
     return out
@@ -346,8 +305,7 @@ def _combine(a: tuple[float, float], b: SpreadEstimate | None) -> tuple[float, f
 def compare_launches(current: Sequence[Sequence[float]], history: Sequence[Sequence[float]], *, threshold: float,
                      prior_between_sd: float, prior_day_sd: float = 0.0, confidence: float,
                      rule: str = "significant", spread: SpreadEstimate | None = None, prior_dof: float = 8.0,
-                     spread_rule: str = "pooled-t", pass_confidence: float | None = None,
-                     pool: SpreadEstimate | None = None) -> RatioEstimate:
+                     pass_confidence: float | None = None, pool: SpreadEstimate | None = None) -> RatioEstimate:
     """This session's L launches (runs of each) against K stored sessions; the launch is the unit.
 
     The between-session variance sb2 (of a one-launch session) splits into a day part shared by
@@ -356,9 +314,9 @@ def compare_launches(current: Sequence[Sequence[float]], history: Sequence[Seque
 
         Var(log ratio) = sd2 + sl2 / L + sw2 / n_c  +  (sb2 + sw2 / n_h) / K
 
-    sb2 from ``between_variance`` (prior and the history's spread, ``spread`` if the session pooled
-    it over cells, else this cell's); sl2 also learns from the L launches' own spread. ``pool``:
-    the session's spread pooled over its cells, checking the prior (``checked_prior``).
+    sb2 from ``between_variance`` (prior and the history's spread: ``spread`` where given, else
+    this cell's); sl2 also learns from the L launches' own spread. ``pool``: the history that
+    checks the prior (``checked_prior``; None: the prior is not checked).
     """
     cur = _launch_logs(current, "current")
     sessions = [_logs(s, "baseline") for s in history if len(s)]
@@ -368,7 +326,7 @@ def compare_launches(current: Sequence[Sequence[float]], history: Sequence[Seque
     measured = spread if spread is not None else history_spread(history)
     day_frac = min(prior_day_sd**2 / prior_between_sd**2, 1.0) if prior_between_sd > 0 else 0.0
     prior_sd, checked = checked_prior(prior_between_sd, pool)
-    sb2, dof_b, source = between_variance(prior_sd, measured, prior_dof, spread_rule)
+    sb2, dof_b, source = between_variance(prior_sd, measured, prior_dof)
     source = source.replace("prior", checked, 1)
     sd2 = day_frac * sb2
     sl2, dof_l = _combine(((1 - day_frac) * sb2, dof_b), _launch_spread(cur, sw2))
@@ -387,8 +345,7 @@ def compare_launches(current: Sequence[Sequence[float]], history: Sequence[Seque
 def compare_launch_sets(a: Sequence[Sequence[float]], b: Sequence[Sequence[float]], *, threshold: float,
                         prior_between_sd: float, prior_day_sd: float = 0.0, confidence: float,
                         rule: str = "significant", spread: SpreadEstimate | None = None, prior_dof: float = 8.0,
-                        spread_rule: str = "pooled-t", pass_confidence: float | None = None,
-                        pool: SpreadEstimate | None = None) -> RatioEstimate:
+                        pass_confidence: float | None = None, pool: SpreadEstimate | None = None) -> RatioEstimate:
     """a / b for two configurations launched in the same session (La and Lb launches).
 
     The day part is shared by both and cancels; each launch carries its own offset (launch part
@@ -401,7 +358,7 @@ def compare_launch_sets(a: Sequence[Sequence[float]], b: Sequence[Sequence[float
     sw2b, dofb = _robust_within_var(lb)
     day_frac = min(prior_day_sd**2 / prior_between_sd**2, 1.0) if prior_between_sd > 0 else 0.0
     prior_sd, checked = checked_prior(prior_between_sd, pool)
-    sb2, dof_b, source = between_variance(prior_sd, spread, prior_dof, spread_rule)
+    sb2, dof_b, source = between_variance(prior_sd, spread, prior_dof)
     source = source.replace("prior", checked, 1)
     sl = ((1 - day_frac) * sb2, dof_b)
     sl = _combine(sl, _launch_spread(la, sw2a))

@@ -19,8 +19,9 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from specguard.report.results import configs_by_name, effective, throughputs
+from specguard.decide.crossover import CrossoverEstimate, estimate_crossover
 from specguard.decide.stats import RatioEstimate, compare_sessions
+from specguard.report.results import ConfigDoc, ResultsDoc, configs_by_name, effective, throughputs
 
 SCHEMA = "specguard-recommendation"
 SCHEMA_VERSION = 1
@@ -34,7 +35,7 @@ class RecommendError(ValueError):
     """The results cannot support a recommendation (the message says what to measure)."""
 
 
-def level_kind(doc: dict[str, Any]) -> str:
+def level_kind(doc: ResultsDoc) -> str:
     """What the cells' `concurrency` field holds: open-loop request rates (req/s) when the sweep
     is `[sweep] request_rate` (docs/suite-file.md), client concurrency otherwise."""
     return REQUEST_RATE if (doc.get("sweep") or {}).get("request_rate") else CONCURRENCY
@@ -57,28 +58,6 @@ class LevelRatio:
 
 
 @dataclass(frozen=True)
-class Crossing:
-    """Where a ratio curve first drops below 1, interpolated on log concurrency.
-
-    `estimate` is None when the ratio stays >= 1 over the measured range (`above_range`);
-    `below_range` means it is already below 1 at the first measured level. The interval
-    [`low`, `high`] is bounded by the confident levels around the estimate: `low` is where the
-    lower confidence bound drops below 1 after the last level that is confidently ahead, `high`
-    where the upper bound drops below 1 at or before the first level confidently behind. None:
-    unbounded (below the first measured level, or beyond the last).
-    """
-
-    estimate: float | None
-    low: float | None
-    high: float | None
-    last_ahead: int | None
-    first_behind: int | None
-    confident: bool
-    below_range: bool
-    above_range: bool
-
-
-@dataclass(frozen=True)
 class Band:
     start: int  # inclusive
     end: int | None  # exclusive; None = no upper bound
@@ -94,8 +73,8 @@ class Recommendation:
     confidence: float
     ratios: dict[str, list[LevelRatio]]
     crossover_config: str  # the configuration switched off last: its crossing is the policy's C2
-    crossover: Crossing
-    lighter_switch: Crossing | None  # primary vs lighter: where the lighter one takes over (C1)
+    crossover: CrossoverEstimate
+    lighter_switch: CrossoverEstimate | None  # primary vs lighter: where the lighter one takes over (C1)
     disable_speculation_at: int | None
     bands: list[Band]
     settings: dict[str, dict[str, Any]]  # per configuration: algorithm, steps, topk, draft tokens, cap
@@ -112,50 +91,25 @@ def ratio_curve(a: dict[int, list[float]], b: dict[int, list[float]], *, launch_
             for c in levels if len(a[c]) >= 2 and len(b[c]) >= 2]
 
 
-def first_crossing(levels: list[int], values: list[float]) -> float | None:
-    """First concurrency where `values` drop below 1 (log-log interpolation between the levels
-    around it); levels[0] when already below there, None when never below."""
-    for i, v in enumerate(values):
-        if v < 1.0:
-            return float(levels[0]) if i == 0 else _interpolated(levels, values, i - 1)
-    return None
+def crossing(curve: list[LevelRatio]) -> CrossoverEstimate:
+    """Where a ratio curve drops below 1, with its interval: decide.crossover's estimator, the one
+    the pytest summary, the report and the gate study use."""
+    return estimate_crossover({r.concurrency: r.estimate for r in curve})
 
 
-def _interpolated(levels: list[int], values: list[float], i: int) -> float:
-    """Where `values` cross 1 between levels i and i + 1 (values[i] >= 1 > values[i + 1])."""
-    c0, c1, v0, v1 = levels[i], levels[i + 1], values[i], values[i + 1]
-    t = math.log(v0) / (math.log(v0) - math.log(v1))
-    return math.exp(math.log(c0) + t * (math.log(c1) - math.log(c0)))
+def _falls_behind_at(c: CrossoverEstimate) -> float | None:
+    """Where the curve's configuration falls behind: the crossover, or the lowest measured level
+    when it is behind from there; None when it is ahead throughout."""
+    return c.first_behind if c.below_range else c.estimate
 
 
-def crossing(curve: list[LevelRatio]) -> Crossing:
-    levels = [r.concurrency for r in curve]
-    est = first_crossing(levels, [r.estimate.ratio for r in curve])
-    lows, highs = [r.estimate.low for r in curve], [r.estimate.high for r in curve]
-    limit = math.inf if est is None else est
-    ahead = [i for i, c in enumerate(levels) if lows[i] > 1.0 and c <= limit]
-    behind = [i for i, c in enumerate(levels) if highs[i] < 1.0 and c >= (est or math.inf)]
-    lo = hi = None
-    if ahead and ahead[-1] + 1 < len(levels):
-        lo = min(_interpolated(levels, lows, ahead[-1]), limit)
-    if behind:
-        j = behind[0]
-        hi = float(levels[0]) if j == 0 else max(_interpolated(levels, highs, j - 1), est)
-    first_behind = next((r for r in curve if r.estimate.ratio < 1.0), None)
-    before = [r for r in curve if first_behind and r.concurrency < first_behind.concurrency]
-    last_ahead = before[-1] if before else None
-    confident = bool(first_behind and last_ahead and last_ahead.estimate.low > 1.0 and first_behind.estimate.high < 1.0)
-    return Crossing(estimate=est, low=lo, high=hi, last_ahead=last_ahead.concurrency if last_ahead else None,
-                    first_behind=first_behind.concurrency if first_behind else None, confident=confident,
-                    below_range=bool(curve) and curve[0].estimate.ratio < 1.0, above_range=est is None)
-
-
-def _switch_point(c: Crossing) -> int | None:
+def _switch_point(c: CrossoverEstimate) -> int | None:
     """The integer concurrency from which the crossing's loser should be off."""
-    return None if c.estimate is None else max(1, math.ceil(c.estimate - 1e-9))
+    at = _falls_behind_at(c)
+    return None if at is None else max(1, math.ceil(at - 1e-9))
 
 
-def _settings(doc: dict[str, Any], name: str) -> dict[str, Any]:
+def _settings(doc: ResultsDoc, name: str) -> dict[str, Any]:
     cfg = configs_by_name(doc)[name]
     graphs = effective(doc, name, "decode_cuda_graph_bs") or effective(doc, name, "cuda_graph_bs_decode")
     return {"engine": cfg.get("engine"), "speculative_algorithm": cfg.get("speculative_algorithm"),
@@ -168,7 +122,7 @@ def _settings(doc: dict[str, Any], name: str) -> dict[str, Any]:
             "draft_model_path": effective(doc, name, "draft_model_path")}
 
 
-def _candidates(doc: dict[str, Any]) -> list[str]:
+def _candidates(doc: ResultsDoc) -> list[str]:
     """Speculative configurations with a reference, both measured."""
     out = []
     for cfg in doc["configs"]:
@@ -178,7 +132,7 @@ def _candidates(doc: dict[str, Any]) -> list[str]:
     return out
 
 
-def _pick_primary(doc: dict[str, Any], wanted: str | None) -> str:
+def _pick_primary(doc: ResultsDoc, wanted: str | None) -> str:
     candidates = _candidates(doc)
     if wanted is not None:
         if wanted not in configs_by_name(doc):
@@ -193,7 +147,7 @@ def _pick_primary(doc: dict[str, Any], wanted: str | None) -> str:
     return max(candidates, key=lambda n: (_settings(doc, n)["num_draft_tokens"] or 0, -candidates.index(n)))
 
 
-def _lighter_options(doc: dict[str, Any], primary: str) -> list[str]:
+def _lighter_options(doc: ResultsDoc, primary: str) -> list[str]:
     """Same reference, algorithm and draft model as the primary, fewer draft tokens."""
     p, ref = _settings(doc, primary), configs_by_name(doc)[primary]["reference"]
     out = []
@@ -206,66 +160,87 @@ def _lighter_options(doc: dict[str, Any], primary: str) -> list[str]:
     return out
 
 
-def _later(a: Crossing, b: Crossing) -> bool:
+def _ahead_until(c: CrossoverEstimate) -> float:
+    at = _falls_behind_at(c)
+    return math.inf if at is None else at
+
+
+def _later(a: CrossoverEstimate, b: CrossoverEstimate) -> bool:
     """Does `a` stay ahead of its reference longer than `b`?"""
-    return (math.inf if a.estimate is None else a.estimate) > (math.inf if b.estimate is None else b.estimate)
+    return _ahead_until(a) > _ahead_until(b)
 
 
-def recommend(doc: dict[str, Any], *, config: str | None = None, confidence: float = DEFAULT_CONFIDENCE,
+def _lighter_switch(doc: ResultsDoc, primary: str, lighter: str | None, crossings: dict[str, CrossoverEstimate],
+                    launch_sd: float, confidence: float) -> CrossoverEstimate | None:
+    """Where the lighter configuration overtakes the primary (C1): None when it does not stay
+    ahead of the reference longer, or overtakes only once it is behind the reference itself."""
+    if lighter is None or not _later(crossings[lighter], crossings[primary]):
+        return None
+    switch = crossing(ratio_curve(throughputs(doc, primary), throughputs(doc, lighter), launch_sd=launch_sd,
+                                  confidence=confidence))
+    c1, c2_lighter = _switch_point(switch), _switch_point(crossings[lighter])
+    if c1 is None or (c2_lighter is not None and c1 >= c2_lighter):
+        return None
+    return switch
+
+
+def _range_notes(last: str, ref: str, x: CrossoverEstimate, levels: list[int], kind: str, confidence: float) -> list[str]:
+    """What the sweep leaves open about the crossover of the configuration switched off last."""
+    noun, unit = level_noun(kind), " req/s" if kind == REQUEST_RATE else ""
+    notes = []
+    if x.above_range:
+        notes.append(f"{last} is ahead of {ref} up to the highest measured {noun} ({levels[-1]}{unit}); "
+                     f"measure higher {'request rates' if unit else noun} to find where it stops paying")
+    if x.below_range:
+        notes.append(f"{last} is already behind {ref} at the lowest measured {noun} ({levels[0]}{unit}): "
+                     f"speculation does not pay on this sweep")
+    if not x.confident and not x.above_range:
+        notes.append("the measured levels around the crossover are not confidently resolved "
+                     f"at {confidence:.0%}; more repeats or levels between them narrow it")
+    return notes
+
+
+def recommend(doc: ResultsDoc, *, config: str | None = None, confidence: float = DEFAULT_CONFIDENCE,
               source: str = "") -> Recommendation:
     """The policy a results document supports (see the module docstring)."""
     primary = _pick_primary(doc, config)
-    kind, noun = level_kind(doc), level_noun(level_kind(doc))
-    unit = " req/s" if kind == REQUEST_RATE else ""
-    ref = configs_by_name(doc)[primary]["reference"]
+    kind = level_kind(doc)
+    ref = configs_by_name(doc)[primary].get("reference")
+    if ref is None:  # _pick_primary picks only configurations measured with their reference
+        raise RecommendError(f"{primary!r} has no reference in the results")
     launch_sd = doc["tolerances"]["prior_between_sd"]
     ref_tps = throughputs(doc, ref)
     ratios = {primary: ratio_curve(throughputs(doc, primary), ref_tps, launch_sd=launch_sd, confidence=confidence)}
     if len(ratios[primary]) < 2:
-        raise RecommendError(f"{primary} and {ref} share fewer than 2 measured {noun} levels; a crossover needs a sweep")
+        raise RecommendError(f"{primary} and {ref} share fewer than 2 measured {level_noun(kind)} levels; a crossover "
+                             f"needs a sweep")
     crossings = {primary: crossing(ratios[primary])}
     lighter_options = _lighter_options(doc, primary)
     for name in lighter_options:
         ratios[name] = ratio_curve(throughputs(doc, name), ref_tps, launch_sd=launch_sd, confidence=confidence)
         crossings[name] = crossing(ratios[name])
-    lighter = max(lighter_options, key=lambda n: math.inf if crossings[n].estimate is None else crossings[n].estimate,
-                  default=None)
+    lighter = max(lighter_options, key=lambda n: _ahead_until(crossings[n]), default=None)
     notes: list[str] = []
-    switch = None  # where the lighter configuration overtakes the primary (C1)
-    if lighter is not None and _later(crossings[lighter], crossings[primary]):
-        switch = crossing(ratio_curve(throughputs(doc, primary), throughputs(doc, lighter), launch_sd=launch_sd,
-                                      confidence=confidence))
-        c1, c2_lighter = _switch_point(switch), _switch_point(crossings[lighter])
-        if c1 is None or (c2_lighter is not None and c1 >= c2_lighter):
-            switch = None
+    switch = _lighter_switch(doc, primary, lighter, crossings, launch_sd, confidence)
     if lighter is not None and switch is None:
         notes.append(f"{lighter} (fewer draft tokens) does not take over from {primary} before speculation stops "
                      f"paying against {ref}; no middle band")
         lighter = None
     last = lighter or primary
     c2 = _switch_point(crossings[last])
-    c1 = _switch_point(switch) if switch is not None else None
-    bands = _bands(primary, lighter, c1, c2)
+    bands = _bands(primary, lighter, _switch_point(switch) if switch is not None else None, c2)
     levels = [r.concurrency for r in ratios[primary]]
-    if crossings[last].above_range:
-        notes.append(f"{last} is ahead of {ref} up to the highest measured {noun} ({levels[-1]}{unit}); "
-                     f"measure higher {'request rates' if unit else noun} to find where it stops paying")
-    if crossings[last].below_range:
-        notes.append(f"{last} is already behind {ref} at the lowest measured {noun} ({levels[0]}{unit}): "
-                     f"speculation does not pay on this sweep")
-    if not crossings[last].confident and not crossings[last].above_range:
-        notes.append("the measured levels around the crossover are not confidently resolved "
-                     f"at {confidence:.0%}; more repeats or levels between them narrow it")
+    notes += _range_notes(last, ref, crossings[last], levels, kind, confidence)
     others = [n for n in _candidates(doc) if n not in ratios]
     if others:
         notes.append(f"other speculative configurations in the results: {', '.join(others)} "
                      f"(specguard recommend --config NAME)")
-    settings = {n: _settings(doc, n) for n in ratios}
     rec = Recommendation(
         source={"file": source, "session_id": doc["session_id"], "created": doc["created"], "suite": doc["suite"]},
         reference=ref, speculative=primary, lighter=lighter, confidence=confidence,
         ratios=ratios, crossover_config=last, crossover=crossings[last], lighter_switch=switch,
-        disable_speculation_at=c2, bands=bands, settings=settings, sglang={}, notes=notes, level_kind=kind)
+        disable_speculation_at=c2, bands=bands, settings={n: _settings(doc, n) for n in ratios}, sglang={}, notes=notes,
+        level_kind=kind)
     rec.sglang = sglang_adaptive(rec, max(levels), doc["configs"])
     return rec
 
@@ -300,7 +275,7 @@ def graph_switch_start(start: int, graphs: list[int] | None) -> int:
     return below if start - below < above - start else above
 
 
-def sglang_adaptive(rec: Recommendation, max_level: int, configs: list[dict[str, Any]]) -> dict[str, Any]:
+def sglang_adaptive(rec: Recommendation, max_level: int, configs: list[ConfigDoc]) -> dict[str, Any]:
     """The policy as SGLang's `--speculative-adaptive-config` JSON, where that mode applies.
 
     Format from SGLang 0.5.23's python/sglang/srt/speculative/adaptive_spec_params.py
@@ -314,38 +289,56 @@ def sglang_adaptive(rec: Recommendation, max_level: int, configs: list[dict[str,
     are running batch sizes (_route looks the batch size up), so a request-rate sweep, whose
     levels are arrival rates with a batch size the server alone decides, gets no table.
     """
+    reason = _adaptive_refusal(rec)
+    if reason is not None:
+        return {"applies": False, "reason": reason, "notes": []}
+    graphs = rec.settings[rec.speculative].get("cuda_graph_bs")
+    table, notes = _adaptive_table(rec, graphs)
+    first = table[min(table, key=int)]["candidate_steps"][0]
+    flags = ["--speculative-num-steps", str(first), "--speculative-eagle-topk", "1",
+             "--speculative-adaptive", "--speculative-adaptive-config", ADAPTIVE_CONFIG_FILE]
+    return {"applies": True, "reason": None, "launch_flags": flags, "speculative_adaptive_config": table,
+            "notes": notes + _cap_notes(rec, max_level, configs)}
+
+
+def _adaptive_refusal(rec: Recommendation) -> str | None:
+    """Why SGLang's adaptive config cannot express the policy; None when it can."""
     rate = rec.level_kind == REQUEST_RATE
     noun = level_noun(rec.level_kind)
-    engine = rec.settings[rec.speculative].get("engine")
-    if engine == "vllm":
+    if rec.settings[rec.speculative].get("engine") == "vllm":
         bands = "request-rate" if rate else "concurrency"
-        return {"applies": False, "reason": f"vLLM has no adaptive speculation mode: apply the policy's {bands} "
-                                            f"bands (e.g. route by {noun} between a speculative and a plain server)",
-                "notes": []}
+        return (f"vLLM has no adaptive speculation mode: apply the policy's {bands} bands (e.g. route by {noun} "
+                f"between a speculative and a plain server)")
     if not any(b.config for b in rec.bands):
-        return {"applies": False, "reason": f"speculation does not pay at any measured {noun}: launch without "
-                                            "speculation", "notes": []}
+        return f"speculation does not pay at any measured {noun}: launch without speculation"
     if rate:
-        return {"applies": False, "reason": "the sweep's levels are open-loop request rates (req/s), not the running "
-                                            "batch sizes SGLang's adaptive config is keyed by: run a concurrency sweep "
-                                            "([sweep] concurrency = [...]) to get one", "notes": []}
+        return ("the sweep's levels are open-loop request rates (req/s), not the running batch sizes SGLang's adaptive "
+                "config is keyed by: run a concurrency sweep ([sweep] concurrency = [...]) to get one")
     for name in {b.config for b in rec.bands if b.config}:
-        s = rec.settings[name]
-        algo = (s["speculative_algorithm"] or s["effective_algorithm"] or "").upper()
-        if algo not in ADAPTIVE_ALGORITHMS:
-            return {"applies": False, "reason": f"{name} runs {algo}; SGLang's adaptive mode supports EAGLE/EAGLE3 "
-                                                f"(and NEXTN, run as EAGLE) only", "notes": []}
-        if s["eagle_topk"] not in (None, 1):
-            return {"applies": False, "reason": f"{name} runs topk {s['eagle_topk']}; SGLang's adaptive mode needs topk 1",
-                    "notes": []}
-        if isinstance(s.get("attn_dp_size"), int) and s["attn_dp_size"] > 1:
-            return {"applies": False, "reason": f"{name} runs attention DP ({s['attn_dp_size']} ranks); SGLang 0.5.23 "
-                                                f"turns adaptive speculation off under attention DP", "notes": []}
-        steps = s["num_steps"]
-        if not isinstance(steps, int) or isinstance(steps, bool) or steps < 0:
-            return {"applies": False, "reason": f"{name}'s num_steps is not known ({steps!r}); SGLang's candidate_steps "
-                                                f"must be non-negative ints", "notes": []}
-    graphs = rec.settings[rec.speculative].get("cuda_graph_bs")
+        reason = _setting_refusal(name, rec.settings[name])
+        if reason is not None:
+            return reason
+    return None
+
+
+def _setting_refusal(name: str, s: dict[str, Any]) -> str | None:
+    """Why one configuration of the policy cannot run in SGLang's adaptive mode; None when it can."""
+    algo = (s["speculative_algorithm"] or s["effective_algorithm"] or "").upper()
+    if algo not in ADAPTIVE_ALGORITHMS:
+        return f"{name} runs {algo}; SGLang's adaptive mode supports EAGLE/EAGLE3 (and NEXTN, run as EAGLE) only"
+    if s["eagle_topk"] not in (None, 1):
+        return f"{name} runs topk {s['eagle_topk']}; SGLang's adaptive mode needs topk 1"
+    if isinstance(s.get("attn_dp_size"), int) and s["attn_dp_size"] > 1:
+        return (f"{name} runs attention DP ({s['attn_dp_size']} ranks); SGLang 0.5.23 turns adaptive speculation off "
+                f"under attention DP")
+    steps = s["num_steps"]
+    if not isinstance(steps, int) or isinstance(steps, bool) or steps < 0:
+        return f"{name}'s num_steps is not known ({steps!r}); SGLang's candidate_steps must be non-negative ints"
+    return None
+
+
+def _adaptive_table(rec: Recommendation, graphs: list[int] | None) -> tuple[dict[str, dict[str, list[int]]], list[str]]:
+    """The table, a key per band at the batch size it takes effect from, and its notes."""
     notes = ["keys are running batch sizes of one server (per DP rank); in a closed loop below the server's "
              "running-request cap they equal client concurrency"]
     table: dict[str, dict[str, list[int]]] = {}
@@ -359,23 +352,26 @@ def sglang_adaptive(rec: Recommendation, max_level: int, configs: list[dict[str,
         notes.append("decode CUDA-graph sizes unknown (the results carry no decode_cuda_graph_bs): SGLang pads a batch "
                      "to the next captured size before the lookup, so a switch can happen up to one graph bucket "
                      "before its key")
-    first = table[min(table, key=int)]["candidate_steps"][0]
-    flags = ["--speculative-num-steps", str(first), "--speculative-eagle-topk", "1",
-             "--speculative-adaptive", "--speculative-adaptive-config", ADAPTIVE_CONFIG_FILE]
+    return table, notes
+
+
+def _cap_notes(rec: Recommendation, max_level: int, configs: list[ConfigDoc]) -> list[str]:
+    """What the speculative configuration's running-request cap does to the policy."""
     cap = rec.settings[rec.speculative]["max_running_requests"]
-    ref_cfg = next((c for c in configs if c["name"] == rec.reference), {})
+    ref_cap = next((c.get("max_running_requests") for c in configs if c.get("name") == rec.reference), None)
+    notes = []
     if cap is not None and cap < max_level:
         notes.append(f"{rec.speculative} ran with max_running_requests={cap} (SGLang's default under speculation when "
                      f"not set); speculation switched off adaptively keeps that cap, so launch with "
-                     f"--max-running-requests {ref_cfg.get('max_running_requests') or max_level} to serve higher "
+                     f"--max-running-requests {ref_cap or max_level} to serve higher "
                      f"concurrency at the reference's speed")
     if cap is not None and rec.disable_speculation_at is not None and rec.disable_speculation_at > cap:
         notes.append(f"the switch-off point {rec.disable_speculation_at} is above the cap {cap}: no batch reaches it, "
                      f"so the table cannot express it; raise --max-running-requests and measure again")
-    return {"applies": True, "reason": None, "launch_flags": flags, "speculative_adaptive_config": table, "notes": notes}
+    return notes
 
 
-def _crossing_json(c: Crossing) -> dict[str, Any]:
+def _crossing_json(c: CrossoverEstimate) -> dict[str, Any]:
     return {"estimate": None if c.estimate is None else round(c.estimate, 2),
             "interval": [None if c.low is None else round(c.low, 2), None if c.high is None else round(c.high, 2)],
             "between": [c.last_ahead, c.first_behind], "confident": c.confident,
@@ -405,7 +401,7 @@ def to_json(rec: Recommendation) -> dict[str, Any]:
     }
 
 
-def _interval(c: Crossing, curve: list[LevelRatio], kind: str = CONCURRENCY) -> str:
+def _interval(c: CrossoverEstimate, curve: list[LevelRatio], kind: str = CONCURRENCY) -> str:
     lo = f"{c.low:.0f}" if c.low is not None else f"below {level_label(kind, curve[0].concurrency)}"
     hi = f"{c.high:.0f}" if c.high is not None else f"beyond {level_label(kind, curve[-1].concurrency)}"
     return f"{lo}-{hi}"
@@ -416,6 +412,36 @@ def _describe(rec: Recommendation, name: str) -> str:
     cap = s["max_running_requests"]
     return (f"{name} ({s['speculative_algorithm']}, steps {s['num_steps']}, topk {s['eagle_topk']}, "
             f"{s['num_draft_tokens']} draft tokens{f', cap {cap}' if cap else ''})")
+
+
+def _at(kind: str, level: int | None) -> str:
+    """A measured level as the text names it; "?" where a crossover names none."""
+    return "?" if level is None else level_label(kind, level)
+
+
+def _crossover_lines(rec: Recommendation, conf: str, unit: str) -> list[str]:
+    """Where the configuration switched off last crosses its reference, and where the lighter one takes over."""
+    kind, x, lines = rec.level_kind, rec.crossover, []
+    if x.below_range:
+        lines.append(f"crossover: none in the measured range ({rec.crossover_config} behind {rec.reference} from the "
+                     f"lowest measured level {_at(kind, x.first_behind)})")
+    elif x.estimate is None:
+        lines.append(f"crossover: none in the measured range ({rec.crossover_config} ahead throughout)")
+    else:
+        behind = _at(kind, x.first_behind)
+        where = (f"between measured {_at(kind, x.last_ahead)} and {behind}" if x.last_ahead is not None
+                 else f"at or below the lowest measured level {behind}")
+        lines.append(f"crossover ({rec.crossover_config} vs {rec.reference}): {level_label(kind, '~')}{x.estimate:.1f}"
+                     f"{unit} ({conf} {_interval(x, rec.ratios[rec.crossover_config], kind)}), {where}"
+                     f"{'' if x.confident else ', not confidently resolved'}")
+    s = rec.lighter_switch
+    if s is not None and s.below_range:
+        lines.append(f"{rec.lighter} is ahead of {rec.speculative} from the lowest measured level "
+                     f"{_at(kind, s.first_behind)}")
+    elif s is not None and s.estimate is not None:
+        lines.append(f"{rec.lighter} overtakes {rec.speculative} at {level_label(kind, '~')}{s.estimate:.1f}{unit} "
+                     f"({conf} {_interval(s, rec.ratios[rec.speculative], kind)})")
+    return lines
 
 
 def render_text(rec: Recommendation) -> str:
@@ -433,20 +459,7 @@ def render_text(rec: Recommendation) -> str:
             e = r.estimate
             side = "ahead" if e.low > 1 else "behind" if e.high < 1 else "tied"
             lines.append(f"  {level_label(kind, r.concurrency):<6} {e.ratio:6.3f} [{e.low:.3f}, {e.high:.3f}]  {side}")
-    x = rec.crossover
-    if x.estimate is None:
-        lines.append(f"crossover: none in the measured range ({rec.crossover_config} ahead throughout)")
-    else:
-        behind = level_label(kind, x.first_behind)
-        where = (f"between measured {level_label(kind, x.last_ahead)} and {behind}" if x.last_ahead is not None
-                 else f"at or below the lowest measured level {behind}")
-        lines.append(f"crossover ({rec.crossover_config} vs {rec.reference}): {level_label(kind, '~')}{x.estimate:.1f}"
-                     f"{unit} ({conf} {_interval(x, rec.ratios[rec.crossover_config], kind)}), {where}"
-                     f"{'' if x.confident else ', not confidently resolved'}")
-    if rec.lighter_switch is not None and rec.lighter_switch.estimate is not None:
-        s = rec.lighter_switch
-        lines.append(f"{rec.lighter} overtakes {rec.speculative} at {level_label(kind, '~')}{s.estimate:.1f}{unit} "
-                     f"({conf} {_interval(s, rec.ratios[rec.speculative], kind)})")
+    lines += _crossover_lines(rec, conf, unit)
     lines.append("policy:")
     noun = level_noun(kind)
     for b in rec.bands:

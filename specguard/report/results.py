@@ -177,8 +177,9 @@ def decision_result(d: dict[str, Any]) -> GateResult:
 
 def crossovers(doc: ResultsDoc) -> dict[str, dict[str, Any]]:
     """Per speculative configuration, where it stops paying against its reference: the same
-    estimator and confidence as `specguard recommend` (report/recommend.py `crossing`: the ratio
-    curve interpolated on log concurrency, with its interval), so the two never disagree."""
+    estimator and confidence as `specguard recommend` (decide/crossover.py through
+    report/recommend.py `crossing`: the ratio curve interpolated on log concurrency, with its
+    interval), so the two never disagree."""
     from specguard.report import recommend  # recommend imports this module
 
     out: dict[str, dict[str, Any]] = {}
@@ -206,10 +207,10 @@ def crossover_text(name: str, ref: str, x: Any, curve: list[Any], conf: float, k
     levels = [r.concurrency for r in curve]
     lv = lambda level: recommend.level_label(kind, level)  # noqa: E731
     noun, unit = recommend.level_noun(kind), (" req/s" if kind == recommend.REQUEST_RATE else "")
-    if x.estimate is None:
-        return f"ahead of {ref} at every measured {noun} ({lv(levels[0])}-{lv(levels[-1])}); no crossover in range"
     if x.below_range:
         return f"behind {ref} from the lowest measured {noun} ({lv(levels[0])})"
+    if x.estimate is None:
+        return f"ahead of {ref} at every measured {noun} ({lv(levels[0])}-{lv(levels[-1])}); no crossover in range"
     lo = f"{x.low:.0f}" if x.low is not None else f"below {lv(levels[0])}"
     hi = f"{x.high:.0f}" if x.high is not None else f"beyond {lv(levels[-1])}"
     return (f"crossover vs {ref} at {lv('~')}{x.estimate:.1f}{unit} ({conf:.0%} CI {lo}-{hi}), between measured "

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from specguard.config import ServerConfig
 from specguard.measure.metrics import acceptance_by_position
@@ -95,7 +95,8 @@ def build_grid(cfg: ServerConfig, steps: Sequence[int] = DEFAULT_STEPS,
         for k in sorted(set(tree_topk)):
             if k <= 1:
                 continue
-            draft = cfg.num_draft_tokens if cfg.eagle_topk == k and cfg.num_draft_tokens else min(tree_steps * k, 2 * (tree_steps + 1))
+            own = cfg.eagle_topk == k and cfg.num_draft_tokens
+            draft = cfg.num_draft_tokens if own else min(tree_steps * k, 2 * (tree_steps + 1))
             grid.append(Setting(FIXED, tree_steps, k, draft, chain=False))
     return grid
 

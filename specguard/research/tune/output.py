@@ -8,15 +8,16 @@ from __future__ import annotations
 import bisect
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from specguard.config import ServerConfig
 from specguard.decide.stats import RatioEstimate
 from specguard.emulator.adaptive import AdaptiveConfigError, check_adaptive_config
-from specguard.tune.grid import REFERENCE, Setting, TuneError, algorithm_of
-from specguard.tune.race import Ledger, RacePlan, ratio, tok_s_interval
+from specguard.research.tune.grid import REFERENCE, Setting, TuneError, algorithm_of
+from specguard.research.tune.race import Ledger, RacePlan, ratio, tok_s_interval
 
 ADAPTIVE_FILE = "tuned_speculative_adaptive.json"
 DEFAULT_ADAPTIVE_NOTE = "SGLang 0.5.23 DEFAULT_ADAPTIVE_CONFIG (srt/speculative/adaptive_spec_params.py)"
@@ -181,7 +182,7 @@ def level_rows(ledger: Ledger, levels: Sequence[int], choice: dict[int, Setting 
             continue
         mean, lo, hi = tok_s_interval(ledger.tok_s(s, c), plan.launch_sd, plan.confidence)
 
-        def gain(other: Setting | None) -> dict[str, float] | None:
+        def gain(other: Setting | None, s: Setting = s, c: int = c) -> dict[str, float] | None:
             if other is None or not ledger.tok_s(other, c):
                 return None
             if other == s:

@@ -2,7 +2,8 @@
 
 Order: (1) the probes (reference, shortest and longest chain, trees) with the first-round
 runs; the longer ones only where the shortest chain is not already confidently losing to the
-reference beyond the tie tolerance (there no longer chain is tried); (2) the other step counts are predicted from the longest chain's per-position
+reference beyond the tie tolerance (there no longer chain is tried); (2) the other step counts are
+predicted from the longest chain's per-position
 acceptance and the probes' cost, and measured only at levels where even the optimistic
 prediction is within `skip_margin` of the best measured; (3) rounds: at each level every setting
 confidently below (1 - tie tolerance) x the best (the gates' two-launch comparison,
@@ -15,14 +16,15 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Protocol, Sequence
+from typing import Protocol
 
 import numpy as np
 from scipy import special
 
 from specguard.decide.stats import RatioEstimate, compare_sessions
-from specguard.tune.grid import REFERENCE, Setting, acceptance_from_histogram, predict_tok_s, predicted_accept_length
+from specguard.research.tune.grid import REFERENCE, Setting, acceptance_from_histogram, predict_tok_s, predicted_accept_length
 
 
 @dataclass
@@ -65,7 +67,7 @@ class Ledger:
     failed: dict[Setting, str] = field(default_factory=dict)
     wall_s: float = 0.0  # time spent in launches and runs
 
-    def measure(self, runner: "Runner", setting: Setting, levels: Sequence[int], warmup: int, repeats: int) -> None:
+    def measure(self, runner: Runner, setting: Setting, levels: Sequence[int], warmup: int, repeats: int) -> None:
         """One launch through `runner`, timed and recorded."""
         started = time.monotonic()
         measured = runner.measure(setting, levels, warmup, repeats)
@@ -149,97 +151,142 @@ def _best_mean(ledger: Ledger, settings: Sequence[Setting], c: int) -> float:
 def race(runner: Runner, reference: Setting, grid: Sequence[Setting], levels: Sequence[int], plan: RacePlan,
          progress: Progress = lambda _: None) -> RaceResult:
     """Racing with prediction (module docstring); every launch goes through `runner`."""
-    ledger = Ledger()
-    settings = [reference, *grid]
-    levels = sorted(levels)
-    chains = sorted((s for s in grid if s.chain and s.eagle_topk == 1), key=lambda s: s.num_steps)
-    probes = [reference] + ([chains[0], chains[-1]] if chains else []) + [s for s in grid if s not in chains]
-    probes = list(dict.fromkeys(probes))
-    rest = [s for s in grid if s not in probes]
-    todo = {s: list(levels) for s in probes}
-    skipped: dict[Setting, dict[int, float | None]] = {}
-    predictions: dict[tuple[Setting, int], float] = {}
-    at_least: list[float] = []
-
-    def launch(s: Setting, at: list[int], repeats: int, why: str) -> None:
-        left = sum(len(v) for v in todo.values())
-        progress(f"tune: {why}: {s.name} at C={','.join(map(str, at))} ({repeats} run{'s' if repeats != 1 else ''} "
-                 f"+ {plan.warmup} warmup each); {left} cells queued; {ledger.runs} runs / {ledger.launches} launches so far")
-        ledger.measure(runner, s, at, plan.warmup, repeats)
-        ledger.events.append(f"{why}: {s.name} C={at} x{repeats}")
-
-    # The reference and the cheapest chain first: where even the cheapest speculation is
-    # confidently beyond the tie tolerance below no speculation, no longer chain or tree is
-    # probed or predicted (they verify more tokens and draft more passes per step for at most
-    # the acceptance of the positions after the first); recorded as skipped, prediction None.
-    first = [s for s in probes if s == reference or (chains and s == chains[0])]
-    for s in first:
-        launch(s, todo.pop(s), plan.first_repeats, "probe")
-    lost: list[int] = []
-    if plan.predict and chains and not any(s in ledger.failed for s in first):
-        floor = 1 - plan.tie_tolerance
-        lost = [c for c in levels if ledger.tok_s(chains[0], c) and ledger.tok_s(reference, c)
-                and ratio(ledger, chains[0], reference, c, plan, threshold=floor).high < floor]
-    for s in [p for p in probes if p not in first]:
-        at = [c for c in todo.pop(s) if c not in lost]
-        if lost:
-            skipped[s] = {c: None for c in lost}
-        if at:
-            launch(s, at, plan.first_repeats, "probe")
-    if plan.predict and chains:
-        longest = chains[-1]
-        hist: list[int] = []
-        for c in levels:
-            h = ledger.cells.get((longest, c), CellRuns()).histogram
-            hist = [a + b for a, b in zip(hist + [0] * (len(h) - len(hist)), h + [0] * (len(hist) - len(h)))]
-        at_least = acceptance_from_histogram(hist)
-        for s in rest:
-            keep, preds = [], {c: None for c in lost}
-            a = predicted_accept_length(at_least, s.num_steps) if s.chain else None
-            for c in [c for c in levels if c not in lost]:
-                measured = {m.num_steps: (ledger.mean(m, c), ledger.accept_length(m, c)) for m in chains
-                            if ledger.tok_s(m, c) and ledger.accept_length(m, c) > 0}
-                pred = predict_tok_s(measured, s.num_steps, a) if a is not None else None
-                preds[c] = pred
-                if pred is None:
-                    keep.append(c)
-                    continue
-                predictions[(s, c)] = pred
-                if pred >= (1 - plan.skip_margin) * _best_mean(ledger, settings, c):
-                    keep.append(c)
-            if keep:
-                todo[s] = keep
-            skipped_here = {c: preds[c] for c in levels if c not in keep}
-            if skipped_here:
-                skipped[s] = skipped_here
-        for s in list(todo):
-            at = todo.pop(s)
-            launch(s, at, plan.first_repeats, "predicted close")
+    r = _Race(runner, reference, grid, levels, plan, progress)
+    lost = r.probe()
+    if plan.predict and r.chains:
+        r.measure_the_predicted_close(lost)
     else:
-        for s in rest:
-            launch(s, list(levels), plan.first_repeats, "first round")
+        r.measure_the_rest()
+    return RaceResult(r.ledger, r.settings, r.close_calls(), r.skipped, r.predictions, r.at_least)
 
-    alive = {c: [s for s in settings if ledger.tok_s(s, c) and s not in ledger.failed] for c in levels}
-    for _ in range(plan.max_rounds):
+
+class _Race:
+    """One race's state: what is measured, queued, skipped and predicted (``race``'s steps)."""
+
+    def __init__(self, runner: Runner, reference: Setting, grid: Sequence[Setting], levels: Sequence[int],
+                 plan: RacePlan, progress: Progress) -> None:
+        self.runner, self.reference, self.plan, self.progress = runner, reference, plan, progress
+        self.ledger = Ledger()
+        self.settings = [reference, *grid]
+        self.levels = sorted(levels)
+        self.chains = sorted((s for s in grid if s.chain and s.eagle_topk == 1), key=lambda s: s.num_steps)
+        ends = [self.chains[0], self.chains[-1]] if self.chains else []
+        probes = [reference, *ends, *(s for s in grid if s not in self.chains)]
+        self.probes = list(dict.fromkeys(probes))
+        self.rest = [s for s in grid if s not in self.probes]
+        self.todo: dict[Setting, list[int]] = {s: list(self.levels) for s in self.probes}
+        self.skipped: dict[Setting, dict[int, float | None]] = {}
+        self.predictions: dict[tuple[Setting, int], float] = {}
+        self.at_least: list[float] = []
+
+    def launch(self, s: Setting, at: list[int], repeats: int, why: str) -> None:
+        left = sum(len(v) for v in self.todo.values())
+        self.progress(f"tune: {why}: {s.name} at C={','.join(map(str, at))} ({repeats} run{'s' if repeats != 1 else ''} "
+                      f"+ {self.plan.warmup} warmup each); {left} cells queued; {self.ledger.runs} runs / "
+                      f"{self.ledger.launches} launches so far")
+        self.ledger.measure(self.runner, s, at, self.plan.warmup, repeats)
+        self.ledger.events.append(f"{why}: {s.name} C={at} x{repeats}")
+
+    def probe(self) -> list[int]:
+        """The probes with the first-round runs; returns the levels the cheapest chain lost.
+
+        The reference and the cheapest chain first: where even the cheapest speculation is
+        confidently beyond the tie tolerance below no speculation, no longer chain or tree is
+        probed or predicted (they verify more tokens and draft more passes per step for at most
+        the acceptance of the positions after the first); recorded as skipped, prediction None."""
+        first = [self.reference, *self.chains[:1]]
+        for s in first:
+            self.launch(s, self.todo.pop(s), self.plan.first_repeats, "probe")
+        lost = self._lost_by_the_cheapest_chain(first)
+        for s in [p for p in self.probes if p not in first]:
+            at = [c for c in self.todo.pop(s) if c not in lost]
+            if lost:
+                self.skipped[s] = {c: None for c in lost}
+            if at:
+                self.launch(s, at, self.plan.first_repeats, "probe")
+        return lost
+
+    def _lost_by_the_cheapest_chain(self, first: list[Setting]) -> list[int]:
+        """Levels where the shortest chain is confidently below (1 - tie tolerance) x the reference."""
+        if not (self.plan.predict and self.chains) or any(s in self.ledger.failed for s in first):
+            return []
+        floor = 1 - self.plan.tie_tolerance
+        cheapest, ledger = self.chains[0], self.ledger
+        return [c for c in self.levels if ledger.tok_s(cheapest, c) and ledger.tok_s(self.reference, c)
+                and ratio(ledger, cheapest, self.reference, c, self.plan, threshold=floor).high < floor]
+
+    def _longest_chain_acceptance(self) -> list[float]:
+        """Per-position acceptance of the longest chain, its histograms pooled over every level."""
+        hist: list[int] = []
+        for c in self.levels:
+            h = self.ledger.cells.get((self.chains[-1], c), CellRuns()).histogram
+            hist = [a + b for a, b in zip(hist + [0] * (len(h) - len(hist)), h + [0] * (len(hist) - len(h)))]
+        return acceptance_from_histogram(hist)
+
+    def _worth_measuring(self, s: Setting, lost: list[int]) -> tuple[list[int], dict[int, float | None]]:
+        """The levels where ``s``'s prediction is within the skip margin of the best measured (or
+        cannot be made), and its prediction per level (None: not predicted)."""
+        keep, preds = [], {c: None for c in lost}
+        a = predicted_accept_length(self.at_least, s.num_steps) if s.chain else None
+        for c in [c for c in self.levels if c not in lost]:
+            measured = {m.num_steps: (self.ledger.mean(m, c), self.ledger.accept_length(m, c)) for m in self.chains
+                        if self.ledger.tok_s(m, c) and self.ledger.accept_length(m, c) > 0}
+            pred = predict_tok_s(measured, s.num_steps, a) if a is not None else None
+            preds[c] = pred
+            if pred is None:
+                keep.append(c)
+                continue
+            self.predictions[(s, c)] = pred
+            if pred >= (1 - self.plan.skip_margin) * _best_mean(self.ledger, self.settings, c):
+                keep.append(c)
+        return keep, preds
+
+    def measure_the_predicted_close(self, lost: list[int]) -> None:
+        """The other step counts, predicted from the longest chain, measured where they come close."""
+        self.at_least = self._longest_chain_acceptance()
+        for s in self.rest:
+            keep, preds = self._worth_measuring(s, lost)
+            if keep:
+                self.todo[s] = keep
+            skipped_here = {c: preds[c] for c in self.levels if c not in keep}
+            if skipped_here:
+                self.skipped[s] = skipped_here
+        for s in list(self.todo):
+            self.launch(s, self.todo.pop(s), self.plan.first_repeats, "predicted close")
+
+    def measure_the_rest(self) -> None:
+        for s in self.rest:
+            self.launch(s, list(self.levels), self.plan.first_repeats, "first round")
+
+    def close_calls(self) -> dict[int, list[Setting]]:
+        """Rounds: drop the confidently worse at each level, relaunch the survivors of close levels
+        for the rest of the full repeats; the settings alive per level at the end."""
+        ledger, plan, levels = self.ledger, self.plan, self.levels
+        alive = {c: [s for s in self.settings if ledger.tok_s(s, c) and s not in ledger.failed] for c in levels}
+        for _ in range(plan.max_rounds):
+            for c in levels:
+                alive[c] = _survivors(ledger, alive[c], c, plan)
+            more = self._short_of_repeats(alive)
+            if not more:
+                break
+            self.todo = dict(more)
+            for s in list(self.todo):
+                at = self.todo.pop(s)
+                self.launch(s, at, max(plan.repeats - len(ledger.tok_s(s, c)) for c in at), "close call")
         for c in levels:
             alive[c] = _survivors(ledger, alive[c], c, plan)
+        return alive
+
+    def _short_of_repeats(self, alive: dict[int, list[Setting]]) -> dict[Setting, list[int]]:
+        """Per setting, the close levels (two or more alive) where it has fewer than the full repeats."""
         more: dict[Setting, list[int]] = {}
-        for c in levels:
+        for c in self.levels:
             if len(alive[c]) < 2:
                 continue
             for s in alive[c]:
-                if len(ledger.tok_s(s, c)) < plan.repeats:
+                if len(self.ledger.tok_s(s, c)) < self.plan.repeats:
                     more.setdefault(s, []).append(c)
-        if not more:
-            break
-        todo = dict(more)
-        for s in list(todo):
-            at = todo.pop(s)
-            need = max(plan.repeats - len(ledger.tok_s(s, c)) for c in at)
-            launch(s, at, need, "close call")
-    for c in levels:
-        alive[c] = _survivors(ledger, alive[c], c, plan)
-    return RaceResult(ledger, settings, alive, skipped, predictions, at_least)
+        return more
 
 
 def _survivors(ledger: Ledger, alive: list[Setting], c: int, plan: RacePlan) -> list[Setting]:

@@ -10,20 +10,32 @@ from __future__ import annotations
 import argparse
 import shlex
 import sys
-from dataclasses import asdict
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from specguard.config import ConfigError, ServerConfig, Suite, load_suite
 from specguard.decide.baselines import atomic_write_json
 from specguard.decide.gates import gate_confidence
 from specguard.decide.stats import FAIL, compare_sessions
-from specguard.tune.grid import (ADAPTIVE, ADAPTIVE_ALGORITHMS, DEFAULT_STEPS, DEFAULT_TREE_TOPK, FIXED, LAUNCHED,
-                                 REFERENCE, Setting, TuneError, algorithm_of, build_grid,
-                                 geometric_mean)
-from specguard.tune import output
-from specguard.tune.race import Ledger, RacePlan, RaceResult, choices, full_grid, race
-from specguard.tune.runners import ServerRunner, SimRunner
+from specguard.research.tune import output
+from specguard.research.tune.grid import (
+    ADAPTIVE,
+    ADAPTIVE_ALGORITHMS,
+    DEFAULT_STEPS,
+    DEFAULT_TREE_TOPK,
+    FIXED,
+    LAUNCHED,
+    REFERENCE,
+    Setting,
+    TuneError,
+    algorithm_of,
+    build_grid,
+    geometric_mean,
+)
+from specguard.research.tune.race import Ledger, RacePlan, RaceResult, choices, full_grid, race
+from specguard.research.tune.runners import ServerRunner, SimRunner
 from specguard.workload import WorkloadError, build_workload
 
 EXIT_OK, EXIT_FAIL, EXIT_NOT_MEASURED, EXIT_USAGE = 0, 1, 3, 4  # specguard/cli.py's codes
@@ -119,11 +131,8 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_USAGE
 
 
-def _run(args: argparse.Namespace) -> int:
-    suite = load_suite(args.suite)
-    cfg = _pick(suite, args.config)
-    ref = suite.servers[cfg.reference]
-    levels = sorted(suite.sweep.concurrency)
+def _checked_tie_tolerance(args: argparse.Namespace, suite: Suite) -> float:
+    """The tie tolerance, after refusing the options that cannot run (one line each)."""
     if args.seeds and not args.simulate:
         raise TuneError("--seeds N compares racing with the full grid in virtual time; add --simulate")
     if args.first_repeats < 1 or args.first_repeats > suite.sweep.repeats:
@@ -133,6 +142,30 @@ def _run(args: argparse.Namespace) -> int:
     tie = suite.tolerances.throughput if args.tie_tolerance is None else args.tie_tolerance
     if not 0 <= tie < 1:
         raise TuneError(f"--tie-tolerance {tie}: must be a fraction in [0, 1), e.g. 0.03")
+    return tie
+
+
+@dataclass(frozen=True)
+class _Job:
+    """What one `specguard tune` run tunes, and how (from the command line and the suite file)."""
+
+    args: argparse.Namespace
+    suite: Suite
+    cfg: ServerConfig
+    ref: ServerConfig
+    levels: list[int]
+    cap: int | None
+    plan: RacePlan
+    grid: list[Setting]
+    out: Path
+    adaptive_ok: bool
+
+
+def _job(args: argparse.Namespace) -> _Job:
+    suite = load_suite(args.suite)
+    cfg = _pick(suite, args.config)
+    levels = sorted(suite.sweep.concurrency)
+    tie = _checked_tie_tolerance(args, suite)
     cap = args.max_running_requests or cfg.max_running_requests or (None if cfg.engine == "vllm" else max(levels))
     plan = RacePlan(warmup=suite.sweep.warmup, repeats=suite.sweep.repeats, first_repeats=args.first_repeats,
                     confidence=args.confidence, launch_sd=suite.tolerances.prior_between_sd, tie_tolerance=tie,
@@ -140,30 +173,90 @@ def _run(args: argparse.Namespace) -> int:
     grid = build_grid(cfg, args.steps, args.tree_topk)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    adaptive_ok = cfg.engine != "vllm" and algorithm_of(cfg) in ADAPTIVE_ALGORITHMS
-    if args.seeds:
-        return _seed_check(args, suite, cfg, ref, cap, out, grid, levels, plan, adaptive_ok)
+    return _Job(args, suite, cfg, suite.servers[cfg.reference], levels, cap, plan, grid, out,
+                cfg.engine != "vllm" and algorithm_of(cfg) in ADAPTIVE_ALGORITHMS)
 
-    runner = _runner(args, suite, cfg, ref, cap, out, args.seed)
+
+def _run(args: argparse.Namespace) -> int:
+    job = _job(args)
+    if args.seeds:
+        return _seed_check(args, job.suite, job.cfg, job.ref, job.cap, job.out, job.grid, job.levels, job.plan,
+                           job.adaptive_ok)
+    runner = _runner(args, job.suite, job.cfg, job.ref, job.cap, job.out, args.seed)
     reference = Setting(REFERENCE)
-    result = (full_grid if args.full_grid else race)(runner, reference, grid, levels, plan, runner_progress(runner))
+    result = (full_grid if args.full_grid else race)(runner, reference, job.grid, job.levels, job.plan,
+                                                     runner_progress(runner))
     ledger = result.ledger
     if reference in ledger.failed:
-        print(f"specguard tune: the reference {ref.name!r} could not be measured ({ledger.failed[reference]}); "
-              f"logs in {out / 'logs'}", file=sys.stderr)
+        print(f"specguard tune: the reference {job.ref.name!r} could not be measured ({ledger.failed[reference]}); "
+              f"logs in {job.out / 'logs'}", file=sys.stderr)
         return EXIT_NOT_MEASURED
-    search_runs, search_launches, search_s = ledger.runs, ledger.launches, ledger.wall_s
-    launched = _launched_setting(cfg, grid, cap)
-    default_adaptive = Setting(ADAPTIVE, adaptive_config="default") if adaptive_ok else None
+    search = (ledger.runs, ledger.launches, ledger.wall_s)
+    launched = _launched_setting(job.cfg, job.grid, job.cap)
+    default_adaptive = Setting(ADAPTIVE, adaptive_config="default") if job.adaptive_ok else None
     for s in (launched, default_adaptive):
         if s is not None and s.kind in (LAUNCHED, ADAPTIVE):
-            ledger.measure(runner, s, levels, plan.warmup, plan.repeats)
-    choice = choices(result, plan)
-    adaptive_choice = choices(result, plan, adaptive_only=True)
-    doc: dict[str, Any] = {
-        "schema": SCHEMA, "schema_version": SCHEMA_VERSION, "suite": str(suite.path), "config": cfg.name,
-        "reference": ref.name, "algorithm": algorithm_of(cfg), "engine": cfg.engine, "levels": levels,
-        "max_running_requests": cap, "mode": "simulated (virtual time)" if args.simulate else "launched",
+            ledger.measure(runner, s, job.levels, job.plan.warmup, job.plan.repeats)
+    choice = choices(result, job.plan)
+    doc = _document(job, result, search, launched)
+    bands = _record_choices(job, doc, result, choice, launched, default_adaptive)
+    files = _write_outputs(job, doc, result, choice, runner, launched, default_adaptive)
+    code = _verify_step(runner, job, choice, doc) if args.verify else EXIT_OK
+    files["tune_json"] = str(job.out / "tune.json")
+    doc["files"] = files
+    atomic_write_json(job.out / "tune.json", doc)
+    print(render(doc, bands))
+    return code
+
+
+def _record_choices(job: _Job, doc: dict[str, Any], result: RaceResult, choice: dict[int, Setting | None],
+                    launched: Setting | None, default_adaptive: Setting | None) -> list[Any]:
+    """tune.json's table per level, the bands (any setting, adaptive-expressible ones), every
+    cell measured and the totals; returns the bands."""
+    ledger, levels, reference = result.ledger, job.levels, Setting(REFERENCE)
+    adaptive_choice = choices(result, job.plan, adaptive_only=True)
+    doc["table"] = output.level_rows(ledger, levels, choice, adaptive_choice, reference, launched, default_adaptive,
+                                     job.plan)
+    bands = output.bands_of(choice)
+    doc["bands"] = [{"first": b.first, "last": b.last, "setting": b.setting.name} for b in bands]
+    doc["adaptive_bands"] = [{"first": b.first, "last": b.last, "setting": b.setting.name}
+                             for b in output.bands_of(adaptive_choice)]
+    doc["cells"] = [{"setting": s.name, "concurrency": c, "tok_s": [round(v, 3) for v in cell.tok_s],
+                     "accept_length": round(ledger.accept_length(s, c), 4)} for (s, c), cell in ledger.cells.items()]
+    doc["totals"] = _totals(ledger, levels, choice, adaptive_choice, job.grid, reference, launched, default_adaptive)
+    return bands
+
+
+def _write_outputs(job: _Job, doc: dict[str, Any], result: RaceResult, choice: dict[int, Setting | None], runner: Any,
+                   launched: Setting | None, default_adaptive: Setting | None) -> dict[str, str]:
+    """The adaptive config (or why not), vLLM's bands, the plot; returns the files written."""
+    cfg, ledger = job.cfg, result.ledger
+    files: dict[str, str] = {}
+    if job.adaptive_ok:
+        adaptive_choice = choices(result, job.plan, adaptive_only=True)
+        _emit_adaptive(job.out, cfg, job.cap, ledger, adaptive_choice, Setting(REFERENCE), job.plan, runner, doc, files)
+    else:
+        doc["adaptive_config"] = {"applies": False, "reason": f"{cfg.engine} {algorithm_of(cfg)}: SGLang's adaptive mode "
+                                                              f"runs EAGLE/EAGLE3/NEXTN only"}
+    if cfg.engine == "vllm":
+        atomic_write_json(job.out / "vllm-bands.json", output.vllm_bands(choice))
+        files["vllm_bands"] = str(job.out / "vllm-bands.json")
+    comparators = [s for s in (launched, default_adaptive) if s is not None and s not in result.settings]
+    plotted = [*result.settings, *comparators]
+    if output.plot(job.out / "tune.png", ledger, plotted, job.levels, choice,
+                   f"{cfg.name} ({algorithm_of(cfg)}): tok/s per setting"):
+        files["plot"] = str(job.out / "tune.png")
+    return files
+
+
+def _document(job: _Job, result: RaceResult, search: tuple[int, int, float], launched: Setting | None) -> dict[str, Any]:
+    """tune.json's description of the search: what was raced, what it cost, what it skipped."""
+    ledger, plan, grid, levels, cfg = result.ledger, job.plan, job.grid, job.levels, job.cfg
+    search_runs, search_launches, search_s = search
+    return {
+        "schema": SCHEMA, "schema_version": SCHEMA_VERSION, "suite": str(job.suite.path), "config": cfg.name,
+        "reference": job.ref.name, "algorithm": algorithm_of(cfg), "engine": cfg.engine, "levels": levels,
+        "max_running_requests": job.cap, "mode": "simulated (virtual time)" if job.args.simulate else "launched",
         "plan": asdict(plan), "grid": [s.to_json() for s in grid],
         "launched": launched.to_json() if launched else None,
         "cost": {"search_runs": search_runs, "search_launches": search_launches,
@@ -177,56 +270,40 @@ def _run(args: argparse.Namespace) -> int:
         "failed": {s.name: why for s, why in ledger.failed.items()},
         "events": ledger.events,
     }
-    rows = output.level_rows(ledger, levels, choice, adaptive_choice, reference, launched, default_adaptive, plan)
-    bands = output.bands_of(choice)
-    doc["table"] = rows
-    doc["bands"] = [{"first": b.first, "last": b.last, "setting": b.setting.name} for b in bands]
-    doc["adaptive_bands"] = [{"first": b.first, "last": b.last, "setting": b.setting.name}
-                             for b in output.bands_of(adaptive_choice)]
-    doc["cells"] = [{"setting": s.name, "concurrency": c, "tok_s": [round(v, 3) for v in cell.tok_s],
-                     "accept_length": round(ledger.accept_length(s, c), 4)} for (s, c), cell in ledger.cells.items()]
-    doc["totals"] = _totals(ledger, levels, choice, adaptive_choice, grid, reference, launched, default_adaptive)
-    files: dict[str, str] = {}
-    tuned_setting = None
-    if adaptive_ok:
-        table, notes = output.adaptive_table(adaptive_choice, runner.graph_sizes)
-        steps = output.launch_steps(table)
-        output.validate_adaptive(table, steps)
-        path = out / output.ADAPTIVE_FILE
-        atomic_write_json(path, table)
-        flags = output.launch_flags(cfg, table, str(path.resolve()), cap)
-        (out / "launch-flags.txt").write_text(shlex.join(flags) + "\n")
-        must = output.must_win_up_to(ledger, adaptive_choice, reference, plan)
-        (out / "suite-snippet.toml").write_text(output.suite_snippet(cfg, table, str(path.resolve()), cap, must))
-        files.update(adaptive_config=str(path), launch_flags=str(out / "launch-flags.txt"),
-                     suite_snippet=str(out / "suite-snippet.toml"))
-        doc["adaptive_config"] = {"table": table, "notes": notes, "graph_sizes": runner.graph_sizes,
-                                  "launch_flags": flags, "must_win_up_to": must,
-                                  "default_for_comparison": output.DEFAULT_ADAPTIVE_NOTE}
-        tuned_setting = Setting(ADAPTIVE, steps, 1, steps + 1, adaptive_config="tuned")
-    else:
-        doc["adaptive_config"] = {"applies": False, "reason": f"{cfg.engine} {algorithm_of(cfg)}: SGLang's adaptive mode "
-                                                              f"runs EAGLE/EAGLE3/NEXTN only"}
-    if cfg.engine == "vllm":
-        atomic_write_json(out / "vllm-bands.json", output.vllm_bands(choice))
-        files["vllm_bands"] = str(out / "vllm-bands.json")
-    plotted = [s for s in result.settings] + [s for s in (launched, default_adaptive) if s is not None and s not in result.settings]
-    if output.plot(out / "tune.png", ledger, plotted, levels, choice, f"{cfg.name} ({algorithm_of(cfg)}): tok/s per setting"):
-        files["plot"] = str(out / "tune.png")
-    code = EXIT_OK
-    if args.verify:
-        if tuned_setting is None:
-            raise TuneError(f"--verify launches SGLang's adaptive mode, which {cfg.engine} {algorithm_of(cfg)} does not have")
-        everywhere = doc["totals"]["fixed_measured_everywhere"]
-        single = max((g for g in grid if g.kind == FIXED and everywhere.get(g.name) is not None),
-                     key=lambda g: everywhere[g.name], default=None)
-        doc["verify"], doc["verify_summary"] = verify(runner, levels, plan, suite, choice, tuned_setting, single)
-        code = EXIT_FAIL if doc["verify_summary"]["failed_levels"] else EXIT_OK
-    files["tune_json"] = str(out / "tune.json")
-    doc["files"] = files
-    atomic_write_json(out / "tune.json", doc)
-    print(render(doc, bands))
-    return code
+
+
+def _emit_adaptive(out: Path, cfg: ServerConfig, cap: int | None, ledger: Ledger, adaptive_choice: dict[int, Setting | None],
+                   reference: Setting, plan: RacePlan, runner: Any, doc: dict[str, Any], files: dict[str, str]) -> None:
+    """SGLang's adaptive config, its launch flags and a gating suite snippet, written to ``out``
+    and recorded in ``doc`` / ``files``."""
+    table, notes = output.adaptive_table(adaptive_choice, runner.graph_sizes)
+    steps = output.launch_steps(table)
+    output.validate_adaptive(table, steps)
+    path = out / output.ADAPTIVE_FILE
+    atomic_write_json(path, table)
+    flags = output.launch_flags(cfg, table, str(path.resolve()), cap)
+    (out / "launch-flags.txt").write_text(shlex.join(flags) + "\n")
+    must = output.must_win_up_to(ledger, adaptive_choice, reference, plan)
+    (out / "suite-snippet.toml").write_text(output.suite_snippet(cfg, table, str(path.resolve()), cap, must))
+    files.update(adaptive_config=str(path), launch_flags=str(out / "launch-flags.txt"),
+                 suite_snippet=str(out / "suite-snippet.toml"))
+    doc["adaptive_config"] = {"table": table, "notes": notes, "graph_sizes": runner.graph_sizes,
+                              "launch_flags": flags, "must_win_up_to": must,
+                              "default_for_comparison": output.DEFAULT_ADAPTIVE_NOTE}
+
+
+def _verify_step(runner: Any, job: _Job, choice: dict[int, Setting | None], doc: dict[str, Any]) -> int:
+    """``--verify``: the verify session, recorded in ``doc``; exit 1 when a level failed."""
+    if "table" not in doc.get("adaptive_config", {}):
+        raise TuneError(f"--verify launches SGLang's adaptive mode, which {job.cfg.engine} {algorithm_of(job.cfg)} "
+                        f"does not have")
+    steps = output.launch_steps(doc["adaptive_config"]["table"])
+    tuned = Setting(ADAPTIVE, steps, 1, steps + 1, adaptive_config="tuned")
+    everywhere = doc["totals"]["fixed_measured_everywhere"]
+    single = max((g for g in job.grid if g.kind == FIXED and everywhere.get(g.name) is not None),
+                 key=lambda g: everywhere[g.name], default=None)
+    doc["verify"], doc["verify_summary"] = verify(runner, job.levels, job.plan, job.suite, choice, tuned, single)
+    return EXIT_FAIL if doc["verify_summary"]["failed_levels"] else EXIT_OK
 
 
 def runner_progress(runner) -> Any:
@@ -268,6 +345,25 @@ def verify(runner, levels: Sequence[int], plan: RacePlan, suite: Suite, choice: 
     every level too, so the tuned config's total can be set against the one fixed speculative
     setting a deployment would otherwise run everywhere."""
     tol = suite.tolerances
+    ledger = _verify_session(runner, levels, plan, choice, tuned, single)
+    alpha_cell = tol.family_alpha / (2 * len(levels))
+    conf = gate_confidence(alpha_cell)
+    rows, failed = [], []
+    for c in levels:
+        row = _verify_level(ledger, c, choice.get(c) or Setting(REFERENCE), tuned, tol, plan, conf)
+        if any(row["verdicts"][k].get("verdict") in (FAIL, "error") for k in ("vs_best_fixed", "vs_no_speculation")):
+            failed.append(c)
+        rows.append(row)
+    totals = _verify_totals(ledger, levels, rows)
+    return rows, {"totals_tok_s": totals.pop("totals_tok_s"), "confidence": conf, "alpha_cell": alpha_cell,
+                  "failed_levels": failed, **totals, "runs": ledger.runs, "launches": ledger.launches,
+                  "wall_s": round(ledger.wall_s, 1), "failed_cells": {s.name: why for s, why in ledger.failed.items()}}
+
+
+def _verify_session(runner, levels: Sequence[int], plan: RacePlan, choice: dict[int, Setting | None], tuned: Setting,
+                    single: Setting | None) -> Ledger:
+    """The verify session's launches: tuned, default adaptive, reference at every level; each
+    chosen fixed setting where it was chosen; ``single`` wherever the search left it unmeasured."""
     ledger = Ledger()
     reference, default = Setting(REFERENCE), Setting(ADAPTIVE, adaptive_config="default")
     for s in (tuned, default, reference):
@@ -277,41 +373,48 @@ def verify(runner, levels: Sequence[int], plan: RacePlan, suite: Suite, choice: 
     missing = [c for c in levels if single is not None and not ledger.tok_s(single, c)]
     if missing:
         ledger.measure(runner, single, missing, plan.warmup, plan.repeats)
-    alpha_cell = tol.family_alpha / (2 * len(levels))
-    conf = gate_confidence(alpha_cell)
-    rows, failed = [], []
+    return ledger
 
-    def est(a, b, c, threshold, rule):
+
+def _winner(e: Any, rival: str) -> str:
+    return "tuned" if e.low > 1 else rival if e.high < 1 else "tie (within noise)"
+
+
+def _verify_level(ledger: Ledger, c: int, best: Setting, tuned: Setting, tol: Any, plan: RacePlan,
+                  conf: float) -> dict[str, Any]:
+    """One level of the verify session: the tuned config against the best fixed setting (must
+    not be worse beyond the tolerance), no speculation (must win) and the default adaptive config."""
+    reference, default = Setting(REFERENCE), Setting(ADAPTIVE, adaptive_config="default")
+
+    def est(a, b, threshold, rule):
         if not ledger.tok_s(a, c) or not ledger.tok_s(b, c):
             return None
         return compare_sessions(ledger.tok_s(a, c), ledger.tok_s(b, c), threshold=threshold, launch_sd=plan.launch_sd,
                                 confidence=conf, rule=rule)
 
-    for c in levels:
-        best = choice.get(c) or reference
-        e_fixed = est(tuned, best, c, 1 - tol.throughput, tol.fail_rule)
-        e_ref = est(tuned, reference, c, 1 + tol.speculation_min_gain, "beyond-tolerance")
-        e_def = est(tuned, default, c, 1.0, "beyond-tolerance")
-        row = {"concurrency": c, "tuned_tok_s": _r(ledger, tuned, c), "default_adaptive_tok_s": _r(ledger, default, c),
-               "best_fixed_tok_s": _r(ledger, best, c), "best_fixed_setting": best.name,
-               "no_speculation_tok_s": _r(ledger, reference, c)}
-        verdicts = {}
-        for key, e in (("vs_best_fixed", e_fixed), ("vs_no_speculation", e_ref), ("vs_default_adaptive", e_def)):
-            if e is None:
-                verdicts[key] = {"verdict": "error", "detail": "not measured"}
-                continue
-            verdicts[key] = {"ratio": round(e.ratio, 4), "low": round(e.low, 4), "high": round(e.high, 4),
-                             "threshold": e.threshold, "verdict": e.outcome()}
-        if e_def is not None:
-            verdicts["vs_default_adaptive"]["winner"] = ("tuned" if e_def.low > 1 else "default adaptive" if e_def.high < 1
-                                                         else "tie (within noise)")
-        if e_fixed is not None:
-            verdicts["vs_best_fixed"]["winner"] = ("tuned" if e_fixed.low > 1 else best.name if e_fixed.high < 1
-                                                   else "tie (within noise)")
-        row["verdicts"] = verdicts
-        if any(verdicts[k].get("verdict") in (FAIL, "error") for k in ("vs_best_fixed", "vs_no_speculation")):
-            failed.append(c)
-        rows.append(row)
+    e_fixed = est(tuned, best, 1 - tol.throughput, tol.fail_rule)
+    e_ref = est(tuned, reference, 1 + tol.speculation_min_gain, "beyond-tolerance")
+    e_def = est(tuned, default, 1.0, "beyond-tolerance")
+    row = {"concurrency": c, "tuned_tok_s": _r(ledger, tuned, c), "default_adaptive_tok_s": _r(ledger, default, c),
+           "best_fixed_tok_s": _r(ledger, best, c), "best_fixed_setting": best.name,
+           "no_speculation_tok_s": _r(ledger, reference, c)}
+    verdicts = {}
+    for key, e in (("vs_best_fixed", e_fixed), ("vs_no_speculation", e_ref), ("vs_default_adaptive", e_def)):
+        if e is None:
+            verdicts[key] = {"verdict": "error", "detail": "not measured"}
+            continue
+        verdicts[key] = {"ratio": round(e.ratio, 4), "low": round(e.low, 4), "high": round(e.high, 4),
+                         "threshold": e.threshold, "verdict": e.outcome()}
+    if e_def is not None:
+        verdicts["vs_default_adaptive"]["winner"] = _winner(e_def, "default adaptive")
+    if e_fixed is not None:
+        verdicts["vs_best_fixed"]["winner"] = _winner(e_fixed, best.name)
+    row["verdicts"] = verdicts
+    return row
+
+
+def _verify_totals(ledger: Ledger, levels: Sequence[int], rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Totals over the levels, and the tuned config's gain over each comparator."""
     sums = {k: None if any(r[k] is None for r in rows) else round(sum(r[k] for r in rows), 2)
             for k in ("tuned_tok_s", "default_adaptive_tok_s", "best_fixed_tok_s", "no_speculation_tok_s")}
     both = [r for r in rows if r["tuned_tok_s"] and r["default_adaptive_tok_s"]]
@@ -319,23 +422,21 @@ def verify(runner, levels: Sequence[int], plan: RacePlan, suite: Suite, choice: 
                   if s.kind != ADAPTIVE and all(ledger.tok_s(s, c) for c in levels)]
     best_single = max(everywhere, key=lambda x: x[1], default=None)
     best_spec = max(((s, t) for s, t in everywhere if s.kind == FIXED), key=lambda x: x[1], default=None)
-    summary = {"totals_tok_s": sums, "confidence": conf, "alpha_cell": alpha_cell, "failed_levels": failed,
-               "tuned_over_default_adaptive": _gain(sums["tuned_tok_s"], sums["default_adaptive_tok_s"]),
-               # every level weighs the same here (the total is dominated by the highest levels)
-               "tuned_over_default_adaptive_per_level_geomean": round(geometric_mean(
-                   [r["tuned_tok_s"] / r["default_adaptive_tok_s"] for r in both]) - 1, 4) if both else None,
-               "tuned_over_no_speculation": _gain(sums["tuned_tok_s"], sums["no_speculation_tok_s"]),
-               "best_single_fixed_measured_everywhere": None if best_single is None else
-               {"setting": best_single[0].name, "tok_s": round(best_single[1], 2),
-                "tuned_over_it": _gain(sums["tuned_tok_s"], best_single[1])},
-               # the verify record keeps no speculation apart from the fixed settings: this is the
-               # best one speculative setting run at every level
-               "best_single_fixed_speculative_measured_everywhere": None if best_spec is None else
-               {"setting": best_spec[0].name, "tok_s": round(best_spec[1], 2),
-                "tuned_over_it": _gain(sums["tuned_tok_s"], best_spec[1])},
-               "runs": ledger.runs, "launches": ledger.launches, "wall_s": round(ledger.wall_s, 1),
-               "failed_cells": {s.name: why for s, why in ledger.failed.items()}}
-    return rows, summary
+
+    def against(best: tuple[Setting, float] | None) -> dict[str, Any] | None:
+        return None if best is None else {"setting": best[0].name, "tok_s": round(best[1], 2),
+                                          "tuned_over_it": _gain(sums["tuned_tok_s"], best[1])}
+
+    return {"totals_tok_s": sums,
+            "tuned_over_default_adaptive": _gain(sums["tuned_tok_s"], sums["default_adaptive_tok_s"]),
+            # every level weighs the same here (the total is dominated by the highest levels)
+            "tuned_over_default_adaptive_per_level_geomean": round(geometric_mean(
+                [r["tuned_tok_s"] / r["default_adaptive_tok_s"] for r in both]) - 1, 4) if both else None,
+            "tuned_over_no_speculation": _gain(sums["tuned_tok_s"], sums["no_speculation_tok_s"]),
+            "best_single_fixed_measured_everywhere": against(best_single),
+            # the verify record keeps no speculation apart from the fixed settings: this is the
+            # best one speculative setting run at every level
+            "best_single_fixed_speculative_measured_everywhere": against(best_spec)}
 
 
 def ledger_settings(ledger: Ledger) -> list[Setting]:

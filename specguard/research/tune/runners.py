@@ -5,21 +5,21 @@ checking the racing against the full grid over many seeds cheap."""
 from __future__ import annotations
 
 import dataclasses
-import math
 import hashlib
+import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Callable, Sequence
 
 import numpy as np
 
 from specguard.config import ServerConfig, SweepConfig
 from specguard.engines import get_engine
 from specguard.measure.sweep import measure_cell
+from specguard.research.tune.grid import ADAPTIVE, LAUNCHED, REFERENCE, Setting, server_config_for
+from specguard.research.tune.race import CellRuns
 from specguard.server import ServerStartError, launch, stop
-from specguard.tune.grid import ADAPTIVE, LAUNCHED, REFERENCE, Setting, server_config_for
-from specguard.tune.race import CellRuns
 from specguard.workload import Workload
 
 
@@ -167,7 +167,8 @@ class SimRunner:
                     return finished
 
                 scheduler.complete = counting_complete  # type: ignore[method-assign]
-                r = run_closed_loop(scheduler, c, max(c, self.requests_per_worker * c, self.min_requests_per_run), self.input_len, self.output_len,
+                n_requests = max(c, self.requests_per_worker * c, self.min_requests_per_run)
+                r = run_closed_loop(scheduler, c, n_requests, self.input_len, self.output_len,
                                     self.same_prompt)
                 if i < warmup:
                     continue

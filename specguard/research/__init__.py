@@ -1,0 +1,6 @@
+"""Research around the gate: the gate study (``study``), fitting an emulator profile to a
+measured sweep (``calibrate``) and racing speculation settings (``tune``).
+
+They simulate with the emulator and call the gate's own functions; the gate path (what
+`pytest perf_tests` imports) never imports this package (tests/test_research_boundary.py).
+"""

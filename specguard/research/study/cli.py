@@ -1,0 +1,190 @@
+"""`specguard study`: the gate's false-fail rate and power on simulated sessions (docs/gate-study.md)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import asdict, replace
+from pathlib import Path
+from typing import Any
+
+from specguard.config import FAIL_RULES, Suite, Tolerances, load_suite
+from specguard.decide.baselines import atomic_write_json
+from specguard.research.study.client_noise import measure_noise
+from specguard.research.study.crossover_study import crossover_study
+from specguard.research.study.noise import NOISE_PRESETS, Noise, preset, rescalable
+from specguard.research.study.plan import DEFAULT_DESIGN, DESIGNS, GateSettings, StudyPlan, gate_tests, settings_grid
+from specguard.research.study.report import headline, matches, render_table, summary_line
+from specguard.research.study.run import run_study
+from specguard.research.study.simulate import scenarios
+
+DEFAULT_SUITE = Path("perf_tests/suite.toml")
+
+
+def _floats(text: str) -> list[float]:
+    return [float(x) for x in text.split(",") if x.strip()]
+
+
+def _ints(text: str) -> list[int]:
+    return [int(x) for x in text.split(",") if x.strip()]
+
+
+def _names(text: str) -> list[str]:
+    return [x for x in text.split(",") if x]
+
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """`specguard study`: the gate's false-fail rate and power on simulated sessions."""
+    p: argparse.ArgumentParser = subparsers.add_parser(
+        "study", help="measure the gate's false-fail rate and power on the emulator's model")
+    p.add_argument("--suite", type=Path, default=DEFAULT_SUITE)
+    p.add_argument("--sessions", type=int, default=200, help="simulated sessions per scenario")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--jobs", type=int, default=1, help="worker processes")
+    p.add_argument("--json", dest="json_path", type=Path, help="write the full result here")
+    p.add_argument("--config", help="configuration the changes are injected into (default: first speculative)")
+    p.add_argument("--headline", choices=("defaults", "suite"), default="suite",
+                   help="the top-level rates are for specguard's default tolerances or the suite file's")
+    grid = p.add_argument_group("grid (comma-separated lists; default: the suite's value)")
+    grid.add_argument("--repeats", type=_ints)
+    grid.add_argument("--history", type=_ints, default=[1, 5], help="stored baseline sessions K")
+    grid.add_argument("--tolerance", type=_floats, help="throughput tolerance")
+    grid.add_argument("--tolerance-accept", type=_floats)
+    grid.add_argument("--prior-sd", type=_floats, help="prior between-launch sd of log tok/s")
+    grid.add_argument("--prior-sd-accept", type=_floats)
+    grid.add_argument("--family-alpha", type=_floats)
+    grid.add_argument("--fail-rule", type=_names, help=f"comma-separated: {', '.join(FAIL_RULES)}")
+    grid.add_argument("--design", type=_names,
+                      help=f"comma-separated: {', '.join(DESIGNS)} (default: the library's default design)")
+    grid.add_argument("--prior-dof", type=_floats, help="weight of the prior spread in pseudo dof (inf: known)")
+    p.add_argument("--cache", type=Path, help="keep simulated trials here and reuse them (they do not depend on the grid)")
+    p.add_argument("--crossover-suite", default="perf_tests/suites/seed-a.toml",
+                   help="suite whose sweep scores the crossover estimate against the truth ('none': skip)")
+    noise = p.add_argument_group("noise")
+    noise.add_argument("--noise", type=_names, default=["emulator"],
+                       help="comma-separated presets, the first gives the headline: emulator, emulator-busy (the "
+                            "fast profile's drift and jitter plus the real-time client's noise measured on a quiet or "
+                            "busy machine), gpu-quiet (0.5%% drift per launch), gpu (1%% drift per launch, 0.5%% per "
+                            "run), gpu-drift2 (2%% drift)")
+    noise.add_argument("--noise-from", type=Path, nargs="+", metavar="RESULTS_JSON",
+                       help="re-measure the emulator preset's client noise from real sessions' --results-json files")
+    noise.add_argument("--drift-pct", type=float, help="per-launch model drift, sd in %% (replaces the preset's)")
+    noise.add_argument("--jitter-pct", type=float, help="per-step model jitter, sd in %%")
+    noise.add_argument("--extra-within-pct", type=float, help="extra per-run noise at every level, sd in %%")
+    noise.add_argument("--extra-between-pct", type=float, help="extra per-launch noise at every level, sd in %%")
+    noise.add_argument("--stall-rate", type=float, help="probability that a run stalls (0: none)")
+    return p
+
+
+def _noise(name: str, args: argparse.Namespace, suite: Suite, measured: Noise | None) -> Noise:
+    levels = suite.sweep.concurrency
+    noise = preset(name, levels, args.drift_pct, args.jitter_pct)
+    if measured is not None and name.startswith("emulator"):
+        noise = replace(noise, within=measured.within, between=measured.between, stall_rate=measured.stall_rate,
+                        stall_factors=measured.stall_factors, bias=measured.bias)
+    if args.extra_within_pct is not None:
+        noise = replace(noise, within={c: args.extra_within_pct / 100 for c in levels})
+    if args.extra_between_pct is not None:
+        noise = replace(noise, between={c: args.extra_between_pct / 100 for c in levels})
+    if args.stall_rate is not None:
+        noise = replace(noise, stall_rate=args.stall_rate)
+    return noise
+
+
+def _usage_error(args: argparse.Namespace, suite: Suite, config: str | None) -> str | None:
+    """The first thing wrong with the command line, as one line; None when it can run."""
+    if config not in suite.servers or not suite.servers[config].speculative:
+        return f"--config must name a speculative configuration of {args.suite}"
+    for flag, given, known in (("--design", args.design, DESIGNS), ("--fail-rule", args.fail_rule, FAIL_RULES),
+                               ("--noise", args.noise, NOISE_PRESETS)):
+        bad = [x for x in given or [] if x not in known]
+        if bad:
+            return f"unknown {flag} {', '.join(bad)}; use {', '.join(known)}"
+    return None
+
+
+def _grid(args: argparse.Namespace, suite: Suite) -> list[GateSettings]:
+    tol = suite.tolerances
+    return settings_grid(suite, args.repeats or [suite.sweep.repeats], args.history, args.tolerance or [tol.throughput],
+                         args.tolerance_accept or [tol.accept_length], args.prior_sd or [tol.prior_between_sd],
+                         args.prior_sd_accept or [tol.prior_between_sd_accept], args.family_alpha or [tol.family_alpha],
+                         args.fail_rule or [tol.fail_rule], args.design or [DEFAULT_DESIGN], args.prior_dof)
+
+
+def _measured_noise(args: argparse.Namespace, suite: Suite) -> tuple[Noise | None, dict[str, Any] | None]:
+    """The client noise re-measured from ``--noise-from`` (printed to stderr), if given."""
+    if not args.noise_from:
+        return None, None
+    docs = [json.loads(f.read_text(encoding="utf-8")) for f in args.noise_from]
+    measured, report = measure_noise(docs, suite, seed=args.seed)
+    print(json.dumps(report, indent=1), file=sys.stderr)
+    return measured, report
+
+
+def _study(name: str, args: argparse.Namespace, suite: Suite, config: str, grid: list[GateSettings],
+           measured: Noise | None) -> dict[str, Any]:
+    """One noise preset's study (GPU presets simulated at 1 % and rescaled where exact), its table printed."""
+    noise = _noise(name, args, suite, measured)
+    sim = _noise("gpu", args, suite, measured) if name.startswith("gpu") else None
+    plan = StudyPlan(suite, grid, scenarios(suite, config, noise), noise, args.seed, args.cache,
+                     sim if sim is not None and rescalable(sim, noise) else None)
+    study = {"noise": asdict(noise), **run_study(plan, args.sessions, args.jobs)}
+    print(f"\nnoise {name}:\n{render_table(study)}")
+    return study
+
+
+def _crossover(args: argparse.Namespace, grid: list[GateSettings], target: Tolerances) -> dict[str, Any] | None:
+    """The crossover study on ``--crossover-suite``, one row per design at the headline tolerances."""
+    if not args.crossover_suite or args.crossover_suite == "none":
+        return None
+    cs = load_suite(args.crossover_suite)
+    head_noise = _noise(args.noise[0], args, cs, None) if args.noise[0].startswith("gpu") else preset("gpu", cs.sweep.concurrency)
+    designs = [g for g in grid if matches({"repeats": g.repeats, "design": g.design, **asdict(g.tolerances)},
+                                          replace(target, history_sessions=g.tolerances.history_sessions), g.repeats)]
+    seen, uniq = set(), []
+    for g in designs:
+        if g.design not in seen:
+            seen.add(g.design)
+            prior = replace(g.tolerances, prior_between_sd=target.prior_between_sd)
+            uniq.append(replace(g, repeats=cs.sweep.repeats, tolerances=prior))
+    if not uniq:
+        return None
+    cross = crossover_study(cs, head_noise, uniq, args.sessions, args.seed, args.jobs)
+    print(f"\ncrossover on {cs.path} (truth c{cross['true_crossover_c']:.1f}): "
+          + ", ".join(f"{r['design']}: {r['within_1_25x']:.0%} within 1.25x" for r in cross["rows"]))
+    return cross
+
+
+def run(args: argparse.Namespace) -> int:
+    suite = load_suite(args.suite)
+    config = args.config or next((n for n, s in suite.servers.items() if s.speculative), None)
+    error = _usage_error(args, suite, config)
+    if error or config is None:
+        print(f"specguard study: {error}", file=sys.stderr)
+        return 2
+    grid = _grid(args, suite)
+    measured, noise_report = _measured_noise(args, suite)
+    studies = {name: _study(name, args, suite, config, grid, measured) for name in args.noise}
+    target = suite.tolerances if args.headline == "suite" else Tolerances()
+    design = DEFAULT_DESIGN if DEFAULT_DESIGN in (args.design or [DEFAULT_DESIGN]) else (args.design or [DEFAULT_DESIGN])[0]
+    head = headline(studies[args.noise[0]], target, suite.sweep.repeats, design)
+    if not head:
+        print(f"specguard study: the grid has no point with the {args.headline} tolerances at repeats="
+              f"{suite.sweep.repeats}; the document gets no headline rates", file=sys.stderr)
+    cross = _crossover(args, grid, target)
+    seed_a = next((r["within_1_25x"] for r in (cross or {}).get("rows", []) if r["design"] == design), None)
+    doc = {"sessions": args.sessions, **head, "crossover_within_1_25x_seed_a": seed_a,
+           "headline_noise": args.noise[0], "headline_of": args.headline, "headline_design": design,
+           "suite": str(args.suite), "changed_config": config, "seed": args.seed, "gate_tests": gate_tests(suite),
+           "argv": sys.argv[1:], "noise_measurement": noise_report, "crossover_study": cross, "studies": studies}
+    if args.json_path:
+        atomic_write_json(args.json_path, doc)
+    print(summary_line(doc))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="specguard")
+    add_parser(parser.add_subparsers(dest="command", required=True))
+    return run(parser.parse_args(["study", *(sys.argv[1:] if argv is None else argv)]))

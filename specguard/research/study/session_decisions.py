@@ -1,0 +1,195 @@
+"""Deciding one simulated session as the pytest session decides it.
+
+The runs go to the functions the session calls, with the arguments it passes: per-test alphas
+from ``gates.family_alphas``, the must-win gate with both configurations' stored sessions at its
+level, ``gates.relaunch_plan`` after each stage, and Holm over each test's final decision
+(``gates.final_failures``). Retired designs decide with their own rules (legacy.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from specguard.config import ServerConfig, Suite
+from specguard.decide.crossover import estimate_crossover
+from specguard.decide.gates import GateDesign, GateResult, final_results, relaunch_plan
+from specguard.decide.stats import INCONCLUSIVE, PASS
+from specguard.research.study.legacy import R1_RULES, decide_legacy_session
+from specguard.research.study.plan import LEGACY, R1, GateSettings, suite_alphas
+from specguard.research.study.simulate import Launch, reference_of
+from specguard.research.study.verdict import DecisionRules, SessionVerdict, cut_repeats, speculation_ratios
+
+
+def decide_session(suite: Suite, settings: GateSettings, current: dict[str, Launch],
+                   history: Sequence[dict[str, Launch]], more: dict[str, list[Launch]] | None = None) -> SessionVerdict:
+    """Every gate of one session on simulated runs, with the session's alpha per cell and Holm.
+
+    ``more``: further launches per configuration (used by the designs that relaunch)."""
+    if settings.design == LEGACY:
+        return decide_legacy_session(suite, settings, current, history)
+    launches = {n: [first, *((more or {}).get(n, []))] for n, first in current.items()}
+    return decide_design(suite, settings, launches, history)
+
+
+def decision_rules(settings: GateSettings) -> DecisionRules:
+    """The functions a grid point's design decides its cells with."""
+    return R1_RULES if settings.design == R1 else DecisionRules()
+
+
+@dataclass
+class _SessionState:
+    """One session's launches in use and decisions so far (``decide_design``)."""
+
+    suite: Suite
+    settings: GateSettings
+    design: GateDesign
+    rules: DecisionRules
+    cut: dict[str, list[Launch]]  # configuration -> its launches available, runs cut to the repeats
+    hist: list[dict[str, Launch]]
+    alpha: dict[str, float]
+    used: dict[str, int]  # configuration -> launches used so far
+    relaunched: dict[str, list[str]] = field(default_factory=dict)
+    stage1: list[GateResult] = field(default_factory=list)
+    later: list[GateResult] = field(default_factory=list)
+
+    def decide(self, name: str, stage: int) -> list[GateResult]:
+        """The cells of ``name`` on every launch each configuration has used so far."""
+        pooled = {n: ls[: self.used[n]] for n, ls in self.cut.items()}
+        return _decide_cells(self, pooled, stage, {name})
+
+
+def _start(suite: Suite, settings: GateSettings, launches: dict[str, list[Launch]],
+           history: Sequence[dict[str, Launch]]) -> _SessionState:
+    tol = settings.tolerances
+    design = settings.gate_design()
+    rules = decision_rules(settings)
+    alpha = {g: a * rules.stage_alpha_share for g, a in suite_alphas(suite, tol.family_alpha, design).items()}
+    r = settings.repeats
+    hist = [{n: cut_repeats(session, r) for n, session in h.items()} for h in history[: tol.history_sessions]]
+    most = max(design.launches, design.max_launches) if design.sequential else design.launches
+    cut = {n: [cut_repeats(launch, r) for launch in ls[:most]] for n, ls in launches.items()}
+    used = {n: min(design.launches, len(ls)) for n, ls in cut.items()}
+    return _SessionState(suite, settings, design, rules, cut, hist, alpha, used)
+
+
+def decide_design(suite: Suite, settings: GateSettings, launches: dict[str, list[Launch]],
+                  history: Sequence[dict[str, Launch]]) -> SessionVerdict:
+    """One session under a decide/ design: L fixed launches, or relaunches on suspicion.
+
+    Sequential designs run as the session's sweep of a configuration does, one configuration
+    after another in the suite's order: its cells are decided (stage 1); while ``relaunch_plan``
+    on the latest stage's results names it and it has fewer than ``design.max_launches``
+    launches, it gets one more launch and its cells are decided again on all its launches pooled
+    (stage k + 1 supersedes stage k). A suspicious speculation cell also relaunches the
+    reference, but only while the reference has no more launches than the speculative
+    configuration had before this relaunch (so the pair stays level); the reference's own cells
+    keep the decisions of its own turn, as in the session. A speculation cell is decided against
+    the reference's launches at that moment.
+
+    ``launches`` holds at least as many launches per configuration as the design may use."""
+    state = _start(suite, settings, launches, history)
+    for name in suite.servers:
+        results = state.decide(name, 1)
+        state.stage1 += results
+        if state.design.sequential:
+            _relaunch_while_suspicious(state, name, results)
+    return _verdict(state)
+
+
+def _relaunch_while_suspicious(state: _SessionState, name: str, results: list[GateResult]) -> None:
+    """Stages 2, 3, ... of one configuration: relaunched (with its reference where the pair must
+    stay level) and decided again while ``relaunch_plan`` names it, up to ``max_launches``."""
+    design, used, cut = state.design, state.used, state.cut
+    refs = {n: c.reference for n, c in state.suite.servers.items()}
+    ref, stage = refs.get(name), 1
+    while used[name] < design.max_launches and used[name] < len(cut[name]):
+        wanted = relaunch_plan(results, refs, design.suspicion_p, design.reference_losing_p)
+        if name not in wanted and (not ref or ref not in wanted):
+            break
+        stage += 1
+        label = f"launch {stage}: " if stage > 2 else ""
+        if ref and _reference_comes_along(state, name, ref, wanted, results):
+            used[ref] += 1
+            state.relaunched.setdefault(ref, []).extend(label + w for w in wanted.get(ref, [f"reference of {name}"]))
+        used[name] += 1
+        state.relaunched.setdefault(name, []).extend(label + w for w in wanted.get(name, []))
+        results = state.decide(name, stage)
+        state.later += results
+
+
+def _reference_comes_along(state: _SessionState, name: str, ref: str, wanted: dict[str, list[str]],
+                           results: list[GateResult]) -> bool:
+    """Whether ``ref`` gets a launch with this relaunch of ``name``: wanted (or following by the
+    grid point's variant rule), and only while it has no more launches than ``name`` has so far."""
+    design, used = state.design, state.used
+    before = used[name]
+    follows = ref in wanted or (name in wanted and _reference_follows(state.settings.follows, results, ref,
+                                                                        before + 1 == design.max_launches))
+    return follows and used[ref] <= before and used[ref] < min(design.max_launches, len(state.cut[ref]))
+
+
+def _verdict(state: _SessionState) -> SessionVerdict:
+    final = final_results(state.stage1, state.later)
+    failing = state.rules.failures(final, state.settings.tolerances, state.design)
+    enforced = [g for g in final if g.enforced]
+    estimates = {n: estimate_crossover(rt) for n, rt in speculation_ratios(final).items()}
+    return SessionVerdict(bool(failing), failing, sum(g.verdict == INCONCLUSIVE for g in enforced), len(enforced),
+                          {n: e.first_behind for n, e in estimates.items()}, state.used, state.relaunched, estimates,
+                          {g.gate: True for g in failing})
+
+
+def _decide_cells(state: _SessionState, launches: dict[str, list[Launch]], stage: int,
+                  only: set[str]) -> list[GateResult]:
+    """Every gate of ``only``'s cells on ``launches``, at the stage's per-test alpha
+    (``state.alpha``: "speculation" where it must win, "speculation, report only" elsewhere)."""
+    tol, design, rules, hist, alpha = state.settings.tolerances, state.design, state.rules, state.hist, state.alpha
+    out: list[GateResult] = []
+    for name, cfg in state.suite.servers.items():
+        if name not in only:
+            continue
+        for c in state.suite.sweep.concurrency:
+            tok = [launch[c][0] for launch in launches[name]]
+            out.append(rules.history_gate("throughput", name, c, tok, [h[name][c][0] for h in hist],
+                                          tolerance=tol.throughput, prior_between_sd=tol.prior_between_sd,
+                                          alpha_cell=alpha["throughput"], rule=tol.fail_rule, design=design, stage=stage))
+            if not cfg.speculative:
+                continue
+            out.append(rules.history_gate("accept_length", name, c, [launch[c][1] for launch in launches[name]],
+                                          [h[name][c][1] for h in hist], tolerance=tol.accept_length,
+                                          prior_between_sd=tol.prior_between_sd_accept, alpha_cell=alpha["accept_length"],
+                                          rule=tol.fail_rule, design=design, prior_day_sd=0.0, stage=stage))
+            out.append(_must_win(state, name, cfg, c, tok, launches, stage))
+    return out
+
+
+def _must_win(state: _SessionState, name: str, cfg: ServerConfig, c: int, tok: list[list[float]],
+              launches: dict[str, list[Launch]], stage: int) -> GateResult:
+    """The speculation gate of one cell, called as the session calls it."""
+    limit = cfg.speculation_must_win_up_to
+    hist = state.hist
+    ref = reference_of(cfg)
+    pair = ([h[name][c][0] for h in hist], [h[ref][c][0] for h in hist]) if state.settings.pair_histories else None
+    must_win = limit is not None and c <= limit
+    return state.rules.must_win_gate(name, c, tok, [launch[c][0] for launch in launches[ref]], ref,
+                                     must_win=must_win, tol=state.settings.tolerances,
+                                     alpha_cell=state.alpha["speculation" if must_win else "speculation, report only"],
+                                     design=state.design, stage=stage, pair_histories=pair)
+
+
+def _reference_follows(rule: str, results: Sequence[GateResult], ref: str | None, last: bool) -> bool:
+    """Whether a relaunched speculative configuration brings its reference along although no
+    speculation cell was suspicious (``GateSettings.reference_follows``)."""
+    if not ref or rule == "speculation":
+        return False
+    if rule == "relaunch":
+        return True
+    if rule == "last":
+        return last
+    if rule == "not-passing":  # a must-win speculation cell that is not (yet) a confident win
+        return any(r.gate == "speculation" and r.enforced and r.verdict != PASS for r in results)
+    if rule.startswith("p<"):
+        x = float(rule[2:])
+        return any(r.gate == "speculation" and r.enforced and r.estimate is not None and r.estimate.p_value < x
+                   for r in results)
+    raise ValueError(f"reference_follows {rule!r}; use speculation, relaunch, last or p<x")
