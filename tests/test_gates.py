@@ -113,6 +113,7 @@ def test_holm_estimate_exactly_at_the_threshold_is_not_beyond_it():
 
 # -- launches as units (fields and wiring only; the statistics are tested in
 # tests/test_gate_design.py) ------------------------------------------------------------------
+from pathlib import Path
 from types import SimpleNamespace  # noqa: E402
 
 from specguard.decide.gates import GateDesign, design_of, final_failures, must_win_gate  # noqa: E402
@@ -123,15 +124,14 @@ def test_design_of_reads_every_key_the_suite_declares():
                             tolerances=SimpleNamespace(prior_day_sd=0.004, prior_between_dof=6.0, pass_confidence=0.9))
     assert design_of(suite) == GateDesign(launches=2, relaunch="off", suspicion_p=0.1, max_launches=2,
                                           prior_day_sd=0.004, prior_dof=6.0, pass_confidence=0.9)
-    assert design_of(SimpleNamespace(sweep=SimpleNamespace(), tolerances=SimpleNamespace())) == GateDesign()
 
 
-def test_design_of_ignores_a_suites_spread_rule():
-    """The between-session variance has one rule; a suite file that still names one changes nothing."""
-    plain = SimpleNamespace(sweep=SimpleNamespace(), tolerances=SimpleNamespace(prior_between_dof=6.0))
-    named = SimpleNamespace(sweep=SimpleNamespace(), tolerances=SimpleNamespace(prior_between_dof=6.0,
-                                                                                 spread_rule="max-known"))
-    assert design_of(named) == design_of(plain) == GateDesign(prior_dof=6.0)
+def test_a_suite_without_advanced_keys_has_the_library_design():
+    """The suite file's defaults and GateDesign's agree: a suite that sets nothing gets GateDesign()."""
+    from specguard.config import Suite, SweepConfig, Tolerances
+    from specguard.workload import WorkloadSpec
+    suite = Suite(path=Path("s.toml"), servers={}, sweep=SweepConfig(), workload=WorkloadSpec(), tolerances=Tolerances())
+    assert design_of(suite) == GateDesign()
 
 
 def test_launch_history_gate_fields_and_message():

@@ -135,30 +135,19 @@ class GateDesign:
     def sequential(self) -> bool:
         return self.relaunch == "on-suspicion"
 
-    # The session code still calls these two: every stage tests at the whole cell alpha and Holm
-    # runs at the family alpha, so each returns its argument. Delete them with their last caller.
-    def stage_alpha(self, alpha_cell: float) -> float:
-        return alpha_cell
-
-    def holm_alpha(self, family_alpha: float) -> float:
-        return family_alpha
-
     def screen_is_valid(self, family_alpha: float) -> bool:
         """Screening stages need suspicion_p >= family alpha: a configuration that was not
         relaunched then has no cell whose p-value a per-cell test or Holm could reject."""
         return not self.sequential or self.suspicion_p >= family_alpha
 
 
-def design_of(suite: Suite) -> GateDesign:  # noqa: F821 - config.Suite, imported lazily by callers
-    """The design a suite file declares ([sweep] launches / relaunch / relaunch_p / max_launches,
-    [tolerances] prior_day_sd / prior_between_dof / pass_confidence), defaults where a key is absent."""
-    sw, tol, d = suite.sweep, suite.tolerances, GateDesign()
-    return GateDesign(launches=getattr(sw, "launches", d.launches), relaunch=getattr(sw, "relaunch", d.relaunch),
-                      suspicion_p=getattr(sw, "relaunch_p", d.suspicion_p),
-                      max_launches=getattr(sw, "max_launches", d.max_launches),
-                      prior_day_sd=getattr(tol, "prior_day_sd", d.prior_day_sd),
-                      prior_dof=getattr(tol, "prior_between_dof", d.prior_dof),
-                      pass_confidence=getattr(tol, "pass_confidence", d.pass_confidence))
+def design_of(suite: Suite) -> GateDesign:
+    """The design a suite file declares ([advanced] launches / relaunch / relaunch_p /
+    max_launches / prior_day_sd / prior_between_dof / pass_confidence)."""
+    sw, tol = suite.sweep, suite.tolerances
+    return GateDesign(launches=sw.launches, relaunch=sw.relaunch, suspicion_p=sw.relaunch_p,
+                      max_launches=sw.max_launches, prior_day_sd=tol.prior_day_sd, prior_dof=tol.prior_between_dof,
+                      pass_confidence=tol.pass_confidence)
 
 
 def session_spread(cell_histories: dict[tuple[str, int], Sequence[Sequence[float]]]) -> SpreadEstimate | None:
@@ -185,15 +174,12 @@ def pair_spread(spec_history: Sequence[Sequence[float]], reference_history: Sequ
 def launch_history_gate(gate: str, config: str, concurrency: int, launches: Sequence[Sequence[float]],
                         history: Sequence[Sequence[float]], *, tolerance: float, prior_between_sd: float,
                         alpha_cell: float, rule: str, design: GateDesign = GateDesign(),
-                        spread: SpreadEstimate | None = None, prior_day_sd: float | None = None,
-                        stage: int = 1) -> GateResult:
+                        prior_day_sd: float | None = None, stage: int = 1) -> GateResult:
     """This session's launches of a cell (one list of runs per server launch) against its stored
     sessions. Fails iff current/baseline is significantly below 1 and estimated below
     1 - tolerance (rule "significant"), or its whole interval is below 1 - tolerance
     ("beyond-tolerance"). The cell's own history estimates the between-session spread (K - 1
-    dof, pooled with the prior) and raises a prior it contradicts (``stats.checked_prior``).
-    ``spread`` is not read (the cell's own history is its spread); the session code still passes
-    it: delete it with that argument."""
+    dof, pooled with the prior) and raises a prior it contradicts (``stats.checked_prior``)."""
     runs = _flat(launches)
     if len(runs) < 2:
         return GateResult(gate, config, concurrency, ERROR,

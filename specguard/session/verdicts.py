@@ -132,9 +132,8 @@ class Verdicts:
         else:
             extra = dict(tolerance=tol.accept_length, prior_between_sd=tol.prior_between_sd_accept, prior_day_sd=0.0)
         alpha = self._planner.current.alpha_for(gate, name, level, category)
-        spread = self._histories.spread(metric, self._planner.current.selected_cells)
         return launch_history_gate(label, name, level, launches, history, alpha_cell=alpha, rule=tol.fail_rule,
-                                   design=self._design, spread=spread, stage=stage, **extra)
+                                   design=self._design, stage=stage, **extra)
 
     def _speculation(self, name: str, level: int, must_win_up_to: int | None, stage: int) -> GateResult:
         """The speculative configuration against its reference: measured in this session where it
