@@ -60,6 +60,18 @@ class ServerConfig:
     reference: str | None = None  # the non-speculative configuration to beat
     speculation_must_win_up_to: int | None = None  # concurrency up to which it must win
     startup_timeout_s: float = 600.0
+    # Speculation silently off (an upgrade that leaves accept length "stuck at 1", sglang#24795):
+    # a measured accept length at or below this fails the accept-length test by name, baseline or
+    # not. None: 1.05, or for NGRAM 1.0 (n-grams of text without repetition legitimately accept
+    # almost nothing, so only requests without verify counts count as "not running").
+    min_accept_length: float | None = None
+
+    @property
+    def accept_length_floor(self) -> float:
+        """min_accept_length, or its default for the algorithm (see the field)."""
+        if self.min_accept_length is not None:
+            return self.min_accept_length
+        return 1.0 if self.speculative_algorithm == "NGRAM" else 1.05
 
     @property
     def speculative(self) -> bool:
@@ -96,6 +108,9 @@ class SweepConfig:
     request_rate: list[int] = field(default_factory=list)
     max_concurrency: int | None = None  # in-flight cap at request_rate levels (default 64)
     burstiness: float = 1.0  # gamma shape of the arrival gaps (1 = Poisson, < 1 burstier)
+    # A cell's accept length falling across its runs in time order beyond what run noise explains
+    # (vllm#41838: 3.07 -> 2.8 over hours): "warn" reports it, "fail" fails its accept-length test.
+    accept_drift: str = "warn"
     slo: str | None = None  # "ttft_ms=500,tpot_ms=50[,e2e_ms=...]": every run's request_goodput
 
     def num_requests(self, concurrency: int) -> int:
@@ -110,6 +125,7 @@ class SweepConfig:
 @dataclass(frozen=True)
 class Tolerances:
     throughput: float = 0.03  # the smallest tok/s drop worth failing for (see fail_rule)
+    step_time: float = 0.03  # the smallest increase of the engine's step time worth failing for
     accept_length: float = 0.03
     speculation_min_gain: float = 0.0  # spec/reference must not be confidently below 1 + this
     family_alpha: float = 0.01  # family-wise false-fail rate for the whole session (Holm)
@@ -204,7 +220,8 @@ def load_suite(path: str | Path) -> Suite:
 ADVANCED_KEYS = {
     "min_requests_per_run": "sweep", "read_timeout_s": "sweep", "run_timeout_s": "sweep", "session_timeout_s": "sweep",
     "launches": "sweep", "relaunch": "sweep", "relaunch_p": "sweep", "max_launches": "sweep",
-    "max_concurrency": "sweep", "burstiness": "sweep", "repeated_id": "workload",
+    "max_concurrency": "sweep", "burstiness": "sweep", "accept_drift": "sweep", "repeated_id": "workload",
+    "seed": "workload", "speculation_min_gain": "tolerances",
     "speculation_metric": "tolerances", "prior_between_sd_accept": "tolerances", "prior_day_sd": "tolerances",
     "prior_between_dof": "tolerances", "pass_confidence": "tolerances", "history_sessions": "tolerances",
     "inconclusive": "tolerances", "fail_rule": "tolerances", "strict_server_args": "attach",
@@ -378,11 +395,14 @@ def _validate_runs(sw: SweepConfig, workload: WorkloadSpec, at: Origin) -> None:
             raise ConfigError(f"{at('sweep.' + key, getattr(sw, key))}: must be positive")
     if workload.kind not in WORKLOAD_KINDS:
         raise ConfigError(f"{at('workload.kind', workload.kind)}: use one of {', '.join(WORKLOAD_KINDS)}")
+    if sw.accept_drift not in ("warn", "fail"):
+        raise ConfigError(f"{at('sweep.accept_drift', sw.accept_drift)}: use \"warn\" or \"fail\"")
 
 
 def _validate_tolerances(tol: Tolerances, at: Origin) -> None:
     """Drops worth failing for, the family's false-fail rate, the pass level, the priors, undecided cells."""
-    for name, value in (("throughput", tol.throughput), ("accept_length", tol.accept_length)):
+    for name, value in (("throughput", tol.throughput), ("accept_length", tol.accept_length),
+                        ("step_time", tol.step_time)):
         if not 0 <= value < 1:
             raise ConfigError(f"{at('tolerances.' + name, value)}: must be a fraction in [0, 1), e.g. 0.05 for 5%")
     if not 0 < tol.family_alpha < 0.5:
@@ -465,6 +485,9 @@ def _validate_engine(p: Path, key: str, s: ServerConfig) -> None:
         v = getattr(s, k)
         if v is not None and v <= 0:
             raise ConfigError(f"{p}: {key}.{k} = {v} must be positive")
+    if s.min_accept_length is not None and not (s.speculative and s.min_accept_length >= 1):
+        raise ConfigError(f"{p}: {key}.min_accept_length = {s.min_accept_length}: a speculative configuration's "
+                          f"floor of accept length, >= 1 (default 1.05; NGRAM 1.0)")
 
 
 def _validate_draft_shape(p: Path, key: str, s: ServerConfig) -> None:

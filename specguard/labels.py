@@ -9,10 +9,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import IntEnum
 
-THROUGHPUT, ACCEPT_LENGTH, SPECULATION = "throughput", "accept_length", "speculation"
-GATES = (THROUGHPUT, ACCEPT_LENGTH, SPECULATION)
+THROUGHPUT, ACCEPT_LENGTH, STEP_TIME, SPECULATION = "throughput", "accept_length", "step_time", "speculation"
+GATES = (THROUGHPUT, ACCEPT_LENGTH, STEP_TIME, SPECULATION)
 # Gated against the stored baseline history (a run that records baselines does not gate them).
-HISTORY_GATES = (THROUGHPUT, ACCEPT_LENGTH)
+HISTORY_GATES = (THROUGHPUT, ACCEPT_LENGTH, STEP_TIME)
 
 
 @dataclass(frozen=True, order=True)

@@ -34,6 +34,7 @@ def test_a_categories_workload_adds_one_accept_length_test_per_category(tmp_path
     assert [i for i in ids if i.startswith("test_accept_length")] == [
         f"test_accept_length[eagle3-c{c}{suffix}]" for c in (1, 4) for suffix in ("", *(f"-{k}" for k in cats))]
     assert len([i for i in ids if i.startswith("test_throughput")]) == 4  # throughput and speculation unchanged
+    assert len([i for i in ids if i.startswith("test_step_time")]) == 4
     code, ids = collect(tmp_path, text, "-k", "code")
     assert ids == ["test_accept_length[eagle3-c1-code]", "test_accept_length[eagle3-c4-code]"], ids
 
@@ -52,6 +53,7 @@ def test_suites_without_the_new_keys_keep_their_ids(tmp_path):
     code, ids = collect(tmp_path, (REPO / "perf_tests" / "suite.toml").read_text())
     assert code == 0, ids
     expected = [f"{t}[{n}-c{c}]" for t, names in (("test_throughput", ("baseline", "eagle3", "mtp")),
+                                                   ("test_step_time", ("baseline", "eagle3", "mtp")),
                                                    ("test_accept_length", ("eagle3", "mtp")),
                                                    ("test_speculation_beats_baseline", ("eagle3", "mtp")))
                 for n in names for c in (1, 4, 16, 64)]

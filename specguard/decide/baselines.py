@@ -84,6 +84,7 @@ class RunSample:
     # "output_throughput", "output_tokens", "total_verify_ct"}; the per-category accept-length gates.
     categories: dict[str, dict[str, Any]] = field(default_factory=dict)
     request_goodput: float | None = None  # good requests/s under the suite's [sweep] slo (None: no SLO)
+    step_time_ms: float | None = None  # the engine's time per decode step of a request (None: recorded before it was)
 
     @classmethod
     def from_metrics(cls, m: RunMetrics, run_index: int, launch_id: str) -> "RunSample":
@@ -93,7 +94,7 @@ class RunSample:
         return cls(run_index=run_index, launch_id=launch_id, output_throughput=m.output_throughput,
                    total_output_tokens=m.total_output_tokens, duration_s=m.duration_s, completed=m.completed,
                    failed=m.failed, accept_length=m.accept_length, total_verify_ct=m.total_verify_ct, categories=cats,
-                   request_goodput=m.request_goodput)
+                   request_goodput=m.request_goodput, step_time_ms=m.step_time_ms)
 
 
 @dataclass
@@ -344,6 +345,8 @@ def stored_session_from_json(s: Any) -> StoredSession:
             raise ValueError(f"output_throughput must be a positive number, got {sample.output_throughput!r}")
         if sample.accept_length is not None and (not isinstance(sample.accept_length, (int, float)) or sample.accept_length <= 0):
             raise ValueError(f"accept_length must be a positive number or null, got {sample.accept_length!r}")
+        if sample.step_time_ms is not None and (not isinstance(sample.step_time_ms, (int, float)) or sample.step_time_ms <= 0):
+            raise ValueError(f"step_time_ms must be a positive number or null, got {sample.step_time_ms!r}")
         if not isinstance(sample.categories, dict) or not all(isinstance(v, dict) for v in sample.categories.values()):
             raise ValueError("categories must map a category name to an object")
         runs.append(sample)

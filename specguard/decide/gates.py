@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from specguard.config import Suite, Tolerances
+from specguard.labels import STEP_TIME
 from specguard.decide.stats import (
     FAIL,
     INCONCLUSIVE,
@@ -34,7 +35,7 @@ SKIP, ERROR = "skip", "error"
 
 @dataclass
 class GateResult:
-    gate: str  # "throughput", "accept_length", "speculation"
+    gate: str  # a labels.GateLabel: "throughput", "accept_length[code]", "step_time", "speculation"
     config: str
     concurrency: int
     verdict: str  # pass / fail / inconclusive / skip / error
@@ -46,6 +47,9 @@ class GateResult:
     alpha: float | None = None
     launches: int = 1  # server launches of this configuration pooled into the verdict
     stage: int = 1  # 2: decided again after a relaunch (sequential design, ``relaunch_plan``)
+    # A speculative cell's tok/s verdict: which half moved, "engine" (step time), "drafter"
+    # (accept length), "both", or "" (neither resolved, or not asked); see ``attribution``.
+    attribution: str = ""
 
     @property
     def failed(self) -> bool:
@@ -128,7 +132,8 @@ class GateDesign:
     prior_dof: float = 16.0  # weight of prior_between_sd, in pseudo degrees of freedom (Tolerances.prior_between_dof)
     # Weighted Bonferroni (``family_alphas``): a test's share of the family alpha is proportional to
     # its gate's weight; report-only speculation tests weigh 0 (they cannot fail). Fixed in advance.
-    gate_weights: tuple[tuple[str, float], ...] = (("throughput", 1.0), ("accept_length", 0.25), ("speculation", 2.0))
+    gate_weights: tuple[tuple[str, float], ...] = (("throughput", 1.0), ("accept_length", 0.25), ("step_time", 1.0),
+                                                   ("speculation", 2.0))
     pass_confidence: float | None = 0.95  # one-sided level of a pass (equivalence); None: the fail interval's
 
     @property
@@ -198,6 +203,61 @@ def launch_history_gate(gate: str, config: str, concurrency: int, launches: Sequ
                        f"tolerance {tolerance:.0%}, rule {rule}" + (f", {n_l} launches" if n_l > 1 else ""), verdict)
     return GateResult(gate, config, concurrency, verdict, msg, est, _mean(runs), base_mean, alpha=alpha_cell,
                       launches=n_l, stage=stage)
+
+
+def step_time_gate(config: str, concurrency: int, launches: Sequence[Sequence[float]], history: Sequence[Sequence[float]],
+                   *, tolerance: float, prior_between_sd: float, alpha_cell: float, rule: str,
+                   design: GateDesign = GateDesign(), stage: int = 1) -> GateResult:
+    """The engine's time per decode step of a request against its stored sessions. ``launches``
+    and ``history`` hold step rates (1000 / step ms: lower is worse, as tok/s), so the gate is
+    the history gate's; a step-time increase of ``tolerance`` is the rate ratio 1 / (1 +
+    tolerance). The result's estimate is the rate ratio (what Holm and the summary compare);
+    its message and figures speak of step time in ms."""
+    result = launch_history_gate(STEP_TIME, config, concurrency, launches, history, tolerance=1 - 1 / (1 + tolerance),
+                                 prior_between_sd=prior_between_sd, alpha_cell=alpha_cell, rule=rule, design=design,
+                                 stage=stage)
+    est = result.estimate
+    if est is None or result.current is None or result.reference is None:
+        return result
+    result.current, result.reference = 1e3 / result.current, 1e3 / result.reference
+    n = len(history)
+    result.message = (f"step_time {config} c{concurrency}: {result.current:.4g} ms vs baseline ({n} session"
+                      f"{'s' if n != 1 else ''}) {result.reference:.4g} ms, engine step time {step_change(est)} "
+                      f"({est.confidence * 100:.2f}% CI, between-launch sd {est.between_sd:.1%} from {est.between_source}), "
+                      f"tolerance {tolerance:.0%} slower, rule {rule}" + result.message[result.message.rindex(" -> "):])
+    return result
+
+
+def step_change(rate_ratio: RatioEstimate) -> str:
+    """A step-rate ratio as the change of step time it means: "+6.1% [+4.0%, +8.3%]"."""
+    return (f"{1 / rate_ratio.ratio - 1:+.1%} [{1 / rate_ratio.high - 1:+.1%}, "
+            f"{1 / rate_ratio.low - 1:+.1%}]")
+
+
+def ratio_change(ratio: RatioEstimate) -> str:
+    """A ratio as a change: "-0.2% [-0.5%, +0.1%]"."""
+    return f"{ratio.ratio - 1:+.1%} [{ratio.low - 1:+.1%}, {ratio.high - 1:+.1%}]"
+
+
+ATTRIBUTION_CONFIDENCE = 0.95  # two-sided: each half is named at 2.5 % one-sided
+
+
+def attribution(step_rate: RatioEstimate | None, accept: RatioEstimate | None) -> tuple[str, str]:
+    """Which half of a speculative cell's tok/s moved: (half, text). tok/s of a request is its
+    accept length over its step time, so a tok/s change splits into the engine's (step time)
+    and the drafter's (accept length). A half is named when its interval (at
+    ATTRIBUTION_CONFIDENCE) excludes no change: "engine", "drafter", "both" or ""."""
+    parts, moved = [], []
+    if step_rate is not None:
+        parts.append(f"engine step time {step_change(step_rate)}")
+        if step_rate.high < 1 or step_rate.low > 1:
+            moved.append("engine")
+    if accept is not None:
+        parts.append(f"accept length {ratio_change(accept)}")
+        if accept.high < 1 or accept.low > 1:
+            moved.append("drafter")
+    half = "both" if len(moved) == 2 else moved[0] if moved else ""
+    return half, ", ".join(parts)
 
 
 def must_win_gate(config: str, concurrency: int, spec: Sequence[Sequence[float]],
@@ -323,4 +383,5 @@ def final_failures(stage1: Sequence[GateResult], stage2: Sequence[GateResult], t
 
 __all__ = ["ERROR", "FAIL", "INCONCLUSIVE", "PASS", "SKIP", "GateDesign", "GateResult", "counts_as_failure", "design_of",
            "family_alphas", "final_failures", "final_results", "gate_confidence", "holm_failures", "launch_history_gate",
-           "must_win_gate", "pair_spread", "relaunch_plan", "session_spread", "verdict_line"]
+           "must_win_gate", "pair_spread", "relaunch_plan", "session_spread", "step_time_gate", "attribution",
+           "verdict_line"]

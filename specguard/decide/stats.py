@@ -370,3 +370,31 @@ def compare_launch_sets(a: Sequence[Sequence[float]], b: Sequence[Sequence[float
     src = f"{source}; {len(la)}+{len(lb)} launches"
     return _finish(diff, parts, threshold, confidence, math.sqrt(sl2), src, null_ratio(threshold, rule),
                    pass_confidence)
+
+
+@dataclass(frozen=True)
+class Trend:
+    """A series' log-linear trend over its runs in time order."""
+
+    change: float  # fitted relative change from the first run to the last (e.g. -0.09)
+    p_value: float  # one-sided: small = confidently falling
+
+
+def downward_trend(values: Sequence[float]) -> Trend | None:
+    """The fitted trend of log(values) against run order (least squares) and the one-sided
+    p-value of "not falling" (Student's t on the slope, n - 2 dof); None below 4 runs (two dof
+    at least) or when the values do not vary (a deterministic series has no noise to compare with)."""
+    y = _logs(values, "trend")
+    n = y.size
+    if n < 4 or float(np.ptp(y)) == 0.0:
+        return None
+    x = np.arange(n, dtype=float)
+    x -= x.mean()
+    slope = float((x * (y - y.mean())).sum() / (x * x).sum())
+    resid = y - y.mean() - slope * x
+    se2 = float((resid * resid).sum()) / (n - 2) / float((x * x).sum())
+    change = math.expm1(slope * (n - 1))
+    if se2 <= 0:
+        return Trend(change, 0.0 if slope < 0 else 1.0)
+    t = slope / math.sqrt(se2)
+    return Trend(change, float(special.stdtr(n - 2, t)))

@@ -176,6 +176,11 @@ class Engine:
         """The run's accept length as each server-side source sees it."""
         return {}
 
+    def server_accepted_drafts(self, before: dict[str, float] | None, after: dict[str, float] | None) -> float | None:
+        """Drafts the server accepted over a run by its own counters, where requests carry no
+        verify counts of their own (the step time needs them); None otherwise."""
+        return None
+
     def token_count_disagreement(self, before: dict[str, float] | None, after: dict[str, float] | None,
                                  client_tokens: int) -> str | None:
         """The server's own counter of generated tokens against the sum the client was told."""

@@ -116,6 +116,12 @@ class VLLMEngine(Engine):
         accepted = after.get(ACCEPTED, 0.0) - before.get(ACCEPTED, 0.0)
         return {"metrics": 1 + accepted / drafts} if drafts > 0 else {}
 
+    def server_accepted_drafts(self, before: dict[str, float] | None, after: dict[str, float] | None) -> float | None:
+        """vLLM's accepted-token counter over the run (its responses carry no verify counts)."""
+        if not before or not after or ACCEPTED not in after:
+            return None
+        return after[ACCEPTED] - before.get(ACCEPTED, 0.0)
+
     def check_args(self, cfg: ServerConfig, eff: EffectiveArgs, max_concurrency: int) -> list[ArgCheck]:
         checks: list[ArgCheck] = []
         asked = _positive_int((cfg.speculative_config or {}).get("num_speculative_tokens"))

@@ -48,6 +48,9 @@ class RunMetrics:
     acceptance_by_position: list[float] = field(default_factory=list)
     spec_accept_rate: float | None = None  # sum correct drafts / sum proposed drafts over the run's requests
     spec_num_steps: float | None = None  # adaptive speculation: sglang:spec_num_steps after the run (steps in use)
+    # The engine's time per decode step of one request (a verify step with speculation): the run's
+    # decode time over its decode steps, step_time_ms(); tok/s per request ~ accept length / this.
+    step_time_ms: float | None = None
     server_accept_length: dict[str, float] = field(default_factory=dict)  # by source name
     tokens_estimated: bool = False
     client_cpu_fraction: float = 0.0  # client CPU seconds / (duration x client processes)
@@ -205,13 +208,15 @@ def per_token_itl_s(record: RequestRecord) -> np.ndarray:
 
 def summarize_run(run: RunResult, server_accept_length: dict[str, float] | None = None,
                   accept_length_source: str | None = None, *, slo_ms: dict[str, float] | None = None,
-                  categories: Sequence[str] | None = None) -> RunMetrics:
+                  categories: Sequence[str] | None = None, server_accepted_drafts: float | None = None) -> RunMetrics:
     """Reduce one run's request records to its metrics; failures are counted, never dropped.
     With `slo_ms` the run's goodput is computed; with `categories` (request index -> category,
     e.g. workload_categories()) the per-category summaries.
 
     The accept length comes from the requests' own verify counts; only when they carry none does
     the engine's run-level `accept_length_source` (a key of `server_accept_length`) stand in.
+    `server_accepted_drafts`: the drafts the server accepted over the run by its own counters
+    (vLLM), for the step time of requests that report no verify counts.
     """
     ok = [r for r in run.requests if r.ok]
     bad = [r for r in run.requests if not r.ok]
@@ -235,6 +240,7 @@ def summarize_run(run: RunResult, server_accept_length: dict[str, float] | None 
         correct_drafts_histogram=histogram,
         acceptance_by_position=acceptance_by_position(histogram),
         spec_accept_rate=spec_accept_rate(ok),
+        step_time_ms=step_time_ms(ok, server_accepted_drafts),
         server_accept_length=dict(server_accept_length or {}),
         tokens_estimated=any(r.tokens_estimated for r in ok),
         client_cpu_fraction=run.client_cpu_s / (duration_s * run.processes),
@@ -259,6 +265,30 @@ def run_accept_length(records: Iterable[RequestRecord], server_accept_length: di
     if accept_length is None and accept_length_source:
         accept_length = (server_accept_length or {}).get(accept_length_source)
     return accept_length, verify_ct
+
+
+def step_time_ms(records: Iterable[RequestRecord], server_accepted_drafts: float | None = None) -> float | None:
+    """The engine's time per decode step of one request, in ms: the summed decode time (first
+    token to last byte) over the summed decode steps of the requests with two or more tokens.
+    A request's decode steps are its spec_verify_ct (SGLang, speculative), else one per token after
+    the first (completion_tokens - 1), less `server_accepted_drafts` over those requests (vLLM's
+    counters: a speculative step yields its accepted drafts besides its own token). A ratio of
+    sums, like accept length; None when no request decoded."""
+    decode_s = 0.0
+    verify_steps = token_steps = 0
+    for r in records:
+        first_s, tokens = r.first_token_s, r.completion_tokens or 0
+        if first_s is None or tokens < 2:
+            continue
+        decode_s += r.end_s - first_s
+        if r.spec_verify_ct:
+            verify_steps += r.spec_verify_ct
+        else:
+            token_steps += tokens - 1
+    if token_steps and server_accepted_drafts:
+        token_steps = max(1, round(token_steps - server_accepted_drafts))
+    steps = verify_steps + token_steps
+    return decode_s * 1e3 / steps if steps else None
 
 
 def run_duration_s(run: RunResult) -> float:
@@ -376,6 +406,9 @@ class RunFigures(Protocol):
     @property
     def accept_length(self) -> float | None: ...
 
+    @property
+    def step_time_ms(self) -> float | None: ...
+
 
 class RunSeries:
     """The per-run figures the gates compare, for anything holding ``runs`` with
@@ -390,4 +423,10 @@ class RunSeries:
     @property
     def accept_lengths(self) -> list[float]:
         return [r.accept_length for r in self.runs if r.accept_length is not None]
+
+    @property
+    def step_rates(self) -> list[float]:
+        """Decode steps per second of one request (1000 / step_time_ms): the step-time gate's
+        series, oriented like tok/s (lower is worse)."""
+        return [1e3 / r.step_time_ms for r in self.runs if r.step_time_ms]
 

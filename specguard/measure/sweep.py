@@ -151,7 +151,8 @@ def measure_run(handle: ServerHandle, client: httpx.Client, generator: LoadGener
     run = generator.run(workload)
     after = engine.metrics_snapshot(client)
     metrics = summarize_run(run, engine.server_accept_lengths(client, before, after), engine.accept_length_source,
-                            slo_ms=slo_ms, categories=categories)
+                            slo_ms=slo_ms, categories=categories,
+                            server_accepted_drafts=engine.server_accepted_drafts(before, after))
     metrics.spec_num_steps = engine.steps_in_use(handle.effective, after)
     if metrics.failed == 0:
         disagreement = engine.token_count_disagreement(before, after, metrics.total_output_tokens)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import pytest
 
 from specguard.config import Suite
-from specguard.labels import ACCEPT_LENGTH, SPECULATION, THROUGHPUT, Level
+from specguard.labels import ACCEPT_LENGTH, SPECULATION, STEP_TIME, THROUGHPUT, Level
 from specguard.plugin import state
 from specguard.plugin.live import LiveLine
 from specguard.plugin.options import get_suite
@@ -24,7 +24,7 @@ from specguard.session import PlannedTest
 from specguard.workload import WorkloadError
 
 ALGORITHM_MARKERS = ("eagle", "eagle3", "nextn", "standalone", "ngram", "draft_model", "no_speculation")
-GATE_OF_TEST = {"test_throughput": THROUGHPUT, "test_accept_length": ACCEPT_LENGTH,
+GATE_OF_TEST = {"test_throughput": THROUGHPUT, "test_step_time": STEP_TIME, "test_accept_length": ACCEPT_LENGTH,
                 "test_speculation_beats_baseline": SPECULATION}
 TEST_ORDER = {name: i for i, name in enumerate(GATE_OF_TEST)}
 

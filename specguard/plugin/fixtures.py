@@ -97,6 +97,9 @@ class CellTest:
     def throughput(self) -> GateResult:
         return self.session.throughput_result(self.cell.config, self._level)
 
+    def step_time(self) -> GateResult:
+        return self.session.step_time_result(self.cell.config, self._level)
+
     def accept_length(self) -> GateResult:
         """The cell's accept length, or its prompt category's when the test is a category's."""
         return self.session.accept_length_result(self.cell.config, self._level, self.cell.category)

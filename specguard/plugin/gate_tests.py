@@ -1,6 +1,7 @@
 """The gate tests. A repository's perf_tests/ imports them (`specguard init` writes that file):
 
-    from specguard.plugin.gate_tests import test_accept_length, test_speculation_beats_baseline, test_throughput
+    from specguard.plugin.gate_tests import (test_accept_length, test_speculation_beats_baseline, test_step_time,
+                                             test_throughput)
 
 Each test measures its cell (once, shared by the cell's tests) and enforces one verdict. Ids name
 configuration and level: test_throughput[eagle3-c16], so -k eagle3 or -k c16 select what you
@@ -18,6 +19,15 @@ def test_throughput(cell: CellTest) -> None:
     """Output tok/s is not confidently below (1 - tolerance) x the stored baseline."""
     cell.measure()
     cell.enforce(cell.throughput())
+
+
+@pytest.mark.specguard(cells="all")
+def test_step_time(cell: CellTest) -> None:
+    """The engine's time per decode step of one request (per verify step with speculation) is not
+    confidently above (1 + tolerance) x the stored baseline: the engine's half of tok/s, apart
+    from the drafter's (accept length)."""
+    cell.measure()
+    cell.enforce(cell.step_time())
 
 
 @pytest.mark.specguard(cells="speculative", per_category=True)

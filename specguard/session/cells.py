@@ -10,6 +10,7 @@ from specguard.measure.sweep import CellMeasurement
 
 # A metric a gate compares, by the per-run series it reads (runs of a cell or of a stored session).
 THROUGHPUTS, ACCEPT_LENGTHS, REQUEST_GOODPUTS = "throughputs", "accept_lengths", "request_goodputs"
+STEP_RATES = "step_rates"  # decode steps per second of a request: the step-time gate's series
 
 
 def metric_values(measured: Any, metric: str) -> list[float]:

@@ -19,7 +19,7 @@ import uuid
 from specguard.config import Suite
 from specguard.decide.baselines import BaselineOutcome, BaselineStage, commit_baseline_stages
 from specguard.decide.gates import GateResult, design_of
-from specguard.labels import ACCEPT_LENGTH, SPECULATION, THROUGHPUT
+from specguard.labels import ACCEPT_LENGTH, SPECULATION, STEP_TIME, THROUGHPUT
 from specguard.measure.sweep import CellMeasurement, Driver, Progress, plain_driver
 from specguard.session.campaign import Campaign
 from specguard.session.cells import CellStore
@@ -68,6 +68,9 @@ class GateSession:
 
     def throughput_result(self, name: str, level: int) -> GateResult:
         return self.verdicts.report(THROUGHPUT, name, level)
+
+    def step_time_result(self, name: str, level: int) -> GateResult:
+        return self.verdicts.report(STEP_TIME, name, level)
 
     def accept_length_result(self, name: str, level: int, category: str = "") -> GateResult:
         """The whole run's accept length, or with `category` that prompt category's alone."""

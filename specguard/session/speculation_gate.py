@@ -1,0 +1,126 @@
+"""The speculation gate: a speculative configuration against its non-speculative reference at one
+level, measured in this session where it was (the day cancels), else the reference's stored
+sessions of the same environment."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from specguard.config import Suite
+from specguard.decide.gates import ERROR, SKIP, GateDesign, GateResult, must_win_gate
+from specguard.labels import SPECULATION
+from specguard.session.cells import REQUEST_GOODPUTS, STEP_RATES, THROUGHPUTS, CellStore
+from specguard.session.history import Histories
+from specguard.session.levels import SweepLevels
+from specguard.session.plan import Planner
+from specguard.session.servers import ServerPool
+
+
+@dataclass(frozen=True)
+class _Pair:
+    """One speculation test: the speculative configuration and its reference at one level."""
+
+    name: str
+    ref: str
+    level: int
+    stage: int
+    where: str  # "speculation eagle3 c16": how its messages begin
+    goodput: bool  # decided on request goodput rather than tok/s
+
+    @property
+    def metric(self) -> str:
+        return REQUEST_GOODPUTS if self.goodput else THROUGHPUTS
+
+    def error(self, message: str) -> GateResult:
+        return GateResult(SPECULATION, self.name, self.level, ERROR, f"{self.where}: {message}", stage=self.stage)
+
+
+class SpeculationGate:
+    """Decides speculation tests on the session's cells and the references' stored sessions."""
+
+    def __init__(self, suite: Suite, design: GateDesign, planner: Planner, pool: ServerPool, cells: CellStore,
+                 histories: Histories, levels: SweepLevels) -> None:
+        self._suite = suite
+        self._design = design
+        self._planner = planner
+        self._pool = pool
+        self._cells = cells
+        self._histories = histories
+        self._levels = levels
+
+    def decide(self, name: str, level: int, must_win_up_to: int | None, stage: int) -> GateResult:
+        """The speculative configuration against its reference: measured in this session where it
+        was, else its stored sessions of the same environment."""
+        ref = self._suite.servers[name].reference
+        pair = _Pair(name, ref or "", level, stage, where=f"speculation {name} {self._levels.name(level)}",
+                     goodput=self._suite.tolerances.speculation_metric == "goodput")
+        if ref is None:
+            return pair.error(f"configuration has no reference in {self._suite.path}")
+        spec = self._cells.launch_values(name, level, pair.metric)
+        if pair.goodput and any(v <= 0 for launch in spec for v in launch):
+            return pair.error(f"goodput 0 in a run: no request met sweep.slo = {self._suite.sweep.slo!r}, so the goodput "
+                              f"ratio is undefined; loosen the SLOs or lower the level")
+        if self._cells.cell(ref, level) is not None:
+            return self._against_measured(pair, spec, must_win_up_to)
+        return self._against_stored(pair, spec, must_win_up_to)
+
+    def _against_measured(self, pair: _Pair, spec: list[list[float]], must_win_up_to: int | None) -> GateResult:
+        """The reference was measured in this session (the day cancels)."""
+        ref_cell = self._cells[(pair.ref, pair.level)]
+        if ref_cell.error:
+            return pair.error(f"reference {pair.ref} {self._levels.name(pair.level)} could not be measured: "
+                              f"{ref_cell.error.splitlines()[0]}")
+        ref_values = self._cells.launch_values(pair.ref, pair.level, pair.metric)
+        if pair.goodput and any(v <= 0 for launch in ref_values for v in launch):
+            return pair.error(f"reference {pair.ref} had goodput 0 in a run (no request met sweep.slo = "
+                              f"{self._suite.sweep.slo!r}); the goodput ratio is undefined")
+        role = ", measured as reference" if (pair.ref, pair.level) in self._cells.reference_roles else ""
+        return self._compare(pair, spec, must_win_up_to, f"{pair.ref} (this session{role})", ref_values, None)
+
+    def _against_stored(self, pair: _Pair, spec: list[list[float]], must_win_up_to: int | None) -> GateResult:
+        """The reference could not be measured here: its stored sessions of this environment, if any."""
+        ref = pair.ref
+        failure = self._pool.state(ref).failure
+        if failure is not None and not failure.skip:
+            return pair.error(f"reference {ref!r} could not be measured: {failure.line}")
+        why = f"reference {ref!r} cannot be measured here ({failure.line})" if failure else f"reference {ref!r} was not measured"
+        history, reason, is_error = self._histories.reference(pair.name, ref, pair.level, pair.metric)
+        if history is None:
+            return GateResult(SPECULATION, pair.name, pair.level, ERROR if is_error else SKIP,
+                              f"{pair.where}: {why} and has no usable stored baseline: {reason}", stage=pair.stage)
+        label = f"{ref} (stored, {len(history)} session{'s' if len(history) != 1 else ''}, same environment)"
+        return self._compare(pair, spec, must_win_up_to, label, None, history)
+
+    def _compare(self, pair: _Pair, spec: list[list[float]], must_win_up_to: int | None, label: str,
+                 reference: list[list[float]] | None, reference_history: list[list[float]] | None) -> GateResult:
+        limit = self._planner.must_win_limit(pair.name, must_win_up_to)
+        result = must_win_gate(
+            pair.name, pair.level, spec, reference, label, must_win=limit is not None and pair.level <= limit,
+            tol=self._suite.tolerances, alpha_cell=self._planner.current.alpha_for(SPECULATION, pair.name, pair.level),
+            design=self._design, spread=self._histories.spread(pair.metric, self._planner.current.selected_cells),
+            reference_history=reference_history, stage=pair.stage,
+            pair_histories=(self._histories.stored(pair.name, pair.level, pair.metric),
+                            self._histories.stored(pair.ref, pair.level, pair.metric)))
+        if reference is not None and not pair.goodput:
+            result.message = result.message.replace(" -> ", self._halves(pair) + " -> ", 1)
+        return _on_goodput(result) if pair.goodput else result
+
+    def _halves(self, pair: _Pair) -> str:
+        """Where the speculative configuration's speed comes from, against its reference measured
+        here: its accept length, and its verify step against the reference's decode step."""
+        accept = [v for launch in self._cells.launch_values(pair.name, pair.level, "accept_lengths") for v in launch]
+        spec_rates = [v for launch in self._cells.launch_values(pair.name, pair.level, STEP_RATES) for v in launch]
+        ref_rates = [v for launch in self._cells.launch_values(pair.ref, pair.level, STEP_RATES) for v in launch]
+        if not (accept and spec_rates and ref_rates):
+            return ""
+        spec_ms, ref_ms = 1e3 * len(spec_rates) / sum(spec_rates), 1e3 * len(ref_rates) / sum(ref_rates)
+        return (f"; accept length {sum(accept) / len(accept):.2f} x step time {ref_ms:.3g} / {spec_ms:.3g} ms "
+                f"(the reference's decode step / the verify step, {ref_ms / spec_ms:.2f}x)")
+
+
+def _on_goodput(result: GateResult) -> GateResult:
+    """A speculation gate decided on goodput (advanced.speculation_metric = "goodput") says so."""
+    where = f"{result.config} c{result.concurrency}:"
+    result.message = result.message.replace(" tok/s", " good req/s").replace(
+        f"speculation {where}", f"speculation (goodput) {where}")
+    return result

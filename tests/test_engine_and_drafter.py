@@ -1,0 +1,195 @@
+"""Speculation's own cells decided (issue 23): the engine's step time measured per run and gated
+against its history, a speculative cell's tok/s verdict naming which half moved (the engine's
+step time or the drafter's accept length), speculation that silently stopped, and acceptance
+that drifts within a session."""
+
+from __future__ import annotations
+
+from array import array
+from pathlib import Path
+
+import pytest
+
+from specguard.config import ConfigError, load_suite
+from specguard.decide.baselines import BaselineStore, RunSample, StoredSession
+from specguard.decide.gates import FAIL, PASS, attribution, step_time_gate
+from specguard.decide.stats import RatioEstimate, downward_trend
+from specguard.measure.client import RequestRecord
+from specguard.measure.load import RunResult
+from specguard.measure.metrics import RunMetrics, step_time_ms, summarize_run
+from specguard.measure.sweep import CellMeasurement
+from specguard.session import GateSession, PlannedTest, RunOptions
+from test_session import fake_server, make_suite
+
+# -- the measurement ---------------------------------------------------------------------------
+
+
+def rec(index: int, first: float, end: float, tokens: int, verify: int | None) -> RequestRecord:
+    return RequestRecord(index=index, send_s=0.0, end_s=end, event_s=array("d", [first, end]),
+                         event_tokens=array("d", [1, tokens - 1]), prompt_tokens=8, completion_tokens=tokens,
+                         spec_verify_ct=verify)
+
+
+def test_step_time_is_decode_time_over_verify_steps_a_ratio_of_sums():
+    # a: 0.4 s of decode over 4 verify steps; b: 0.9 s over 6: (0.4 + 0.9) / (4 + 6) = 130 ms
+    records = [rec(0, 0.1, 0.5, 13, 4), rec(1, 0.1, 1.0, 19, 6)]
+    assert step_time_ms(records) == pytest.approx(130.0)
+    m = summarize_run(RunResult(concurrency=2, requests=records))
+    assert m.step_time_ms == pytest.approx(130.0) and m.accept_length == pytest.approx(32 / 10)
+
+
+def test_without_verify_counts_a_step_is_a_token_less_the_drafts_the_server_accepted():
+    plain = [rec(0, 0.1, 1.1, 11, None)]  # 10 tokens after the first in 1 s: one per step
+    assert step_time_ms(plain) == pytest.approx(100.0)
+    # vLLM: the same 10 tokens in 4 steps when its counters say 6 drafts were accepted
+    assert step_time_ms(plain, server_accepted_drafts=6.0) == pytest.approx(250.0)
+    assert step_time_ms([rec(0, 0.1, 0.1, 1, None)]) is None  # one token: no decode step
+
+
+# -- the gates ----------------------------------------------------------------------------------
+def rates(ms: list[float]) -> list[float]:
+    return [1e3 / x for x in ms]
+
+
+HIST = [rates([10.0, 10.02, 9.98]) for _ in range(5)]
+
+
+def test_a_slower_engine_fails_the_step_time_gate_in_milliseconds():
+    slower = step_time_gate("eagle3", 1, [rates([10.8, 10.82, 10.79])], HIST, tolerance=0.03, prior_between_sd=0.005,
+                            alpha_cell=0.01 / 40, rule="significant")
+    assert slower.verdict == FAIL and slower.gate == "step_time"
+    assert slower.current == pytest.approx(10.8, rel=1e-3) and slower.reference == pytest.approx(10.0, rel=1e-3)
+    assert slower.message.startswith("step_time eagle3 c1: 10.8 ms vs baseline (5 sessions) 10 ms, engine step time +8.0% [")
+    assert "tolerance 3% slower" in slower.message and slower.message.endswith("-> FAIL")
+    same = step_time_gate("eagle3", 1, [rates([10.0, 10.01, 9.99])], HIST, tolerance=0.03, prior_between_sd=0.005,
+                          alpha_cell=0.01 / 40, rule="significant")
+    assert same.verdict == PASS
+
+
+def est(ratio: float, low: float, high: float) -> RatioEstimate:
+    return RatioEstimate(ratio, low, high, 1.0, 0.5, 10.0, 0.95, 0.01, "prior")
+
+
+@pytest.mark.parametrize("step,accept,half", [
+    (est(0.94, 0.92, 0.96), est(1.0, 0.995, 1.005), "engine"),  # steps slower (rate down), acceptance level
+    (est(1.0, 0.99, 1.01), est(0.92, 0.91, 0.93), "drafter"),
+    (est(0.94, 0.92, 0.96), est(0.92, 0.91, 0.93), "both"),
+    (est(0.99, 0.97, 1.01), est(1.0, 0.99, 1.01), ""),
+])
+def test_attribution_names_the_half_whose_interval_excludes_no_change(step, accept, half):
+    got, text = attribution(step, accept)
+    assert got == half
+    assert text.startswith("engine step time ") and ", accept length " in text
+
+
+def test_engine_step_time_is_shown_as_a_time_change_with_its_interval():
+    _, text = attribution(est(0.94, 0.92, 0.96), None)
+    assert text == "engine step time +6.4% [+4.2%, +8.7%]"
+
+
+def test_a_downward_trend_needs_four_runs_and_noise_to_compare_with():
+    assert downward_trend([3.0, 2.9, 2.8]) is None and downward_trend([3.0] * 6) is None
+    falling = downward_trend([3.07, 3.02, 2.96, 2.91, 2.85, 2.8])
+    assert falling is not None and falling.p_value < 1e-4 and falling.change == pytest.approx(-0.088, abs=0.005)
+    level = downward_trend([3.0, 3.02, 2.98, 3.01, 2.99, 3.0])
+    assert level is not None and level.p_value > 0.1
+
+
+# -- the session --------------------------------------------------------------------------------
+def metrics(tok: float, accept: float | None, step_ms: float | None) -> RunMetrics:
+    return RunMetrics(concurrency=1, num_requests=4, completed=4, failed=0, duration_s=1.0, total_input_tokens=128,
+                      total_output_tokens=int(tok), output_throughput=tok, request_throughput=4.0,
+                      accept_length=accept, total_verify_ct=40, step_time_ms=step_ms)
+
+
+def stored(sid: str, tok: float, accept: float, step_ms: float) -> StoredSession:
+    return StoredSession(sid, "2026-11-29T00:00:00+00:00", {}, [
+        RunSample(i, "L0", tok * f, 100, 1.0, 4, 0, accept, 40, step_time_ms=step_ms / f)
+        for i, f in enumerate((1.0, 1.002, 0.998))])
+
+
+def quiet_suite(tmp_path: Path, **kwargs):
+    """The e2e suite with a GPU-like 0.5 % launch prior (its own is wide, for a shared CPU)."""
+    from dataclasses import replace
+    suite = make_suite(tmp_path, **kwargs)
+    return replace(suite, tolerances=replace(suite.tolerances, prior_between_sd=0.005))
+
+
+def session_with_history(tmp_path: Path, **options) -> GateSession:
+    sg = GateSession(quiet_suite(tmp_path), RunOptions(baseline_dir=tmp_path / "b", log_dir=tmp_path / "l", **options))
+    fake_server(sg, "eagle3")
+    store = BaselineStore(tmp_path / "b")
+    fp = sg.histories.fingerprint("eagle3")
+    for k in range(5):
+        store.record_sessions("eagle3", fp, {1: stored(f"s{k}", 600.0 * (1 + 0.002 * k), 3.0, 5.0)}, keep=5)
+    sg.plan([PlannedTest("eagle3", 1, g) for g in ("throughput", "step_time", "accept_length")])
+    return sg
+
+
+def measured(sg: GateSession, runs: list[RunMetrics]) -> None:
+    sg.cells.add("eagle3", 1, "L1", CellMeasurement(config="eagle3", concurrency=1, runs=runs))
+
+
+def test_a_slower_engine_reads_engine_in_the_throughput_verdict(tmp_path):
+    sg = session_with_history(tmp_path)
+    measured(sg, [metrics(600 / 1.06 * f, 3.0, 5.0 * 1.06 / f) for f in (1.0, 1.001, 0.999)])
+    tput = sg.throughput_result("eagle3", 1)
+    assert tput.verdict == FAIL and tput.attribution == "engine", tput.message
+    assert "engine step time +6.0% [" in tput.message and "accept length +0.0% [" in tput.message
+    assert "(the engine moved) -> FAIL" in tput.message
+    step = sg.step_time_result("eagle3", 1)
+    assert step.verdict == FAIL and step.message.startswith("step_time eagle3 c1: 5.3 ms vs baseline (5 sessions) 5 ms")
+
+
+def test_a_weaker_drafter_reads_drafter(tmp_path):
+    sg = session_with_history(tmp_path)
+    measured(sg, [metrics(600 * 0.92 * f, 3.0 * 0.92, 5.0 / f) for f in (1.0, 1.001, 0.999)])
+    tput = sg.throughput_result("eagle3", 1)
+    assert tput.verdict == FAIL and tput.attribution == "drafter" and "(the drafter moved)" in tput.message
+    assert sg.step_time_result("eagle3", 1).verdict == PASS
+
+
+@pytest.mark.parametrize("accept,server_algorithm,expected", [
+    (1.0, "EAGLE3", "speculation is not running: accept length 1.000 <= min_accept_length 1.05"),
+    (None, "EAGLE3", "speculation is not running: the server runs EAGLE3 but its requests carry no verify counts"),
+])
+def test_speculation_that_stopped_fails_by_name_with_or_without_a_baseline(tmp_path, accept, server_algorithm, expected):
+    for history in (True, False):
+        where = tmp_path / str(history)
+        sg = session_with_history(where) if history else GateSession(
+            make_suite(where), RunOptions(baseline_dir=where / "b", log_dir=where / "l"))
+        if not history:
+            fake_server(sg, "eagle3")
+        measured(sg, [metrics(400.0, accept, 5.0) for _ in range(3)])
+        r = sg.accept_length_result("eagle3", 1)
+        assert r.verdict == FAIL and expected in r.message and "\n" not in r.message, r.message
+
+
+def test_the_floor_is_per_configuration_and_ngram_s_default_is_one(tmp_path):
+    from dataclasses import replace
+    suite = make_suite(tmp_path)
+    eagle = suite.servers["eagle3"]
+    assert eagle.accept_length_floor == 1.05
+    assert replace(eagle, speculative_algorithm="NGRAM").accept_length_floor == 1.0
+    assert replace(eagle, min_accept_length=1.5).accept_length_floor == 1.5
+    text = (tmp_path / "suite.toml").read_text().replace('reference = "baseline"', 'reference = "baseline"\nmin_accept_length = 0.5')
+    (tmp_path / "bad.toml").write_text(text)
+    with pytest.raises(ConfigError, match=r"servers.eagle3.min_accept_length = 0.5: .* >= 1"):
+        load_suite(tmp_path / "bad.toml")
+
+
+@pytest.mark.parametrize("mode", ["warn", "fail"])
+def test_acceptance_falling_within_the_session_is_reported_or_fails(tmp_path, mode):
+    sg = session_with_history(tmp_path)
+    if mode == "fail":
+        sg = GateSession(quiet_suite(tmp_path / "f", advanced='relaunch = "on-suspicion"\naccept_drift = "fail"\n'),
+                         sg.options)
+        fake_server(sg, "eagle3")
+    falling = [3.07, 3.02, 2.96, 2.91, 2.85, 2.8]
+    measured(sg, [metrics(600.0, a, 5.0) for a in falling])
+    r = sg.accept_length_result("eagle3", 1)
+    assert "accept length fell -8.9% across the cell's 6 runs in time order" in r.message, r.message
+    if mode == "fail":
+        assert r.verdict == FAIL and 'advanced.accept_drift = "fail"' in r.message
+    else:
+        assert "\n  notes: accept length fell" in r.message
