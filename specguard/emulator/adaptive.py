@@ -22,6 +22,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+# A parsed --speculative-adaptive-config (JSON): batch-size keys ("1", "8", ...) whose entries hold
+# candidate_steps and the slot knobs; any other key is a default for every slot.
+JsonObject = dict[str, Any]
+# {batch size: its entry}
+Entries = dict[int, JsonObject]
+
 # srt/speculative/adaptive_spec_params.py DEFAULT_ADAPTIVE_CONFIG (keys are batch sizes).
 DEFAULT_ADAPTIVE_CONFIG: dict[str, dict[str, Any]] = {
     "1": {"candidate_steps": [1, 3, 5, 7], "up_hysteresis": 0.0, "down_hysteresis": -0.25, "ceiling_coeff": 0},
@@ -41,7 +47,7 @@ class AdaptiveConfigError(ValueError):
     """A config SGLang 0.5.23 refuses at start-up (the message is SGLang's)."""
 
 
-def parse_adaptive_config(cfg: Any) -> tuple[dict, dict[int, dict]]:
+def parse_adaptive_config(cfg: Any) -> tuple[JsonObject, Entries]:
     """Validate a parsed config as ``_load_adaptive_config`` does: (whole config, {bs: entry}).
 
     Keys for which ``str.isdigit()`` holds are batch-size entries; other keys are not entries but
@@ -53,7 +59,7 @@ def parse_adaptive_config(cfg: Any) -> tuple[dict, dict[int, dict]]:
         raise AdaptiveConfigError(
             f"speculative_adaptive_config must be a JSON object of batch-size keys, got {type(cfg).__name__}"
         )
-    entries: dict[int, dict] = {}
+    entries: Entries = {}
     for key, entry in cfg.items():
         if not key.isdigit():
             continue
@@ -71,7 +77,7 @@ def parse_adaptive_config(cfg: Any) -> tuple[dict, dict[int, dict]]:
     return cfg, entries
 
 
-def load_adaptive_config(path: str | Path | None) -> tuple[dict, dict[int, dict]]:
+def load_adaptive_config(path: str | Path | None) -> tuple[JsonObject, Entries]:
     """``--speculative-adaptive-config`` is a file path (not a JSON string); None = the default."""
     if path is None:
         return parse_adaptive_config(DEFAULT_ADAPTIVE_CONFIG)
@@ -85,7 +91,7 @@ def load_adaptive_config(path: str | Path | None) -> tuple[dict, dict[int, dict]
     return parse_adaptive_config(cfg)
 
 
-def candidate_union(entries: dict[int, dict]) -> list[int]:
+def candidate_union(entries: Entries) -> list[int]:
     """Sorted union of every slot's candidate_steps (``resolve_candidate_steps_from_config``)."""
     return sorted({s for e in entries.values() for s in e["candidate_steps"]})
 
@@ -105,7 +111,7 @@ def initial_num_steps(candidates: list[int], num_steps: int | None) -> int:
     return num_steps
 
 
-def check_adaptive_config(config: dict | str | Path | None, num_steps: int | None = None) -> list[int]:
+def check_adaptive_config(config: JsonObject | str | Path | None, num_steps: int | None = None) -> list[int]:
     """Would SGLang 0.5.23 start with this ``--speculative-adaptive-config`` (and steps)?
 
     ``config``: a parsed dict, a path to the JSON file, or None for the default. Returns the
@@ -151,7 +157,7 @@ class StepSlot:
     __slots__ = ("candidates", "ema_alpha", "update_interval", "warmup_batches", "down_hysteresis",
                  "up_hysteresis", "ceiling_coeff", "steps", "ema", "batches")
 
-    def __init__(self, initial_steps: int, cfg: dict) -> None:
+    def __init__(self, initial_steps: int, cfg: JsonObject) -> None:
         self.candidates: list[int] = sorted(set(cfg["candidate_steps"]))
         knobs = {k: cfg.get(k, v) for k, v in SLOT_DEFAULTS.items()}
         self.ema_alpha = knobs["ema_alpha"]
@@ -219,8 +225,8 @@ class AdaptiveSettings:
     """A resolved adaptive launch: the config as loaded and the start-up steps."""
 
     config_path: str | None
-    config: dict
-    entries: dict[int, dict]
+    config: JsonObject
+    entries: Entries
     candidates: list[int]
     initial_steps: int
 

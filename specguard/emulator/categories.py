@@ -11,6 +11,7 @@ profile's default acceptance.
 from __future__ import annotations
 
 from functools import lru_cache
+from typing import Any
 
 from specguard import datasets
 
@@ -25,7 +26,7 @@ def category_of_text(text: str) -> str:
     return _index().get(text, "")
 
 
-def category_of_messages(messages: list[dict]) -> str:
+def category_of_messages(messages: list[dict[str, Any]]) -> str:
     """The category of a chat request: that of its last user message's content."""
     for message in reversed(messages):
         if message.get("role", "user") == "user" and isinstance(message.get("content"), str):

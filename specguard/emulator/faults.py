@@ -7,6 +7,7 @@ same seed misbehaves on the same requests.
 
 from __future__ import annotations
 
+import argparse
 import random
 from dataclasses import dataclass
 
@@ -70,7 +71,7 @@ class FaultPlan:
         return n is not None and self.requests_seen > n
 
 
-def add_fault_arguments(parser) -> None:
+def add_fault_arguments(parser: argparse.ArgumentParser) -> None:
     """The --emulator-fault-* flags (launch_server) and their help."""
     g = parser.add_argument_group("emulator fault injection")
     g.add_argument("--emulator-fault-error-rate", type=float, default=0.0, help="fraction answered 5xx")
@@ -87,7 +88,7 @@ def add_fault_arguments(parser) -> None:
     g.add_argument("--emulator-fault-old-server-info", action="store_true")
 
 
-def fault_settings_from_args(args) -> FaultSettings:
+def fault_settings_from_args(args: argparse.Namespace) -> FaultSettings:
     return FaultSettings(
         error_rate=args.emulator_fault_error_rate, error_status=args.emulator_fault_error_status,
         cut_rate=args.emulator_fault_cut_rate, stall_rate=args.emulator_fault_stall_rate,

@@ -22,6 +22,8 @@ from specguard.emulator.tokens import OutputText
 
 SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
 FIREHOSE_ID = "firehose"
+# What changes a pre-encoded stream's bytes: format, incremental, include_usage, model, prompt and output tokens.
+StreamKey = tuple[type, bool | None, bool, str, int, int]
 
 
 class Firehose:
@@ -32,7 +34,7 @@ class Firehose:
             raise ValueError("--emulator-firehose needs at least 1 event per write")
         self.out = out
         self.events_per_write = events_per_write
-        self._cache: dict[tuple, list[bytes]] = {}
+        self._cache: dict[StreamKey, list[bytes]] = {}
 
     def writes(self, make_format: Callable[[RequestContext], NativeFormat | CompletionFormat],
                prompt_tokens: int, max_new_tokens: int, model: str) -> list[bytes]:
@@ -42,7 +44,7 @@ class Firehose:
         ctx = RequestContext(rid=FIREHOSE_ID, req=req, out=self.out, wall_s=lambda ms: ms / 1000.0,
                              spec_draft_tokens=None, model=model)
         fmt = make_format(ctx)
-        key = (type(fmt), getattr(fmt, "incremental", None), ctx.include_usage, model, prompt_tokens, max_new_tokens)
+        key: StreamKey = (type(fmt), getattr(fmt, "incremental", None), ctx.include_usage, model, prompt_tokens, max_new_tokens)
         cached = self._cache.get(key)
         if cached is None:
             cached = self._cache[key] = self._encode(fmt, max_new_tokens)

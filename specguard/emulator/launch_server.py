@@ -23,8 +23,8 @@ import sys
 import time
 
 from specguard.emulator import categories
-from specguard.emulator.categories import parse_category_factors
 from specguard.emulator.adaptive import AdaptiveConfigError
+from specguard.emulator.categories import parse_category_factors
 from specguard.emulator.faults import add_fault_arguments, fault_settings_from_args
 from specguard.emulator.model import SchedulerConfig
 from specguard.emulator.profile import load_profile
@@ -94,7 +94,8 @@ def build_arg_parser() -> argparse.ArgumentParser:
     e.add_argument("--emulator-profile", default=DEFAULT_PROFILE, help="profile name or TOML path")
     e.add_argument("--emulator-speed-factor", type=float, default=1.0, help="divide all modelled times by X")
     e.add_argument("--emulator-step-scale", type=float, default=1.0, help="multiply step times (1.111 = ~10%% slower)")
-    e.add_argument("--emulator-accept-length", type=float, default=None, help=f"force a mean accept length (overrides {ACCEPT_LENGTH_ENV})")
+    e.add_argument("--emulator-accept-length", type=float, default=None,
+                   help=f"force a mean accept length (overrides {ACCEPT_LENGTH_ENV})")
     e.add_argument("--emulator-category-accept", action="append", default=[], metavar="CATEGORY=FACTOR",
                    help="multiply one prompt category's acceptance per draft position, e.g. code=0.85 (repeatable)")
     e.add_argument("--emulator-jitter-pct", type=float, default=None, help="per-step noise sd in %% (default: profile)")
@@ -286,7 +287,7 @@ def _start_logging(level: str) -> logging.handlers.QueueListener:
     """Log to stderr from a background thread, so a slow stderr reader never stalls the event loop."""
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("[%(asctime)s] %(levelname)s %(message)s", "%Y-%m-%d %H:%M:%S"))
-    records: queue.SimpleQueue = queue.SimpleQueue()
+    records: queue.SimpleQueue[logging.LogRecord] = queue.SimpleQueue()
     listener = logging.handlers.QueueListener(records, handler)
     log.handlers[:] = [logging.handlers.QueueHandler(records)]
     log.setLevel(getattr(logging, level.upper(), logging.INFO))

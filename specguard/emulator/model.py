@@ -28,7 +28,7 @@ import numpy as np
 
 from specguard.emulator.adaptive import AdaptivePolicy
 from specguard.emulator.profile import EmulatorProfile
-from specguard.emulator.spec import ServingSettings, SpecRequest, resolve_settings
+from specguard.emulator.spec import ServingSettings, SpecConfig, SpecRequest, resolve_settings
 
 
 @dataclass
@@ -79,6 +79,14 @@ class GenRequest:
     @property
     def finished(self) -> bool:
         return self.finish_ms is not None
+
+
+def known_ms(ms: float | None, what: str) -> float:
+    """A request's time stamp (``admit_ms``, ``first_token_ms``, ``finish_ms``) where the scheduler
+    has set it already: the first token's after its prefill, the finish after its last step."""
+    if ms is None:
+        raise RuntimeError(f"request has no {what} time yet")
+    return ms
 
 
 @dataclass
@@ -227,13 +235,19 @@ class BatchScheduler:
         """Steps the drafter runs now (adaptive: the last activated slot's); None without speculation."""
         if self.spec is None:
             return None
-        return self.adaptive.active_steps if self.adaptive is not None else self.spec.num_steps
+        return self._live_shape(self.spec)[0]
 
     @property
     def current_draft_tokens(self) -> int | None:
         if self.spec is None:
             return None
-        return self.adaptive.active_steps + 1 if self.adaptive is not None else self.spec.num_draft_tokens
+        return self._live_shape(self.spec)[1]
+
+    def _live_shape(self, spec: SpecConfig) -> tuple[int, int]:
+        """(steps, draft tokens) the drafter runs now: the last activated adaptive slot's, else the static ones."""
+        if self.adaptive is not None:
+            return self.adaptive.active_steps, self.adaptive.active_steps + 1
+        return spec.num_steps, spec.num_draft_tokens
 
     # -- queue -------------------------------------------------------------------------------
     def submit(self, req: GenRequest, now_ms: float) -> None:
@@ -391,8 +405,8 @@ class BatchScheduler:
         if self.spec is not None and req.verify_ct > 0:
             c.verify_calls += req.verify_ct
             c.spec_requests += 1
-        c.ttft.observe((req.first_token_ms - req.arrival_ms) / 1000.0)
-        c.e2e.observe((req.finish_ms - req.arrival_ms) / 1000.0)
+        c.ttft.observe((known_ms(req.first_token_ms, "first token") - req.arrival_ms) / 1000.0)
+        c.e2e.observe((known_ms(req.finish_ms, "finish") - req.arrival_ms) / 1000.0)
 
     def _log_decode_step(self, step: Step, now_ms: float, correct: int) -> None:
         """MetricsReporter.log_decode_stats: window counters, folded every decode_log_interval steps."""
@@ -407,15 +421,16 @@ class BatchScheduler:
         elapsed_ms = now_ms - (s._interval_start_ms if s._interval_start_ms is not None else now_ms)
         s.gen_throughput = s._interval_tokens / (elapsed_ms / 1000.0) if elapsed_ms > 0 else 0.0
         if self.spec is not None and s._interval_verifies:
+            steps, draft_tokens = self._live_shape(self.spec)
             s.spec_accept_length = s._interval_tokens / s._interval_verifies
             # correct drafts / (verify steps x (current num_draft_tokens - 1))
-            proposed = s._interval_verifies * (self.current_draft_tokens - 1)
+            proposed = s._interval_verifies * (draft_tokens - 1)
             s.spec_accept_rate = s._interval_correct / proposed if proposed > 0 else 0.0
             s._reset_tokens += s._interval_tokens
             s._reset_verifies += s._interval_verifies
             s.avg_spec_accept_length = s._reset_tokens / s._reset_verifies
-            s.spec_num_steps = self.current_steps
-            s.spec_num_draft_tokens = self.current_draft_tokens
+            s.spec_num_steps = steps
+            s.spec_num_draft_tokens = draft_tokens
         s._interval_start_ms = now_ms
         s._interval_tokens = s._interval_verifies = s._interval_correct = 0
 
@@ -437,7 +452,7 @@ class BatchScheduler:
         self.prefix_cache.clear()
 
 
-def category_survival(spec: Any, factors: dict[str, float]) -> dict[str, np.ndarray]:
+def category_survival(spec: SpecConfig, factors: dict[str, float]) -> dict[str, np.ndarray]:
     """Category -> P(at least j drafts accepted), j = 1..positions: the profile's per-category
     acceptance (else its default), each position's conditional probability times the category's
     factor (capped at 1). {} when neither the profile nor the flags name a category (the common
@@ -550,9 +565,13 @@ def run_closed_loop(
 
     tokens = sum(r.completion_tokens for r in done)
     verifies = sum(r.verify_ct for r in done)
-    ttft = [r.first_token_ms - r.arrival_ms for r in done]
+    first_ms = [known_ms(r.first_token_ms, "first token") for r in done]
+    finish_ms = [known_ms(r.finish_ms, "finish") for r in done]
+    ttft = [first - r.arrival_ms for first, r in zip(first_ms, done)]
     itl = [
-        (r.finish_ms - r.first_token_ms) / (r.completion_tokens - 1) for r in done if r.completion_tokens > 1
+        (finish - first) / (r.completion_tokens - 1)
+        for first, finish, r in zip(first_ms, finish_ms, done)
+        if r.completion_tokens > 1
     ]
     return SimulationResult(
         concurrency=concurrency,
@@ -564,7 +583,7 @@ def run_closed_loop(
         accept_length=(tokens / verifies if verifies else None) if scheduler.spec is not None else None,
         mean_ttft_ms=float(np.mean(ttft)),
         mean_itl_ms=float(np.mean(itl)) if itl else 0.0,
-        mean_e2e_ms=float(np.mean([r.finish_ms - r.arrival_ms for r in done])),
+        mean_e2e_ms=float(np.mean([finish - r.arrival_ms for finish, r in zip(finish_ms, done)])),
         decode_steps=decode_steps,
         prefill_steps=prefill_steps,
     )

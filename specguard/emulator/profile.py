@@ -11,6 +11,7 @@ import bisect
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -138,7 +139,7 @@ def load_profile(name_or_path: str | Path) -> EmulatorProfile:
         raise ValueError(f"{path}: {exc}") from None
 
 
-def _profile_from_dict(data: dict, default_name: str, source: str) -> EmulatorProfile:
+def _profile_from_dict(data: dict[str, Any], default_name: str, source: str) -> EmulatorProfile:
     unknown = set(data) - _TOP_KEYS
     if unknown:
         raise ValueError(f"unknown keys {sorted(unknown)}")
@@ -177,7 +178,7 @@ def _profile_from_dict(data: dict, default_name: str, source: str) -> EmulatorPr
     return profile
 
 
-def _draft_from_dict(section: dict, what: str) -> DraftProfile:
+def _draft_from_dict(section: dict[str, Any], what: str) -> DraftProfile:
     unknown = set(section) - _DRAFT_KEYS
     if unknown:
         raise ValueError(f"{what}: unknown keys {sorted(unknown)}")

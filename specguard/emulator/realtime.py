@@ -74,9 +74,10 @@ class PreciseTimer:
             with self._cond:
                 while self._pending is None and not self._closed:
                     self._cond.wait()
-                if self._closed:
+                pending = self._pending
+                if self._closed or pending is None:  # the wait leaves a deadline unless closed
                     return
-                deadline_s, fut = self._pending
+                deadline_s, fut = pending
                 self._pending = None
             remaining_s = deadline_s - time.monotonic()
             if remaining_s > 0:
@@ -102,7 +103,7 @@ class RealtimeEngine:
         self._idle = asyncio.Event()  # set whenever the scheduler has no running or waiting request
         self._idle.set()
         self.last_output_ms = float("-inf")  # loop time of the last step's outputs (/health checks it)
-        self._task: asyncio.Task | None = None
+        self._task: asyncio.Task[None] | None = None
         self._timer: PreciseTimer | None = None
         # Converts loop-clock milliseconds to wall-clock seconds for SGLang's *_ts fields.
         self._wall_offset_s = time.time() - self._loop.time()
@@ -179,7 +180,7 @@ class RealtimeEngine:
                 await asyncio.sleep(0)
             scheduler.complete(step, end_ms)
             self.last_output_ms = self.now_ms()
-            if adaptive is not None and adaptive.active_steps != before:
+            if adaptive is not None and before is not None and adaptive.active_steps != before:
                 # EAGLEWorkerV2.apply_runtime_state logs this on every switch
                 log.info("Switch adaptive runtime state: steps %d -> %d, draft_tokens %d -> %d",
                          before, adaptive.active_steps, before + 1, adaptive.active_steps + 1)

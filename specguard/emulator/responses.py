@@ -9,14 +9,27 @@ concatenations however long the output already is.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import TypedDict
 
-from specguard.emulator.model import GenRequest
+from specguard.emulator.model import GenRequest, known_ms
 from specguard.emulator.tokens import OutputText
 
 SSE_DONE = "data: [DONE]\n\n"
 Mark = tuple[int, int, int]  # (completion_tokens, spec_verify_ct, accepted_drafts) after a step
+JsonObject = dict[str, object]  # a JSON body or event, as json.dumps takes it
+
+
+class SpecMeta(TypedDict, total=False):
+    """The spec fields of a final event's meta_info (in this key order on the wire)."""
+
+    spec_accept_rate: float
+    spec_accept_length: float
+    spec_num_correct_drafts: int
+    spec_num_proposed_drafts: int
+    spec_verify_ct: int
+    spec_correct_drafts_histogram: list[int]
 
 
 def context_error_message(context_length: int, prompt_tokens: int, max_new_tokens: int) -> str:
@@ -28,23 +41,23 @@ def context_error_message(context_length: int, prompt_tokens: int, max_new_token
     )
 
 
-def native_error(message: str) -> dict:
+def native_error(message: str) -> JsonObject:
     """The ``{"error": ...}`` event a native /generate stream carries (HTTP 200, then [DONE])."""
     return {"error": {"message": message, "type": "invalid_request_error", "code": 400, "retryable": False}}
 
 
-def native_error_body(message: str) -> dict:
+def native_error_body(message: str) -> JsonObject:
     """A non-streamed /generate error (HTTP 400): ``_create_error_response`` in http_server.py."""
     return {"error": {"message": message}}
 
 
-def openai_error(message: str, err_type: str = "BadRequestError") -> dict:
+def openai_error(message: str, err_type: str = "BadRequestError") -> JsonObject:
     """``ErrorResponse`` (serving_base.create_error_response): generation errors are
     "BadRequestError"; request-body validation errors are "Bad Request" (http_server.py)."""
     return {"object": "error", "message": message, "type": err_type, "param": None, "code": 400}
 
 
-def spec_meta(req: GenRequest, static_draft_tokens: int) -> dict | None:
+def spec_meta(req: GenRequest, static_draft_tokens: int) -> SpecMeta | None:
     """The final event's spec fields (TokenizerManager._calculate_spec_decoding_metrics).
 
     Present only with verify steps and proposed drafts; proposed drafts use the draft-token count
@@ -54,7 +67,7 @@ def spec_meta(req: GenRequest, static_draft_tokens: int) -> dict | None:
     proposed = verify_ct * (static_draft_tokens - 1)
     if verify_ct <= 0:
         return None
-    meta: dict = {}
+    meta: SpecMeta = {}
     if proposed > 0:
         meta = {
             "spec_accept_rate": req.accepted_drafts / proposed,
@@ -68,7 +81,7 @@ def spec_meta(req: GenRequest, static_draft_tokens: int) -> dict | None:
     return meta or None
 
 
-def spec_tokens_details(meta: dict | None) -> str | None:
+def spec_tokens_details(meta: SpecMeta | None) -> str | None:
     """``SpecTokensDetails`` as JSON (openai/utils.py spec_tokens_details_from_meta_info); None: no sglext."""
     if not meta:
         return None
@@ -85,7 +98,7 @@ def spec_tokens_details(meta: dict | None) -> str | None:
     }, separators=(",", ":"))
 
 
-def sse(obj: dict) -> str:
+def sse(obj: Mapping[str, object]) -> str:
     return "data: " + json.dumps(obj, separators=(",", ":"), ensure_ascii=False) + "\n\n"
 
 
@@ -105,7 +118,7 @@ class RequestContext:
     return_spec_tokens_details: bool = False  # OpenAI routes: send sglext.spec_tokens_details
     dp_rank: int | None = None  # reported when the server has several DP ranks
 
-    def spec_meta(self) -> dict | None:
+    def spec_meta(self) -> SpecMeta | None:
         if self.spec_draft_tokens is None:
             return None
         return spec_meta(self.req, self.spec_draft_tokens)
@@ -131,11 +144,12 @@ class NativeFormat:
             c, r = self.ctx, self.ctx.req
             timings = ""
             if c.enable_metrics:
+                admit_ms = known_ms(r.admit_ms, "admission")
                 timings = (
                     '"storage_prefetch_wait":0.0,"storage_staging_wait":0.0,'
-                    f'"forward_entry_time":{c.wall_s(r.admit_ms)!r},'
-                    f'"prefill_finished_time":{c.wall_s(r.first_token_ms)!r},'
-                    f'"queue_time":{(r.admit_ms - r.arrival_ms) / 1000.0!r},'
+                    f'"forward_entry_time":{c.wall_s(admit_ms)!r},'
+                    f'"prefill_finished_time":{c.wall_s(known_ms(r.first_token_ms, "first token"))!r},'
+                    f'"queue_time":{(admit_ms - r.arrival_ms) / 1000.0!r},'
                 )
             self._head = (
                 f'"meta_info":{{"id":"{c.rid}","finish_reason":',
@@ -162,14 +176,15 @@ class NativeFormat:
         if final:
             parts.append(self._final_fields(tokens))
         elif self._first:
-            parts.append(f',"response_sent_to_client_ts":{c.wall_s(r.first_token_ms)!r}')
+            parts.append(f',"response_sent_to_client_ts":{c.wall_s(known_ms(r.first_token_ms, "first token"))!r}')
         self._first = False
         parts.append("}}")
         return "".join(parts)
 
     def _final_fields(self, tokens: int) -> str:
         c, r = self.ctx, self.ctx.req
-        received, finished = c.wall_s(r.arrival_ms), c.wall_s(r.finish_ms)
+        finish_ms = known_ms(r.finish_ms, "finish")
+        received, finished = c.wall_s(r.arrival_ms), c.wall_s(finish_ms)
         out = [f',"e2e_latency":{finished - received!r}']
         meta = c.spec_meta()
         if meta:
@@ -177,13 +192,14 @@ class NativeFormat:
         sent_first = not self._first
         if c.enable_metrics:
             out.append(f',"request_received_ts":{received!r}')
-            if r.first_token_ms > r.arrival_ms:
-                out.append(f',"first_token_latency":{(r.first_token_ms - r.arrival_ms) / 1000.0!r}')
+            first_ms = known_ms(r.first_token_ms, "first token")
+            if first_ms > r.arrival_ms:
+                out.append(f',"first_token_latency":{(first_ms - r.arrival_ms) / 1000.0!r}')
             out.append(f',"api_server_dispatch_finish_ts":{received!r}')
             if sent_first:
-                out.append(f',"response_sent_to_client_ts":{c.wall_s(r.first_token_ms)!r}')
+                out.append(f',"response_sent_to_client_ts":{c.wall_s(first_ms)!r}')
             out.append(f',"request_finished_ts":{finished!r}')
-            decode_s = (r.finish_ms - r.first_token_ms) / 1000.0
+            decode_s = (finish_ms - first_ms) / 1000.0
             if decode_s > 0 and tokens > 1:
                 out.append(f',"decode_throughput":{(tokens - 1) / decode_s!r}')
         if not sent_first:

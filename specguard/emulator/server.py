@@ -19,9 +19,12 @@ import time
 import uuid
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
+from typing import Any
 
 from aiohttp import web
+from aiohttp.typedefs import Handler
 
+from specguard.emulator import metrics_catalog, vocab
 from specguard.emulator.categories import category_of_messages, category_of_text
 from specguard.emulator.faults import BAD_COUNT, CUT, ERROR, MALFORMED, NO_COUNT, STALL, FaultPlan, FaultSettings
 from specguard.emulator.firehose import Firehose
@@ -40,7 +43,6 @@ from specguard.emulator.responses import (
     sse,
 )
 from specguard.emulator.tokens import OutputText, apply_chat_template, count_prompt_tokens
-from specguard.emulator import metrics_catalog, vocab
 
 SGLANG_VERSION = "0.5.23"
 SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
@@ -53,19 +55,23 @@ FLUSH_FAILED = "Flush cache failed.\n"
 FLUSH_TIMED_OUT = "Timed out waiting for idle state."
 # /model_info "embedding" of a generative Llama, as captured from SGLang 0.5.23
 # (tests/fixtures/captures/sglang-0.5.23/model_info.json); resolved_embedding_plan on a real server.
-EMBEDDING_PLAN = {
+EMBEDDING_BCG: dict[str, object] = {
+    "prefill_backend": "disabled", "enabled": False, "capture_token_budget": 4096,
+    "capture_batch_sizes": [4, 8, 12, 16, 20, 24, 28, 32, 48, 64, 80, 96, 112, 128, 144, 160, 176, 192, 208,
+                            224, 240, 256, 288, 320, 352, 384, 416, 448, 480, 512, 576, 640, 704, 768, 832,
+                            896, 960, 1024, 1280, 1536, 1792, 2048, 2304, 2560, 2816, 3072, 3328, 3584, 3840,
+                            4096],
+}
+EMBEDDING_CACHE = {"kv_cache_disabled": False, "radix_cache_disabled": False, "chunked_prefill_disabled": False}
+EMBEDDING_PLAN: dict[str, object] = {
     "family": "none", "task": "none", "execution": "none", "attention": "none", "pooling": "model_defined",
     "normalize": False, "postprocessor": "none", "tokenizer_special_tokens": "model_default",
     "supports_dimensions": False, "supports_token_embeddings": False, "supports_multimodal": False,
     "requires_embedding_flag": False, "auto_enable_embedding": False, "bcg_eligibility": "disabled",
     "safe_disable_kv_cache": False, "safe_disable_radix_cache": False, "safe_disable_chunked_prefill": False,
     "enabled": False, "matryoshka_dimensions": [],
-    "bcg": {"prefill_backend": "disabled", "enabled": False, "capture_token_budget": 4096,
-            "capture_batch_sizes": [4, 8, 12, 16, 20, 24, 28, 32, 48, 64, 80, 96, 112, 128, 144, 160, 176, 192, 208,
-                                    224, 240, 256, 288, 320, 352, 384, 416, 448, 480, 512, 576, 640, 704, 768, 832,
-                                    896, 960, 1024, 1280, 1536, 1792, 2048, 2304, 2560, 2816, 3072, 3328, 3584, 3840,
-                                    4096]},
-    "cache": {"kv_cache_disabled": False, "radix_cache_disabled": False, "chunked_prefill_disabled": False},
+    "bcg": EMBEDDING_BCG,
+    "cache": EMBEDDING_CACHE,
 }
 GRAPH_PHASES = ("prefill", "decode", "target_verify", "draft_prefill", "draft_decode", "draft_extend")
 HEALTH_POLL_S = 1.0  # health_generate sleeps 1 s between checks
@@ -82,7 +88,7 @@ class ServerSettings:
     """A resolved emulator launch: the performance model plus what the HTTP layer needs."""
 
     scheduler_config: SchedulerConfig
-    server_args: dict  # resolved SGLang server arguments, reported by /server_info
+    server_args: dict[str, Any]  # resolved SGLang server arguments (JSON values), reported by /server_info
     host: str = "127.0.0.1"
     port: int = 30000
     api_key: str | None = None
@@ -90,7 +96,7 @@ class ServerSettings:
     incremental_streaming_output: bool = False
     stream_default_include_usage: bool = False  # --stream-response-default-include-usage
     startup_s: float = 0.0  # /health answers 503 this long after the socket is bound
-    emulator_info: dict = field(default_factory=dict)  # reported as /server_info "specguard_emulator"
+    emulator_info: dict[str, object] = field(default_factory=dict)  # reported as /server_info "specguard_emulator"
     faults: FaultSettings = field(default_factory=FaultSettings)
     firehose_events_per_write: int = 0  # > 0: streams skip the model (firehose.py)
     launched_monotonic_s: float = 0.0  # time.monotonic() when the launch began
@@ -169,11 +175,17 @@ class EmulatorServer:
         if self.engine is not None:
             await self.engine.stop()
 
+    def _started_engine(self) -> RealtimeEngine:
+        """The engine, which the app's start-up creates before any request is served."""
+        if self.engine is None:
+            raise RuntimeError("the emulator's engine starts with the app (build_app, then run it)")
+        return self.engine
+
     def _starting(self) -> bool:
         return self.settings.faults.never_ready or asyncio.get_running_loop().time() < self.ready_at
 
     @web.middleware
-    async def _auth(self, request: web.Request, handler):
+    async def _auth(self, request: web.Request, handler: Handler) -> web.StreamResponse:
         key = self.settings.api_key
         path = request.path
         if key and not (path.startswith("/health") or path.startswith("/ready") or path.startswith("/metrics")):
@@ -203,7 +215,7 @@ class EmulatorServer:
             return web.Response(status=503)
         if request.path == "/health" and os.environ.get(HEALTH_GENERATION_ENV, "true").lower() in ("0", "false", "no", "off"):
             return web.Response(status=200)
-        engine = self.engine
+        engine = self._started_engine()
         tic = engine.now_ms()
         probe = None
         if not self.scheduler.has_work():
@@ -239,7 +251,7 @@ class EmulatorServer:
             "has_audio_understanding": False,
             "model_type": profile.model_type,
             "architectures": list(profile.architectures),
-            "embedding": dict(EMBEDDING_PLAN, bcg=dict(EMBEDDING_PLAN["bcg"]), cache=dict(EMBEDDING_PLAN["cache"])),
+            "embedding": dict(EMBEDDING_PLAN, bcg=dict(EMBEDDING_BCG), cache=dict(EMBEDDING_CACHE)),
         })
 
     async def server_info(self, request: web.Request) -> web.Response:
@@ -314,13 +326,14 @@ class EmulatorServer:
         async with self._flush_lock:
             sched = self.scheduler
             if timeout_s > 0.0 and sched.has_work():
-                deadline = self.engine.now_ms() + timeout_s * 1000.0
+                engine = self._started_engine()
+                deadline = engine.now_ms() + timeout_s * 1000.0
                 while sched.has_work():
-                    remaining_s = (deadline - self.engine.now_ms()) / 1000.0
+                    remaining_s = (deadline - engine.now_ms()) / 1000.0
                     if remaining_s <= 0:
                         log.warning("Deferred flush_cache timed out while waiting for idle state.")
                         return web.Response(text=FLUSH_TIMED_OUT, status=400)
-                    await self.engine.wait_idle(remaining_s)
+                    await engine.wait_idle(remaining_s)
             if sched.has_work():
                 log.warning("Cache not flushed because there are pending requests. #queue-req: %d, #running-req: %d",
                             len(sched.waiting), len(sched.running))
@@ -333,7 +346,7 @@ class EmulatorServer:
         return web.Response(text=self._render_metrics(), content_type="text/plain", charset="utf-8")
 
     def _render_metrics(self) -> str:
-        sched, spec = self.scheduler, self.spec
+        sched = self.scheduler
         s = sched.stats
         model = self.settings.served_model_name
         gauge_labels = f'engine_type="unified",model_name="{model}",moe_ep_rank="0",pp_rank="0",tp_rank="0"'
@@ -408,10 +421,12 @@ class EmulatorServer:
              "pid": str(os.getpid())}, self._catalog_values()))
         return "\n".join(lines) + "\n"
 
-    def _startup_phases(self, tokenizer: bool) -> dict:
+    def _startup_phases(self, tokenizer: bool) -> dict[str, float | dict[str, float]]:
         """internal_states[i].startup_time / top-level startup_time: seconds per start-up phase."""
-        out = {"load_weight": 0.0, "kv_cache_allocation": 0.0, "scheduler_e2e": self.startup_time_s,
-               "cuda_graph": dict.fromkeys(GRAPH_PHASES, 0.0)}
+        out: dict[str, float | dict[str, float]] = {
+            "load_weight": 0.0, "kv_cache_allocation": 0.0, "scheduler_e2e": self.startup_time_s,
+            "cuda_graph": dict.fromkeys(GRAPH_PHASES, 0.0),
+        }
         if tokenizer:
             out["tokenizer_e2e"] = self.startup_time_s
         return out
@@ -481,7 +496,7 @@ class EmulatorServer:
                                         category_of_messages(messages))
 
     async def _serve_openai(
-        self, request: web.Request, body: dict, prompt_tokens: int, key: Hashable, max_tokens: int,
+        self, request: web.Request, body: dict[str, Any], prompt_tokens: int, key: Hashable, max_tokens: int,
         format_cls: type[CompletionFormat], category: str = "",
     ) -> web.StreamResponse:
         """The OpenAI routes' common part: n, include_usage, return_spec_tokens_details, the model name.
@@ -496,7 +511,7 @@ class EmulatorServer:
         spec_details = bool(body.get("return_spec_tokens_details", False))
         model = body.get("model") or self.settings.served_model_name
 
-        def make_format(ctx: RequestContext):
+        def make_format(ctx: RequestContext) -> CompletionFormat:
             ctx.include_usage = include_usage
             ctx.return_spec_tokens_details = spec_details
             return format_cls(ctx)
@@ -546,9 +561,10 @@ class EmulatorServer:
         if self.settings.server_args["disable_radix_cache"]:
             key = None
         req = GenRequest(prompt_tokens, max_new_tokens, prompt_key=key, streaming=stream, category=category)
-        progress = self.engine.submit(req)
+        engine = self._started_engine()
+        progress = engine.submit(req)
         ctx = RequestContext(
-            rid=uuid.uuid4().hex, req=req, out=self.out, wall_s=self.engine.wall_s,
+            rid=uuid.uuid4().hex, req=req, out=self.out, wall_s=engine.wall_s,
             spec_draft_tokens=self.spec_draft_tokens, model=model, created_s=int(time.time()),
             enable_metrics=self.settings.enable_metrics,
             dp_rank=req.rank if self.scheduler.num_ranks > 1 else None,
@@ -556,7 +572,7 @@ class EmulatorServer:
         fmt = make_format(ctx)
         try:
             if not stream:
-                await self.engine.wait_finished(progress)
+                await engine.wait_finished(progress)
                 last = (req.completion_tokens, req.verify_ct, req.accepted_drafts)
                 return web.Response(text=fmt.body(last), content_type="application/json")
             resp = web.StreamResponse(headers=SSE_HEADERS)
@@ -572,9 +588,10 @@ class EmulatorServer:
                     chunks.append(SSE_DONE)
                 text = "".join(chunks)
                 if fault is not None and _fault_due(fault, req.finished, sent, max_new_tokens):
-                    text = await self._inject(fault, text, req.finished, request)
-                    if text is None:
+                    injected = await self._inject(fault, text, req.finished, request)
+                    if injected is None:
                         return resp
+                    text = injected
                     fault = fault if fault == NO_COUNT else None  # the others strike once
                 await resp.write(text.encode())
             return resp
@@ -582,7 +599,7 @@ class EmulatorServer:
             return resp  # the client went away; the finally clause frees its slot
         finally:
             if not req.finished:
-                self.engine.abort(req)
+                engine.abort(req)
                 self.aborted_requests += 1
 
 
@@ -601,7 +618,9 @@ _COUNT = re.compile(r'"completion_tokens":(\d+)')
 async def _inject_fault(fault: str, text: str, finished: bool, request: web.Request, stall_s: float) -> str | None:
     """Corrupt one write of a stream; None means the connection was dropped."""
     if fault == CUT:
-        request.transport.abort()  # mid-stream TCP drop: no [DONE], no final chunk
+        transport = request.transport  # None once the client has gone: nothing left to cut
+        if transport is not None:
+            transport.abort()  # mid-stream TCP drop: no [DONE], no final chunk
         return None
     if fault == STALL:
         await asyncio.sleep(stall_s)
@@ -615,7 +634,7 @@ async def _inject_fault(fault: str, text: str, finished: bool, request: web.Requ
     return text
 
 
-async def _read_json(request: web.Request) -> dict:
+async def _read_json(request: web.Request) -> dict[str, Any]:
     try:
         body = await request.json()
     except ValueError:

@@ -230,7 +230,7 @@ def resolve_settings(
         if algorithm == "STANDALONE" and attn_dp_size > 1:
             raise ValueError("Currently standalone speculative decoding does not support dp attention.")
         draft = _find_draft(profile, launched)
-        if adaptive is None and steps is None:
+        if steps is None:  # never under adaptive, which has set steps above
             if topk is not None or draft_tokens is not None:
                 # A bare `assert` in _handle_eagle_family: SGLang exits with an empty AssertionError.
                 raise ValueError(

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+from typing import Any
 
 _WORDS = (
     " the quick brown fox jumps over a lazy dog while speculative drafts race ahead of the"
@@ -27,7 +28,7 @@ def count_prompt_tokens(text: str) -> int:
     return len(_PROMPT_TOKEN.findall(text))
 
 
-def apply_chat_template(messages: list[dict]) -> str:
+def apply_chat_template(messages: list[dict[str, Any]]) -> str:
     """A tiny fixed chat template: ``<|role|>\\ncontent\\n`` per message, then ``<|assistant|>\\n``."""
     parts = []
     for message in messages:
