@@ -22,9 +22,10 @@ from typing import Any
 
 import numpy as np
 
-from specguard.emulator.model import simulate_closed_loop
+from specguard.emulator.model import SimulationResult, simulate_closed_loop
 from specguard.emulator.profile import DraftProfile, EmulatorProfile, PiecewiseLinear, load_profile
 from specguard.emulator.spec import SpecRequest, resolve_settings, uniform_accept_prob
+from specguard.research import SubParsers
 
 UNCAPPED = 1024  # the profile's cap when the baseline's running requests were not limited
 ITERATIONS = 60
@@ -40,6 +41,13 @@ class SpecSeries:
     tok_s: dict[int, float]
     accept_length: dict[int, float]
     accept_length_by_category: dict[str, float] = field(default_factory=dict)  # over all its runs
+
+    @property
+    def algorithm(self) -> str:
+        """The speculative algorithm as launched (every series is read with one)."""
+        if self.request.algorithm is None:
+            raise ValueError("a speculative series needs its --speculative-algorithm")
+        return self.request.algorithm
 
 
 def category_accept_lengths(cells: list[dict[str, Any]]) -> dict[str, float]:
@@ -87,7 +95,9 @@ def from_results(doc: dict[str, Any]) -> MeasuredSweep:
     base_name = next((n for n, s in servers.items() if not (s.get("effective_args") or {}).get("speculative_algorithm")), None)
     if base_name is None:
         raise ValueError("the results have no non-speculative configuration to fit forward_ms to")
-    specs, seen, skipped = [], {}, []
+    specs: list[SpecSeries] = []
+    seen: dict[str, str] = {}  # algorithm -> the configuration it was fitted from
+    skipped: list[str] = []
     for name, server in servers.items():
         args = server.get("effective_args") or {}
         algo = args.get("speculative_algorithm")
@@ -183,7 +193,7 @@ def _skeleton(sweep: MeasuredSweep, name: str, description: str) -> EmulatorProf
         forward_ms=PiecewiseLinear((1.0,), (1.0,)), attention_ms_per_ktok=0.0, prefill_ms_per_ktok=0.0)
 
 
-def _simulate(profile: EmulatorProfile, sweep: MeasuredSweep, spec: SpecSeries | None, c: int):
+def _simulate(profile: EmulatorProfile, sweep: MeasuredSweep, spec: SpecSeries | None, c: int) -> SimulationResult:
     return simulate_closed_loop(profile, spec.request if spec else None, c, sweep.requests(c), sweep.input_len,
                                 sweep.output_len, max_running_requests=spec.cap if spec else None,
                                 same_prompt=sweep.same_prompt)
@@ -213,15 +223,22 @@ def _fit_draft(profile: EmulatorProfile, sweep: MeasuredSweep, series: SpecSerie
     """draft_ms at the running requests of each speculative point, accept_prob from the accept length."""
     if not series.accept_length:
         raise ValueError(f"{series.request.algorithm}: no accept length measured; it is needed to fit the drafter")
-    algo = series.request.algorithm
+    algo = series.algorithm
     placeholder = DraftProfile(PiecewiseLinear((1.0,), (0.0,)), (0.5,))
     settings = resolve_settings(replace(profile, drafts={**profile.drafts, algo: placeholder}), series.request, series.cap)
     spec, cap = settings.spec, settings.max_running_requests
+    if spec is None:  # resolve_settings gives a speculative server whenever an algorithm is named
+        raise ValueError(f"{algo}: resolved without speculation")
     accept = float(np.mean(list(series.accept_length.values())))
     prob = (uniform_accept_prob(accept, spec.num_steps),)
-    by_category = {c: (uniform_accept_prob(a, spec.num_steps),) for c, a in series.accept_length_by_category.items()}
+    by_category: dict[str, tuple[float, ...]] = {
+        c: (uniform_accept_prob(a, spec.num_steps),) for c, a in series.accept_length_by_category.items()}
     params = (spec.num_steps, spec.topk, spec.num_draft_tokens)
-    verify_ms = lambda b: profile.forward_ms(b * spec.num_draft_tokens)  # noqa: E731
+    verify_tokens = spec.num_draft_tokens
+
+    def verify_ms(b: int) -> float:
+        return profile.forward_ms(b * verify_tokens)
+
     draft: dict[int, float] = {}
     for c, tok in series.tok_s.items():
         b = min(c, cap)
@@ -269,9 +286,9 @@ def fit_errors(profile: EmulatorProfile, sweep: MeasuredSweep) -> list[FitPoint]
         for c in sorted(set(s.tok_s) | set(s.accept_length)):
             sim = _simulate(profile, sweep, s, c)
             if c in s.tok_s:
-                out.append(FitPoint(s.request.algorithm, "tok/s", c, s.tok_s[c], sim.output_throughput))
+                out.append(FitPoint(s.algorithm, "tok/s", c, s.tok_s[c], sim.output_throughput))
             if c in s.accept_length and sim.accept_length is not None:
-                out.append(FitPoint(s.request.algorithm, "accept length", c, s.accept_length[c], sim.accept_length))
+                out.append(FitPoint(s.algorithm, "accept length", c, s.accept_length[c], sim.accept_length))
     return out
 
 
@@ -324,7 +341,7 @@ def launch_flags(sweep: MeasuredSweep) -> list[str]:
 
 
 # -- command line ------------------------------------------------------------------------------
-def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+def add_parser(subparsers: SubParsers) -> argparse.ArgumentParser:
     """`specguard calibrate`: fit an emulator profile to a measured sweep."""
     p = subparsers.add_parser("calibrate", help="fit an emulator profile to measured tok/s and accept lengths")
     p.add_argument("measurements", type=Path,

@@ -11,6 +11,7 @@ from typing import Any
 
 from specguard.config import FAIL_RULES, Suite, Tolerances, load_suite
 from specguard.decide.baselines import atomic_write_json
+from specguard.research import SubParsers
 from specguard.research.study.client_noise import measure_noise
 from specguard.research.study.crossover_study import crossover_study
 from specguard.research.study.noise import NOISE_PRESETS, Noise, preset, rescalable
@@ -34,9 +35,9 @@ def _names(text: str) -> list[str]:
     return [x for x in text.split(",") if x]
 
 
-def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+def add_parser(subparsers: SubParsers) -> argparse.ArgumentParser:
     """`specguard study`: the gate's false-fail rate and power on simulated sessions."""
-    p: argparse.ArgumentParser = subparsers.add_parser(
+    p = subparsers.add_parser(
         "study", help="measure the gate's false-fail rate and power on the emulator's model")
     p.add_argument("--suite", type=Path, default=DEFAULT_SUITE)
     p.add_argument("--sessions", type=int, default=200, help="simulated sessions per scenario")

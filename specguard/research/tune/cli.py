@@ -10,15 +10,16 @@ from __future__ import annotations
 import argparse
 import shlex
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from specguard.config import ConfigError, ServerConfig, Suite, load_suite
+from specguard.config import ConfigError, ServerConfig, Suite, Tolerances, load_suite
 from specguard.decide.baselines import atomic_write_json
 from specguard.decide.gates import gate_confidence
-from specguard.decide.stats import FAIL, compare_sessions
+from specguard.decide.stats import FAIL, RatioEstimate, compare_sessions
+from specguard.research import SubParsers
 from specguard.research.tune import output
 from specguard.research.tune.grid import (
     ADAPTIVE,
@@ -34,15 +35,17 @@ from specguard.research.tune.grid import (
     build_grid,
     geometric_mean,
 )
-from specguard.research.tune.race import Ledger, RacePlan, RaceResult, choices, full_grid, race
+from specguard.research.tune.output import Band
+from specguard.research.tune.race import Ledger, Progress, RacePlan, RaceResult, Runner, choices, full_grid, race
 from specguard.research.tune.runners import ServerRunner, SimRunner
 from specguard.workload import WorkloadError, build_workload
 
 EXIT_OK, EXIT_FAIL, EXIT_NOT_MEASURED, EXIT_USAGE = 0, 1, 3, 4  # specguard/cli.py's codes
 SCHEMA, SCHEMA_VERSION = "specguard-tune", 1
+TuneRunner = ServerRunner | SimRunner  # a real launch per setting, or the emulator in virtual time
 
 
-def _ints(flag: str):
+def _ints(flag: str) -> Callable[[str], list[int]]:
     def parse(text: str) -> list[int]:
         try:
             values = [int(x) for x in text.split(",") if x.strip()]
@@ -54,7 +57,7 @@ def _ints(flag: str):
     return parse
 
 
-def add_parser(sub) -> None:
+def add_parser(sub: SubParsers) -> None:
     p = sub.add_parser("tune", help="race speculation settings per concurrency, emit SGLang's adaptive config, verify it")
     p.add_argument("--suite", required=True, help="suite file: its sweep, workload, tolerances and configurations")
     p.add_argument("--config", help="the speculative configuration to tune (default: the only speculative one)")
@@ -104,7 +107,7 @@ def _arg_value(args: Sequence[str], flag: str) -> str | None:
 
 
 def _runner(args: argparse.Namespace, suite: Suite, cfg: ServerConfig, ref: ServerConfig, cap: int | None,
-            out: Path, seed: int, quiet: bool = False):
+            out: Path, seed: int, quiet: bool = False) -> TuneRunner:
     paths = {"default": None, "tuned": str((out / output.ADAPTIVE_FILE).resolve())}
     progress = (lambda _: None) if quiet else (lambda msg: print(msg, file=sys.stderr, flush=True))
     if args.simulate:
@@ -165,6 +168,9 @@ def _job(args: argparse.Namespace) -> _Job:
     suite = load_suite(args.suite)
     cfg = _pick(suite, args.config)
     levels = sorted(suite.sweep.concurrency)
+    ref = suite.reference_of(cfg.name)
+    if ref is None:  # the suite loader already refuses a speculative configuration without one
+        raise TuneError(f"{cfg.name!r} has no reference configuration in {suite.path}")
     tie = _checked_tie_tolerance(args, suite)
     cap = args.max_running_requests or cfg.max_running_requests or (None if cfg.engine == "vllm" else max(levels))
     plan = RacePlan(warmup=suite.sweep.warmup, repeats=suite.sweep.repeats, first_repeats=args.first_repeats,
@@ -173,7 +179,7 @@ def _job(args: argparse.Namespace) -> _Job:
     grid = build_grid(cfg, args.steps, args.tree_topk)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    return _Job(args, suite, cfg, suite.servers[cfg.reference], levels, cap, plan, grid, out,
+    return _Job(args, suite, cfg, ref, levels, cap, plan, grid, out,
                 cfg.engine != "vllm" and algorithm_of(cfg) in ADAPTIVE_ALGORITHMS)
 
 
@@ -210,7 +216,7 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _record_choices(job: _Job, doc: dict[str, Any], result: RaceResult, choice: dict[int, Setting | None],
-                    launched: Setting | None, default_adaptive: Setting | None) -> list[Any]:
+                    launched: Setting | None, default_adaptive: Setting | None) -> list[Band]:
     """tune.json's table per level, the bands (any setting, adaptive-expressible ones), every
     cell measured and the totals; returns the bands."""
     ledger, levels, reference = result.ledger, job.levels, Setting(REFERENCE)
@@ -227,7 +233,7 @@ def _record_choices(job: _Job, doc: dict[str, Any], result: RaceResult, choice: 
     return bands
 
 
-def _write_outputs(job: _Job, doc: dict[str, Any], result: RaceResult, choice: dict[int, Setting | None], runner: Any,
+def _write_outputs(job: _Job, doc: dict[str, Any], result: RaceResult, choice: dict[int, Setting | None], runner: TuneRunner,
                    launched: Setting | None, default_adaptive: Setting | None) -> dict[str, str]:
     """The adaptive config (or why not), vLLM's bands, the plot; returns the files written."""
     cfg, ledger = job.cfg, result.ledger
@@ -273,7 +279,7 @@ def _document(job: _Job, result: RaceResult, search: tuple[int, int, float], lau
 
 
 def _emit_adaptive(out: Path, cfg: ServerConfig, cap: int | None, ledger: Ledger, adaptive_choice: dict[int, Setting | None],
-                   reference: Setting, plan: RacePlan, runner: Any, doc: dict[str, Any], files: dict[str, str]) -> None:
+                   reference: Setting, plan: RacePlan, runner: TuneRunner, doc: dict[str, Any], files: dict[str, str]) -> None:
     """SGLang's adaptive config, its launch flags and a gating suite snippet, written to ``out``
     and recorded in ``doc`` / ``files``."""
     table, notes = output.adaptive_table(adaptive_choice, runner.graph_sizes)
@@ -292,7 +298,7 @@ def _emit_adaptive(out: Path, cfg: ServerConfig, cap: int | None, ledger: Ledger
                               "default_for_comparison": output.DEFAULT_ADAPTIVE_NOTE}
 
 
-def _verify_step(runner: Any, job: _Job, choice: dict[int, Setting | None], doc: dict[str, Any]) -> int:
+def _verify_step(runner: Runner, job: _Job, choice: dict[int, Setting | None], doc: dict[str, Any]) -> int:
     """``--verify``: the verify session, recorded in ``doc``; exit 1 when a level failed."""
     if "table" not in doc.get("adaptive_config", {}):
         raise TuneError(f"--verify launches SGLang's adaptive mode, which {job.cfg.engine} {algorithm_of(job.cfg)} "
@@ -306,8 +312,10 @@ def _verify_step(runner: Any, job: _Job, choice: dict[int, Setting | None], doc:
     return EXIT_FAIL if doc["verify_summary"]["failed_levels"] else EXIT_OK
 
 
-def runner_progress(runner) -> Any:
-    return getattr(runner, "progress", None) or (lambda msg: print(msg, file=sys.stderr, flush=True))
+def runner_progress(runner: TuneRunner) -> Progress:
+    if isinstance(runner, ServerRunner):
+        return runner.progress
+    return lambda msg: print(msg, file=sys.stderr, flush=True)
 
 
 def _launched_setting(cfg: ServerConfig, grid: Sequence[Setting], cap: int | None) -> Setting | None:
@@ -317,27 +325,36 @@ def _launched_setting(cfg: ServerConfig, grid: Sequence[Setting], cap: int | Non
     return Setting(LAUNCHED, cfg.num_steps or 0, cfg.eagle_topk, cfg.num_draft_tokens or 0, chain=False)
 
 
-def _totals(ledger: Ledger, levels: Sequence[int], choice, adaptive_choice, grid, reference, launched,
-            default_adaptive) -> dict[str, Any]:
+def _totals(ledger: Ledger, levels: Sequence[int], choice: dict[int, Setting | None],
+            adaptive_choice: dict[int, Setting | None], grid: Sequence[Setting], reference: Setting,
+            launched: Setting | None, default_adaptive: Setting | None) -> dict[str, Any]:
     """Sum of tok/s over the levels (settings measured at every level only)."""
-    def total(pick) -> float | None:
-        vals = [ledger.mean(pick(c), c) if pick(c) is not None and ledger.tok_s(pick(c), c) else None for c in levels]
-        return None if any(v is None for v in vals) else round(sum(vals), 2)
+    def total(pick: Callable[[int], Setting | None]) -> float | None:
+        vals: list[float] = []
+        for c in levels:
+            s = pick(c)
+            if s is None or not ledger.tok_s(s, c):
+                return None
+            vals.append(ledger.mean(s, c))
+        return round(sum(vals), 2)
 
-    fixed = {s.name: total(lambda c, s=s: s) for s in [reference, *grid]}
+    def always(s: Setting) -> Callable[[int], Setting]:
+        return lambda c: s
+
+    fixed = {s.name: total(always(s)) for s in [reference, *grid]}
     complete = {k: v for k, v in fixed.items() if v is not None}
-    best_fixed = max(complete, key=complete.get) if complete else None
+    best_fixed = max(complete, key=lambda k: complete[k]) if complete else None
     out = {"envelope": total(lambda c: choice.get(c)), "adaptive_envelope": total(lambda c: adaptive_choice.get(c)),
            "no_speculation": fixed["reference"], "fixed_measured_everywhere": complete,
            "best_single_fixed": {"setting": best_fixed, "tok_s": complete.get(best_fixed)} if best_fixed else None}
     if launched is not None:
-        out["launched"] = total(lambda c: launched)
+        out["launched"] = total(always(launched))
     if default_adaptive is not None:
-        out["default_adaptive"] = total(lambda c: default_adaptive)
+        out["default_adaptive"] = total(always(default_adaptive))
     return out
 
 
-def verify(runner, levels: Sequence[int], plan: RacePlan, suite: Suite, choice: dict[int, Setting | None],
+def verify(runner: Runner, levels: Sequence[int], plan: RacePlan, suite: Suite, choice: dict[int, Setting | None],
            tuned: Setting, single: Setting | None = None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """One session: the tuned and the default adaptive config, the reference, and each level's best
     fixed setting, judged per level with the gates' statistics (two enforced tests per level).
@@ -348,7 +365,8 @@ def verify(runner, levels: Sequence[int], plan: RacePlan, suite: Suite, choice: 
     ledger = _verify_session(runner, levels, plan, choice, tuned, single)
     alpha_cell = tol.family_alpha / (2 * len(levels))
     conf = gate_confidence(alpha_cell)
-    rows, failed = [], []
+    rows: list[dict[str, Any]] = []
+    failed: list[int] = []
     for c in levels:
         row = _verify_level(ledger, c, choice.get(c) or Setting(REFERENCE), tuned, tol, plan, conf)
         if any(row["verdicts"][k].get("verdict") in (FAIL, "error") for k in ("vs_best_fixed", "vs_no_speculation")):
@@ -360,7 +378,7 @@ def verify(runner, levels: Sequence[int], plan: RacePlan, suite: Suite, choice: 
                   "wall_s": round(ledger.wall_s, 1), "failed_cells": {s.name: why for s, why in ledger.failed.items()}}
 
 
-def _verify_session(runner, levels: Sequence[int], plan: RacePlan, choice: dict[int, Setting | None], tuned: Setting,
+def _verify_session(runner: Runner, levels: Sequence[int], plan: RacePlan, choice: dict[int, Setting | None], tuned: Setting,
                     single: Setting | None) -> Ledger:
     """The verify session's launches: tuned, default adaptive, reference at every level; each
     chosen fixed setting where it was chosen; ``single`` wherever the search left it unmeasured."""
@@ -370,23 +388,24 @@ def _verify_session(runner, levels: Sequence[int], plan: RacePlan, choice: dict[
         ledger.measure(runner, s, levels, plan.warmup, plan.repeats)
     for s in dict.fromkeys(v for v in choice.values() if v is not None and v.kind == FIXED):
         ledger.measure(runner, s, [c for c in levels if choice.get(c) == s], plan.warmup, plan.repeats)
-    missing = [c for c in levels if single is not None and not ledger.tok_s(single, c)]
-    if missing:
-        ledger.measure(runner, single, missing, plan.warmup, plan.repeats)
+    if single is not None:
+        missing = [c for c in levels if not ledger.tok_s(single, c)]
+        if missing:
+            ledger.measure(runner, single, missing, plan.warmup, plan.repeats)
     return ledger
 
 
-def _winner(e: Any, rival: str) -> str:
+def _winner(e: RatioEstimate, rival: str) -> str:
     return "tuned" if e.low > 1 else rival if e.high < 1 else "tie (within noise)"
 
 
-def _verify_level(ledger: Ledger, c: int, best: Setting, tuned: Setting, tol: Any, plan: RacePlan,
+def _verify_level(ledger: Ledger, c: int, best: Setting, tuned: Setting, tol: Tolerances, plan: RacePlan,
                   conf: float) -> dict[str, Any]:
     """One level of the verify session: the tuned config against the best fixed setting (must
     not be worse beyond the tolerance), no speculation (must win) and the default adaptive config."""
     reference, default = Setting(REFERENCE), Setting(ADAPTIVE, adaptive_config="default")
 
-    def est(a, b, threshold, rule):
+    def est(a: Setting, b: Setting, threshold: float, rule: str) -> RatioEstimate | None:
         if not ledger.tok_s(a, c) or not ledger.tok_s(b, c):
             return None
         return compare_sessions(ledger.tok_s(a, c), ledger.tok_s(b, c), threshold=threshold, launch_sd=plan.launch_sd,
@@ -395,10 +414,11 @@ def _verify_level(ledger: Ledger, c: int, best: Setting, tuned: Setting, tol: An
     e_fixed = est(tuned, best, 1 - tol.throughput, tol.fail_rule)
     e_ref = est(tuned, reference, 1 + tol.speculation_min_gain, "beyond-tolerance")
     e_def = est(tuned, default, 1.0, "beyond-tolerance")
-    row = {"concurrency": c, "tuned_tok_s": _r(ledger, tuned, c), "default_adaptive_tok_s": _r(ledger, default, c),
-           "best_fixed_tok_s": _r(ledger, best, c), "best_fixed_setting": best.name,
-           "no_speculation_tok_s": _r(ledger, reference, c)}
-    verdicts = {}
+    row: dict[str, Any] = {
+        "concurrency": c, "tuned_tok_s": _r(ledger, tuned, c), "default_adaptive_tok_s": _r(ledger, default, c),
+        "best_fixed_tok_s": _r(ledger, best, c), "best_fixed_setting": best.name,
+        "no_speculation_tok_s": _r(ledger, reference, c)}
+    verdicts: dict[str, dict[str, Any]] = {}
     for key, e in (("vs_best_fixed", e_fixed), ("vs_no_speculation", e_ref), ("vs_default_adaptive", e_def)):
         if e is None:
             verdicts[key] = {"verdict": "error", "detail": "not measured"}
@@ -451,23 +471,37 @@ def _gain(a: float | None, b: float | None) -> float | None:
     return round(a / b - 1, 4) if a and b else None
 
 
-def _seed_check(args, suite, cfg, ref, cap, out, grid, levels, plan, adaptive_ok) -> int:
+def _chosen(choice: dict[int, Setting | None], c: int) -> Setting:
+    s = choice[c]
+    if s is None:
+        raise TuneError(f"no setting could be measured at C={c}")
+    return s
+
+
+def _seed_check(args: argparse.Namespace, suite: Suite, cfg: ServerConfig, ref: ServerConfig, cap: int | None, out: Path,
+                grid: list[Setting], levels: list[int], plan: RacePlan, adaptive_ok: bool) -> int:
     """Racing vs the full grid in virtual time, seed by seed: same choices? what share of the runs?"""
-    rows = []
+    rows: list[dict[str, Any]] = []
+    same_choices: list[bool] = []
+    run_fractions: list[float] = []
     for seed in range(args.seeds):
         r = race(_runner(args, suite, cfg, ref, cap, out, seed, True), Setting(REFERENCE), grid, levels, plan)
         f = full_grid(_runner(args, suite, cfg, ref, cap, out, seed, True), Setting(REFERENCE), grid, levels, plan)
-        rc, fc = choices(r, plan), choices(f, plan)
+        r_choice, f_choice = choices(r, plan), choices(f, plan)
+        rc = {c: _chosen(r_choice, c) for c in levels}
+        fc = {c: _chosen(f_choice, c) for c in levels}
         ra, fa = choices(r, plan, adaptive_only=True), choices(f, plan, adaptive_only=True)
         same = all(rc[c] == fc[c] for c in levels) and all(ra[c] == fa[c] for c in levels)
         rows.append({"seed": seed, "same_choices": same, "race_runs": r.ledger.runs, "full_runs": f.ledger.runs,
                      "race_launches": r.ledger.launches, "full_launches": f.ledger.launches,
                      "race": {c: rc[c].name for c in levels}, "full": {c: fc[c].name for c in levels}})
+        same_choices.append(same)
+        run_fractions.append(r.ledger.runs / f.ledger.runs)
         print(f"seed {seed}: {'same' if same else 'DIFFERENT'} choices; runs {r.ledger.runs}/{f.ledger.runs} "
               f"({r.ledger.runs / f.ledger.runs:.0%}); launches {r.ledger.launches}/{f.ledger.launches}; "
               + " ".join(f"C{c}={rc[c].name}" + ("" if rc[c] == fc[c] else f"(full: {fc[c].name})") for c in levels))
-    agree = sum(r["same_choices"] for r in rows)
-    frac = max(r["race_runs"] / r["full_runs"] for r in rows)
+    agree = sum(same_choices)
+    frac = max(run_fractions)
     doc = {"schema": "specguard-tune-seeds", "schema_version": 1, "suite": str(suite.path), "config": cfg.name,
            "mode": "simulated (virtual time)", "noise_pct": args.sim_noise_pct, "plan": asdict(plan),
            "seeds": rows, "same_choices": agree, "max_run_fraction": round(frac, 3)}
@@ -477,7 +511,7 @@ def _seed_check(args, suite, cfg, ref, cap, out, grid, levels, plan, adaptive_ok
     return EXIT_OK
 
 
-def render(doc: dict[str, Any], bands) -> str:
+def render(doc: dict[str, Any], bands: list[Band]) -> str:
     lines = [f"specguard tune: {doc['config']} ({doc['algorithm']}) vs {doc['reference']}, {doc['mode']}, "
              f"max_running_requests {doc['max_running_requests']}", output.render_table(doc["table"], bands)]
     cost = doc["cost"]

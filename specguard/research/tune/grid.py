@@ -14,6 +14,7 @@ import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TypedDict
 
 from specguard.config import ServerConfig
 from specguard.measure.metrics import acceptance_by_position
@@ -28,6 +29,16 @@ REFERENCE, FIXED, ADAPTIVE, LAUNCHED = "reference", "fixed", "adaptive", "launch
 
 class TuneError(ValueError):
     """A tuning request that cannot run; the message names the flag or suite key."""
+
+
+class SettingJson(TypedDict):
+    """A setting as tune.json records it."""
+
+    name: str
+    kind: str
+    num_steps: int
+    eagle_topk: int | None
+    num_draft_tokens: int
 
 
 @dataclass(frozen=True)
@@ -54,6 +65,13 @@ class Setting:
         return f"steps{self.num_steps}-topk{self.eagle_topk}-draft{self.num_draft_tokens}"
 
     @property
+    def adaptive_key(self) -> str:
+        """ADAPTIVE: the config it runs, "default" or "tuned" (a key of the runners' adaptive_paths)."""
+        if self.adaptive_config is None:
+            raise TuneError(f"setting {self.name}: an adaptive setting names its config (default or tuned)")
+        return self.adaptive_config
+
+    @property
     def weight(self) -> tuple[int, int]:
         """Lighter first: fewer tokens verified per request, then fewer draft passes."""
         return (self.num_draft_tokens, self.num_steps)
@@ -63,7 +81,7 @@ class Setting:
         """Can a slot of SGLang's adaptive table run it? (steps 0 = the reference; topk 1 chains)."""
         return self.kind == REFERENCE or (self.kind == FIXED and self.chain and self.eagle_topk == 1)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> SettingJson:
         return {"name": self.name, "kind": self.kind, "num_steps": self.num_steps, "eagle_topk": self.eagle_topk,
                 "num_draft_tokens": self.num_draft_tokens}
 
@@ -95,8 +113,8 @@ def build_grid(cfg: ServerConfig, steps: Sequence[int] = DEFAULT_STEPS,
         for k in sorted(set(tree_topk)):
             if k <= 1:
                 continue
-            own = cfg.eagle_topk == k and cfg.num_draft_tokens
-            draft = cfg.num_draft_tokens if own else min(tree_steps * k, 2 * (tree_steps + 1))
+            own = cfg.num_draft_tokens if cfg.eagle_topk == k else None  # the configuration's own tree
+            draft = own if own else min(tree_steps * k, 2 * (tree_steps + 1))
             grid.append(Setting(FIXED, tree_steps, k, draft, chain=False))
     return grid
 

@@ -96,8 +96,8 @@ def adaptive_table(choice: dict[int, Setting | None], graphs: Sequence[int] | No
 
 def launch_steps(table: dict[str, Any]) -> int:
     """--speculative-num-steps for the adaptive launch: the first slot's steps (must be a candidate)."""
-    first = table[min(table, key=int)]["candidate_steps"][0]
-    union = sorted({s for e in table.values() for s in e["candidate_steps"]})
+    first: int = table[min(table, key=int)]["candidate_steps"][0]
+    union: list[int] = sorted({s for e in table.values() for s in e["candidate_steps"]})
     return first if first > 0 else max(union)
 
 
@@ -174,7 +174,7 @@ def _est(e: RatioEstimate | None) -> dict[str, float] | None:
 def level_rows(ledger: Ledger, levels: Sequence[int], choice: dict[int, Setting | None],
                adaptive_choice: dict[int, Setting | None], reference: Setting, launched: Setting | None,
                default_adaptive: Setting | None, plan: RacePlan) -> list[dict[str, Any]]:
-    rows = []
+    rows: list[dict[str, Any]] = []  # tune.json's "table"
     for c in levels:
         s = choice.get(c)
         if s is None:
@@ -205,7 +205,7 @@ def level_rows(ledger: Ledger, levels: Sequence[int], choice: dict[int, Setting 
 
 
 def render_table(rows: list[dict[str, Any]], bands: list[Band]) -> str:
-    def g(x: dict | None) -> str:
+    def g(x: dict[str, float] | None) -> str:
         return "-" if x is None else f"{x['ratio'] - 1:+.0%} [{x['low'] - 1:+.0%},{x['high'] - 1:+.0%}]"
 
     out = [f"{'C':>5} {'best setting':<26} {'tok/s':>9} {'interval':>19} {'vs no spec':>20} {'vs launched':>20} "
@@ -233,7 +233,7 @@ def plot(path: Path, ledger: Ledger, settings: Sequence[Setting], levels: Sequen
         pts = [(c, ledger.mean(s, c)) for c in levels if ledger.tok_s(s, c)]
         if not pts:
             continue
-        style = {"linestyle": "--"} if s.kind in ("adaptive", "launched") else {}
+        style: dict[str, Any] = {"linestyle": "--"} if s.kind in ("adaptive", "launched") else {}
         ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", markersize=3, linewidth=1, alpha=0.8,
                 label=s.name, **style)
     env = [(c, ledger.mean(s, c)) for c, s in sorted(choice.items()) if s is not None]

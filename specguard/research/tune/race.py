@@ -226,7 +226,8 @@ class _Race:
     def _worth_measuring(self, s: Setting, lost: list[int]) -> tuple[list[int], dict[int, float | None]]:
         """The levels where ``s``'s prediction is within the skip margin of the best measured (or
         cannot be made), and its prediction per level (None: not predicted)."""
-        keep, preds = [], {c: None for c in lost}
+        keep: list[int] = []
+        preds: dict[int, float | None] = {c: None for c in lost}
         a = predicted_accept_length(self.at_least, s.num_steps) if s.chain else None
         for c in [c for c in self.levels if c not in lost]:
             measured = {m.num_steps: (self.ledger.mean(m, c), self.ledger.accept_length(m, c)) for m in self.chains

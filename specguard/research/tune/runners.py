@@ -4,17 +4,18 @@ checking the racing against the full grid over many seeds cheap."""
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import hashlib
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import SimpleNamespace
 
 import numpy as np
 
 from specguard.config import ServerConfig, SweepConfig
+from specguard.emulator.model import BatchScheduler, GenRequest, SchedulerConfig, Step
 from specguard.engines import get_engine
 from specguard.measure.sweep import measure_cell
 from specguard.research.tune.grid import ADAPTIVE, LAUNCHED, REFERENCE, Setting, server_config_for
@@ -31,6 +32,24 @@ def _key(seed: int, name: str, level: int, k: int) -> int:
 def adaptive_flags(path: str | None) -> list[str]:
     """SGLang's flags for adaptive mode; no path = its DEFAULT_ADAPTIVE_CONFIG."""
     return ["--speculative-adaptive"] + (["--speculative-adaptive-config", str(path)] if path else [])
+
+
+class _HistogramScheduler(BatchScheduler):
+    """The emulator's scheduler, also summing its finished requests' spec_correct_drafts_histogram."""
+
+    def __init__(self, config: SchedulerConfig) -> None:
+        super().__init__(config)
+        self.histogram: list[int] = []
+
+    def complete(self, step: Step, now_ms: float) -> list[GenRequest]:
+        finished = super().complete(step, now_ms)
+        hist = self.histogram
+        for r in finished:
+            h = r.correct_hist
+            hist.extend([0] * (len(h) - len(hist)))
+            for j, n in enumerate(h):
+                hist[j] += n
+        return finished
 
 
 @dataclass
@@ -52,7 +71,7 @@ class ServerRunner:
     def config_for(self, setting: Setting) -> ServerConfig:
         if setting.kind == REFERENCE:
             return self.reference_cfg
-        extra = adaptive_flags(self.adaptive_paths[setting.adaptive_config]) if setting.kind == ADAPTIVE else []
+        extra = adaptive_flags(self.adaptive_paths[setting.adaptive_key]) if setting.kind == ADAPTIVE else []
         return server_config_for(self.spec_cfg, setting, cap=self.cap, extra_args=extra)
 
     def measure(self, setting: Setting, levels: Sequence[int], warmup: int, repeats: int) -> dict[int, CellRuns]:
@@ -106,7 +125,7 @@ class SimRunner:
     # the configuration as the suite launches it: (num_steps, eagle_topk, num_draft_tokens) and its cap
     launched_params: tuple[int | None, int | None, int | None] = (None, None, None)
     launched_cap: int | None = None
-    _runs: dict = field(default_factory=dict)  # measured runs so far per (setting, level)
+    _runs: dict[tuple[Setting, int], int] = field(default_factory=dict)  # measured runs so far per (setting, level)
 
     def _drift(self, setting: Setting) -> float:
         """This seed's speed offset of a setting's server (mean-one lognormal, sd drift_pct)."""
@@ -116,7 +135,7 @@ class SimRunner:
 
     def measure(self, setting: Setting, levels: Sequence[int], warmup: int, repeats: int) -> dict[int, CellRuns]:
         from specguard.emulator.launch_server import decode_cuda_graph_bs
-        from specguard.emulator.model import BatchScheduler, SchedulerConfig, run_closed_loop
+        from specguard.emulator.model import run_closed_loop
         from specguard.emulator.profile import load_profile
         from specguard.emulator.spec import SpecRequest, resolve_settings
 
@@ -127,7 +146,7 @@ class SimRunner:
         elif setting.kind == ADAPTIVE:
             steps = setting.num_steps or None
             spec = SpecRequest(self.algorithm, steps, 1 if steps else None, steps + 1 if steps else None, adaptive=True,
-                               adaptive_config=self.adaptive_paths[setting.adaptive_config])
+                               adaptive_config=self.adaptive_paths[setting.adaptive_key])
             cap = self.cap
         elif setting.kind == LAUNCHED:
             spec, cap = SpecRequest(self.algorithm, *self.launched_params), self.launched_cap
@@ -135,7 +154,7 @@ class SimRunner:
             spec = SpecRequest(self.algorithm, setting.num_steps, setting.eagle_topk, setting.num_draft_tokens)
             cap = self.cap
         settings = resolve_settings(profile, spec, cap)
-        graph_args = SimpleNamespace(disable_cuda_graph=False, disable_decode_cuda_graph=False, cuda_graph_bs_decode=None,
+        graph_args = argparse.Namespace(disable_cuda_graph=False, disable_decode_cuda_graph=False, cuda_graph_bs_decode=None,
                                      cuda_graph_max_bs_decode=None, disable_cuda_graph_padding=False)
         graphs = decode_cuda_graph_bs(graph_args, settings.rank_cap, settings.spec is not None)
         if settings.spec is not None:
@@ -153,20 +172,7 @@ class SimRunner:
                 config = SchedulerConfig(profile, settings, seed=run_seed, step_scale=self._drift(setting),
                                          speed_factor=self.speed_factor, jitter_pct=self.jitter_pct, drift_pct=0.0,
                                          cuda_graph_bs=graphs)
-                scheduler = BatchScheduler(config)
-                hist: list[int] = []
-                complete = scheduler.complete
-
-                def counting_complete(step, now_ms, complete=complete, hist=hist):  # spec_correct_drafts_histogram
-                    finished = complete(step, now_ms)
-                    for r in finished:
-                        h = r.correct_hist
-                        hist.extend([0] * (len(h) - len(hist)))
-                        for j, n in enumerate(h):
-                            hist[j] += n
-                    return finished
-
-                scheduler.complete = counting_complete  # type: ignore[method-assign]
+                scheduler = _HistogramScheduler(config)
                 n_requests = max(c, self.requests_per_worker * c, self.min_requests_per_run)
                 r = run_closed_loop(scheduler, c, n_requests, self.input_len, self.output_len,
                                     self.same_prompt)
@@ -175,6 +181,7 @@ class SimRunner:
                 cell.tok_s.append(r.output_throughput)
                 if r.accept_length is not None:
                     cell.accept_lengths.append(r.accept_length)
+                hist = scheduler.histogram
                 cell.histogram += [0] * (len(hist) - len(cell.histogram))
                 for j, n in enumerate(hist):
                     cell.histogram[j] += n
