@@ -7,26 +7,26 @@ import os
 import sys
 from dataclasses import asdict
 from pathlib import Path
+from typing import TypeAlias
 
 from specguard import starter
-from specguard.report import compare
-from specguard.report import recommend
-from specguard.report import results
-from specguard.research import calibrate
-from specguard.research import study
-from specguard.research.tune import cli as tune_cli
-from specguard.decide.baselines import atomic_write_json
 from specguard.config import ConfigError, ServerConfig, SweepConfig
-from specguard.report.results import ResultsError
-from specguard.session import api_key_from
+from specguard.decide.baselines import atomic_write_json
 from specguard.engines import get_engine
-from specguard.report.publish import write_report_dir
-from specguard.server import ServerStartError, attach, launch, stop
-from specguard.slo import SLOError, parse_slo
-from specguard.measure.sweep import measure_cell
 from specguard.labels import ExitCode
+from specguard.measure.sweep import measure_cell
+from specguard.report import compare, recommend, results
+from specguard.report.publish import write_report_dir
+from specguard.report.results import ResultsError
+from specguard.research import calibrate, study
+from specguard.research.tune import cli as tune_cli
+from specguard.server import ServerStartError, attach, launch, stop
+from specguard.session import api_key_from
+from specguard.slo import SLOError, parse_slo
 from specguard.workload import WORKLOAD_KINDS, WorkloadError, WorkloadSpec, build_workload
 
+# What add_subparsers() returns: each command adds its parser to it
+Subcommands: TypeAlias = "argparse._SubParsersAction[_Parser]"
 
 
 class _Parser(argparse.ArgumentParser):
@@ -65,7 +65,7 @@ def _slo(text: str) -> dict[str, float]:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
-def _bench_parser(sub) -> None:
+def _bench_parser(sub: Subcommands) -> None:
     p = sub.add_parser("bench", help="closed-loop concurrency sweep against a server (or an emulator it starts)")
     where = p.add_mutually_exclusive_group(required=True)
     where.add_argument("--url", help="a running server that speaks SGLang's API")
@@ -78,7 +78,8 @@ def _bench_parser(sub) -> None:
     p.add_argument("--output-len", type=int, default=128)
     p.add_argument("--api", choices=("native", "openai", "chat"), default="native")
     p.add_argument("--workload", choices=WORKLOAD_KINDS, default="random-ids")
-    p.add_argument("--workload-file", help="JSONL prompts for --workload jsonl; a ShareGPT-format JSON file for --workload sharegpt")
+    p.add_argument("--workload-file",
+                   help="JSONL prompts for --workload jsonl; a ShareGPT-format JSON file for --workload sharegpt")
     p.add_argument("--request-rate", type=_rates, default=None, metavar="R[,R...]",
                    help="open loop: seeded Poisson arrivals at each rate (req/s) instead of --concurrency levels")
     p.add_argument("--burstiness", type=float, default=1.0, help="gamma shape of the arrival gaps (1 = Poisson, < 1 burstier)")
@@ -132,7 +133,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
         levels = [(None, c) for c in args.concurrency] if args.request_rate is None else \
             [(rate, args.max_concurrency) for rate in args.request_rate]
         for rate, c in levels:
-            s = sweep if args.requests is None else SweepConfig(**{**asdict(sweep), "requests_per_worker": max(1, args.requests // c)})
+            s = sweep if args.requests is None else SweepConfig(**{**asdict(sweep),
+                                                                   "requests_per_worker": max(1, args.requests // c)})
             n = None if rate is None else (args.requests or max(16, round(rate * 8)))  # open loop: ~8 s of arrivals
             cell = measure_cell(handle, workload, s, c, api=args.api, request_rate=rate, burstiness=args.burstiness,
                                 num_requests=n, slo_ms=args.slo)
@@ -162,7 +164,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return ExitCode.NOT_MEASURED if any(r["error"] for r in rows) else ExitCode.OK
 
 
-def _emulate_parser(sub) -> None:
+def _emulate_parser(sub: Subcommands) -> None:
     # No options of its own: every flag (and --help) goes to the emulator's launch_server parser,
     # so `specguard emulate --help` lists SGLang's flags and the --emulator-* ones.
     sub.add_parser("emulate", add_help=False, prefix_chars="\0",
@@ -170,7 +172,8 @@ def _emulate_parser(sub) -> None:
 
 
 def cmd_emulate(rest: list[str]) -> int:
-    from specguard.emulator.launch_server import build_arg_parser, main as emulator_main
+    from specguard.emulator.launch_server import build_arg_parser
+    from specguard.emulator.launch_server import main as emulator_main
 
     argv: list[str] = []
     it = iter(rest)
@@ -192,7 +195,7 @@ def cmd_emulate(rest: list[str]) -> int:
     return emulator_main(argv)
 
 
-def _results_parsers(sub) -> None:
+def _results_parsers(sub: Subcommands) -> None:
     p = sub.add_parser("compare", help="B over A per cell, with the gates' statistics (A, B: --results-json files)")
     p.add_argument("a", help="results file of the accepted state (before)")
     p.add_argument("b", help="results file to judge (after)")
@@ -207,7 +210,7 @@ def _results_parsers(sub) -> None:
     p.add_argument("--report-dir", required=True)
 
 
-def _init_parser(sub) -> None:
+def _init_parser(sub: Subcommands) -> None:
     p = sub.add_parser("init", help="start a repository's gate: DIR/suite.toml, DIR/test_speculation.py and a CI workflow")
     p.add_argument("directory", nargs="?", default="perf_tests", help="where the suite and tests go (default perf_tests)")
     p.add_argument("--server-url", help="describe this running SGLang server (its /server_info) instead of the emulator")
@@ -297,7 +300,8 @@ def main(argv: list[str] | None = None) -> int:
         if debug:
             raise
         print(f"specguard: {exc}", file=sys.stderr)
-        return ExitCode.USAGE if isinstance(exc, (FileNotFoundError, PermissionError, IsADirectoryError)) else ExitCode.NOT_MEASURED
+        user_error = isinstance(exc, (FileNotFoundError, PermissionError, IsADirectoryError))
+        return ExitCode.USAGE if user_error else ExitCode.NOT_MEASURED
     except Exception as exc:  # an internal error: not a verdict
         if debug:
             raise

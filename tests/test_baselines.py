@@ -427,3 +427,60 @@ def test_a_store_that_cannot_be_written_is_one_line_naming_the_path_and_the_fix(
     out = commit_baseline_stages([stage], BaselineStore(d), keep=5)
     assert out.failed and out.write_failed and not out.written
     assert out.reason.startswith(f"nothing written: cannot write baselines under {d}") and d.read_text().startswith("a file")
+
+
+# -- the parts of an all-or-nothing refresh --------------------------------------------------------
+def test_stage_problems_put_the_interrupt_first_and_name_each_uncovered_cell_once():
+    from specguard.decide.baselines import BaselineStage, stage_problems
+
+    planned = [("eagle3", 4), ("eagle3", 16), ("baseline", 4)]
+    gw0 = BaselineStage(complete=False, problems=["eagle3 c16 failed: 3 failed requests"], writes=[],
+                        planned=planned, covered=[("eagle3", 4)])
+    gw1 = BaselineStage(complete=True, problems=[], writes=[], planned=planned, covered=[])
+    # eagle3 c16 is named by gw0's problem already; baseline c4 was measured by nobody
+    assert stage_problems([gw0, gw1], interrupted=True) == [
+        "the run was interrupted", "eagle3 c16 failed: 3 failed requests", "baseline c4 not measured"]
+    again = BaselineStage(complete=False, problems=["the run was interrupted"], writes=[])
+    assert stage_problems([again], interrupted=True) == ["the run was interrupted"]
+    assert stage_problems([BaselineStage(complete=True, problems=[], writes=[], planned=planned, covered=planned)],
+                          interrupted=False) == []
+
+
+def test_a_refresh_with_problems_writes_nothing_and_shows_three_of_them(tmp_path):
+    from specguard.decide.baselines import BaselineStage, StagedWrite, commit_baseline_stages
+
+    write = StagedWrite("eagle3", Fingerprint({"a": 1}), {4: session("s1", [100.0, 101.0])})
+    stage = BaselineStage(complete=False, problems=["p1", "p2", "p3", "p4", "p5"], writes=[write], notes=["n1", "n1"])
+    out = commit_baseline_stages([stage], BaselineStore(tmp_path), keep=5)
+    assert out.reason == "nothing written (all or nothing): p1; p2; p3; and 2 more"
+    assert out.lines == [out.reason, "n1"] and not out.written and not out.write_failed
+    assert not (tmp_path / "eagle3.json").exists()
+
+
+def test_written_line_names_the_replaced_file_only_when_there_was_one(tmp_path):
+    from specguard.decide.baselines import StagedWrite, written_line
+
+    write = StagedWrite("eagle3", Fingerprint({}), {4: session("a", [1.0]), "r8": session("b", [1.0])})
+    path = tmp_path / "eagle3.json"
+    assert written_line(write, path, None) == f"eagle3: wrote 2 cell(s) to {path}"
+    assert written_line(write, path, "not valid JSON") == (
+        f"eagle3: wrote 2 cell(s) to {path} (replaced an unusable file: not valid JSON)")
+
+
+@pytest.mark.parametrize("field,value,message", [
+    ("output_throughput", 0, "output_throughput must be a positive number, got 0"),
+    ("output_throughput", None, "output_throughput must be a positive number, got None"),
+    ("accept_length", -1.0, "accept_length must be a positive number or null, got -1.0"),
+    ("step_time_ms", "7", "step_time_ms must be a positive number or null, got '7'"),
+    ("categories", {"code": 2.0}, "categories must map a category name to an object"),
+])
+def test_a_stored_run_names_the_first_figure_the_gates_could_not_use(field, value, message):
+    from dataclasses import asdict
+
+    from specguard.decide.baselines import run_sample_from_json
+
+    good = asdict(session("s", [100.0]).runs[0])
+    assert run_sample_from_json({**good, "step_time_ms": 12.5}).step_time_ms == 12.5
+    with pytest.raises(ValueError) as err:
+        run_sample_from_json({**good, field: value})
+    assert str(err.value) == message

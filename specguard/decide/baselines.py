@@ -19,10 +19,12 @@ import os
 import signal
 import tempfile
 import threading
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from types import FrameType
+from typing import Any
 
 from specguard.measure.metrics import RunMetrics, RunSeries
 
@@ -44,7 +46,7 @@ class Fingerprint:
     def key(self) -> str:
         return hashlib.sha256(json.dumps(self.fields, sort_keys=True).encode()).hexdigest()[:16]
 
-    def differences(self, other: "Fingerprint") -> list[str]:
+    def differences(self, other: Fingerprint) -> list[str]:
         """One "field: stored X, now Y" per differing field (`other` is the stored one); long
         values are cut so a message stays readable."""
         keys = sorted(set(self.fields) | set(other.fields))
@@ -87,7 +89,7 @@ class RunSample:
     step_time_ms: float | None = None  # the engine's time per decode step of a request (None: recorded before it was)
 
     @classmethod
-    def from_metrics(cls, m: RunMetrics, run_index: int, launch_id: str) -> "RunSample":
+    def from_metrics(cls, m: RunMetrics, run_index: int, launch_id: str) -> RunSample:
         cats = {name: {"accept_length": c.accept_length, "output_throughput": c.output_throughput,
                        "output_tokens": c.output_tokens, "total_verify_ct": c.total_verify_ct}
                 for name, c in sorted(m.categories.items())}
@@ -156,9 +158,9 @@ class BaselineStore:
         except UnicodeDecodeError:
             raise BaselineError(f"baseline file {path} is not UTF-8 text (corrupted?)") from None
         except json.JSONDecodeError as exc:
-            raise BaselineError(f"baseline file {path} is not valid JSON (truncated or corrupted?): {exc.msg} at line {exc.lineno}") from None
-        validate_document(doc, path, config)
-        return doc
+            raise BaselineError(f"baseline file {path} is not valid JSON (truncated or corrupted?): {exc.msg} "
+                                f"at line {exc.lineno}") from None
+        return validate_document(doc, path, config)
 
     def history(self, config: str, fingerprint: Fingerprint, level: int | str) -> CellHistory | None:
         """Stored sessions of this cell with this exact fingerprint, or None."""
@@ -182,7 +184,7 @@ class BaselineStore:
         return [Fingerprint(e["fingerprint"]) for e in entries]
 
     # -- writing ------------------------------------------------------------------------------
-    def record_sessions(self, config: str, fingerprint: Fingerprint, cells: dict[int, StoredSession], keep: int,
+    def record_sessions(self, config: str, fingerprint: Fingerprint, cells: dict[int | str, StoredSession], keep: int,
                         replace_damaged: bool = False) -> Path:
         """Append one session per cell (keeping the newest `keep`), atomically, under a lock."""
         return self.record_many([StagedWrite(config, fingerprint, cells)], keep=keep, replace_damaged=replace_damaged)[0][0]
@@ -265,22 +267,22 @@ def _signals_deferred() -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    pending: list[tuple[int, Any]] = []
-    old = {}
+    pending: list[tuple[int, FrameType | None]] = []
+    old: dict[int, Callable[[int, FrameType | None], Any] | int | signal.Handlers | None] = {}  # getsignal's answers
     for sig in (signal.SIGINT, signal.SIGTERM):
         old[sig] = signal.getsignal(sig)
-        signal.signal(sig, lambda s, frame: pending.append((s, frame)))
+        signal.signal(sig, lambda signum, frame: pending.append((signum, frame)))
     try:
         yield
     finally:
-        for sig, handler in old.items():
-            signal.signal(sig, handler)
-        for sig, frame in pending[:1]:
-            handler = old[sig]
+        for signum, handler in old.items():
+            signal.signal(signum, handler)
+        for signum, frame in pending[:1]:
+            handler = old[signum]
             if callable(handler):
-                handler(sig, frame)
+                handler(signum, frame)
             elif handler == signal.SIG_DFL:
-                signal.raise_signal(sig)
+                signal.raise_signal(signum)
 
 
 def commit_json(docs: dict[Path, Any]) -> None:
@@ -306,53 +308,66 @@ def atomic_write_json(path: Path, doc: Any) -> None:
     commit_json({path: doc})
 
 
-def validate_document(doc: Any, path: Path, config: str) -> None:
-    """Shape checks with errors that say what is wrong and where."""
+def validate_document(doc: object, path: Path, config: str) -> dict[str, Any]:
+    """The document itself after shape checks, with errors that say what is wrong and where."""
     if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
         raise BaselineError(f"baseline file {path} is not a specguard baseline (no \"schema\": \"{SCHEMA}\")")
     version = doc.get("schema_version")
     if not isinstance(version, int):
         raise BaselineError(f"baseline file {path}: schema_version is missing or not an integer")
     if version > SCHEMA_VERSION:
-        raise BaselineError(f"baseline file {path} has schema_version {version}, newer than this specguard understands ({SCHEMA_VERSION}); upgrade specguard")
+        raise BaselineError(f"baseline file {path} has schema_version {version}, newer than this specguard understands "
+                            f"({SCHEMA_VERSION}); upgrade specguard")
     if doc.get("configuration") != config:
         raise BaselineError(f"baseline file {path} belongs to configuration {doc.get('configuration')!r}, not {config!r}")
     entries = doc.get("entries")
     if not isinstance(entries, dict):
         raise BaselineError(f"baseline file {path}: \"entries\" must be an object")
     for key, entry in entries.items():
-        where = f"baseline file {path}: entries.{key}"
-        if not isinstance(entry, dict) or not isinstance(entry.get("fingerprint"), dict) or not isinstance(entry.get("cells"), dict):
-            raise BaselineError(f"{where} needs \"fingerprint\" and \"cells\" objects")
-        for cname, cell in entry["cells"].items():
-            sessions = cell.get("sessions") if isinstance(cell, dict) else None
-            if not isinstance(sessions, list):
-                raise BaselineError(f"{where}.cells.{cname}.sessions must be a list")
-            for i, s in enumerate(sessions):
-                try:
-                    stored_session_from_json(s)
-                except (TypeError, KeyError, ValueError) as exc:
-                    raise BaselineError(f"{where}.cells.{cname}.sessions[{i}] is malformed: {exc}") from None
+        _validate_entry(entry, f"baseline file {path}: entries.{key}")
+    return doc
+
+
+def _validate_entry(entry: object, where: str) -> None:
+    """One fingerprint's entry: its fingerprint, and every stored session of every cell."""
+    if not isinstance(entry, dict) or not isinstance(entry.get("fingerprint"), dict) or not isinstance(entry.get("cells"), dict):
+        raise BaselineError(f"{where} needs \"fingerprint\" and \"cells\" objects")
+    for cname, cell in entry["cells"].items():
+        sessions = cell.get("sessions") if isinstance(cell, dict) else None
+        if not isinstance(sessions, list):
+            raise BaselineError(f"{where}.cells.{cname}.sessions must be a list")
+        for i, s in enumerate(sessions):
+            try:
+                stored_session_from_json(s)
+            except (TypeError, KeyError, ValueError) as exc:
+                raise BaselineError(f"{where}.cells.{cname}.sessions[{i}] is malformed: {exc}") from None
 
 
 def stored_session_from_json(s: Any) -> StoredSession:
     if not isinstance(s, dict):
         raise TypeError("a session must be an object")
-    runs = []
-    for r in s["runs"]:
-        sample = RunSample(**r)
-        if not isinstance(sample.output_throughput, (int, float)) or sample.output_throughput <= 0:
-            raise ValueError(f"output_throughput must be a positive number, got {sample.output_throughput!r}")
-        if sample.accept_length is not None and (not isinstance(sample.accept_length, (int, float)) or sample.accept_length <= 0):
-            raise ValueError(f"accept_length must be a positive number or null, got {sample.accept_length!r}")
-        if sample.step_time_ms is not None and (not isinstance(sample.step_time_ms, (int, float)) or sample.step_time_ms <= 0):
-            raise ValueError(f"step_time_ms must be a positive number or null, got {sample.step_time_ms!r}")
-        if not isinstance(sample.categories, dict) or not all(isinstance(v, dict) for v in sample.categories.values()):
-            raise ValueError("categories must map a category name to an object")
-        runs.append(sample)
+    runs = [run_sample_from_json(r) for r in s["runs"]]
     if not runs:
         raise ValueError("a session needs at least one run")
-    return StoredSession(session_id=str(s["session_id"]), date=str(s["date"]), provenance=dict(s.get("provenance") or {}), runs=runs)
+    return StoredSession(session_id=str(s["session_id"]), date=str(s["date"]), provenance=dict(s.get("provenance") or {}),
+                         runs=runs)
+
+
+def run_sample_from_json(r: Any) -> RunSample:
+    """One stored run; ValueError names the first figure the gates could not use."""
+    sample = RunSample(**r)
+    if _not_positive(sample.output_throughput):
+        raise ValueError(f"output_throughput must be a positive number, got {sample.output_throughput!r}")
+    for name, value in (("accept_length", sample.accept_length), ("step_time_ms", sample.step_time_ms)):
+        if value is not None and _not_positive(value):
+            raise ValueError(f"{name} must be a positive number or null, got {value!r}")
+    if not isinstance(sample.categories, dict) or not all(isinstance(v, dict) for v in sample.categories.values()):
+        raise ValueError("categories must map a category name to an object")
+    return sample
+
+
+def _not_positive(value: object) -> bool:
+    return not isinstance(value, (int, float)) or value <= 0
 
 
 # -- a session's writes, staged and committed all or nothing --------------------------------------
@@ -419,31 +434,42 @@ def write_failure(exc: BaseException, directory: Path) -> str:
 def commit_baseline_stages(stages: list[BaselineStage], store: BaselineStore, keep: int,
                            interrupted: bool = False) -> BaselineOutcome:
     """Write every stage's sessions together, or none of them (e.g. from pytest-xdist workers)."""
-    problems = [p for s in stages for p in s.problems]
-    if interrupted and "the run was interrupted" not in problems:
-        problems.insert(0, "the run was interrupted")
+    problems = stage_problems(stages, interrupted)
     notes = list(dict.fromkeys(n for s in stages for n in s.notes))
     writes = [w for s in stages for w in s.writes]
-    covered = {k for s in stages for k in s.covered}
-    missing = [k for k in dict.fromkeys(k for s in stages for k in s.planned) if k not in covered]
-    problems += [f"{n} c{c} not measured" for n, c in missing if not any(f"{n} c{c} " in p for p in problems)]
     if problems:
         shown = "; ".join(problems[:3]) + (f"; and {len(problems) - 3} more" if len(problems) > 3 else "")
-        reason = f"nothing written (all or nothing): {shown}"
-        return BaselineOutcome(requested=True, written=False, reason=reason, lines=[reason, *notes])
+        return _nothing_written(f"nothing written (all or nothing): {shown}", notes)
     if not writes:
-        reason = "nothing written: no cell was measured"
-        return BaselineOutcome(requested=True, written=False, reason=reason, lines=[reason, *notes])
+        return _nothing_written("nothing written: no cell was measured", notes)
     try:
         results = store.record_many(writes, keep=keep, replace_damaged=True)
     except (OSError, ValueError, BaselineError) as exc:
         why = write_failure(exc, store.directory) if isinstance(exc, OSError) else f"{type(exc).__name__}: {exc}"
-        reason = f"nothing written: {why}"
-        return BaselineOutcome(requested=True, written=False, reason=reason, lines=[reason, *notes], write_failed=True)
-    lines = []
-    for w, (path, replaced) in zip(writes, results):
-        line = f"{w.config}: wrote {len(w.cells)} cell(s) to {path}"
-        if replaced:
-            line += f" (replaced an unusable file: {replaced})"
-        lines.append(line)
+        return _nothing_written(f"nothing written: {why}", notes, write_failed=True)
+    lines = [written_line(w, path, replaced) for w, (path, replaced) in zip(writes, results)]
     return BaselineOutcome(requested=True, written=True, paths=[str(p) for p, _ in results], lines=[*lines, *notes])
+
+
+def stage_problems(stages: list[BaselineStage], interrupted: bool) -> list[str]:
+    """Why the stages together are not a complete refresh: each stage's problems, the interrupt
+    first, then every planned cell no stage covered (unless a problem already names it)."""
+    problems = [p for s in stages for p in s.problems]
+    if interrupted and "the run was interrupted" not in problems:
+        problems.insert(0, "the run was interrupted")
+    covered = {k for s in stages for k in s.covered}
+    missing = [k for k in dict.fromkeys(k for s in stages for k in s.planned) if k not in covered]
+    problems += [f"{n} c{c} not measured" for n, c in missing if not any(f"{n} c{c} " in p for p in problems)]
+    return problems
+
+
+def _nothing_written(reason: str, notes: list[str], write_failed: bool = False) -> BaselineOutcome:
+    return BaselineOutcome(requested=True, written=False, reason=reason, lines=[reason, *notes], write_failed=write_failed)
+
+
+def written_line(write: StagedWrite, path: Path, replaced: str | None) -> str:
+    """The summary line of one configuration's write, and the unusable file it replaced, if any."""
+    line = f"{write.config}: wrote {len(write.cells)} cell(s) to {path}"
+    if replaced:
+        line += f" (replaced an unusable file: {replaced})"
+    return line

@@ -15,12 +15,14 @@ from specguard.plugin import state
 from specguard.plugin.collection import Cell, gate_of
 from specguard.plugin.session import get_session
 from specguard.report.results import cell_summary
+from specguard.report.schema import SummaryFigure
 from specguard.report.terminal import fmt_num
 from specguard.session import ConfigUnavailable, GateSession
 
 FAILURE_KIND = "specguard_failure"  # user property: why a test failed (regression / not-measured)
-_FIGURES = (("output_throughput", "tok_s"), ("accept_length", "accept_length"), ("median_ttft_ms", "ttft_p50_ms"),
-            ("p99_ttft_ms", "ttft_p99_ms"), ("median_itl_ms", "itl_p50_ms"), ("p99_itl_ms", "itl_p99_ms"))
+_FIGURES: tuple[tuple[SummaryFigure, str], ...] = (
+    ("output_throughput", "tok_s"), ("accept_length", "accept_length"), ("median_ttft_ms", "ttft_p50_ms"),
+    ("p99_ttft_ms", "ttft_p99_ms"), ("median_itl_ms", "itl_p50_ms"), ("p99_itl_ms", "itl_p99_ms"))
 
 
 class CellTest:

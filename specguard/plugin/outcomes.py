@@ -25,7 +25,8 @@ from specguard.plugin.fixtures import FAILURE_KIND
 from specguard.plugin.hints import record_command
 from specguard.plugin.scheduling import WORKER_OUTPUT_KEY, WORKER_STAGE_KEY, claim_dir, commit_worker_stages, is_worker
 from specguard.report.publish import write_report_dir
-from specguard.report.results import FailedTestDoc, ResultsDoc, family_holm, merge_documents, write_results
+from specguard.report.results import family_holm, merge_documents, write_results
+from specguard.report.schema import FailedTestDoc, ResultsDoc, TestDoc
 from specguard.report.terminal import render_summary
 from specguard.session.results import build_results
 
@@ -61,11 +62,12 @@ class TestLog:
 
     def __init__(self, debug: bool) -> None:
         self.debug = debug
-        self.tests: dict[str, dict[str, Any]] = {}
+        self.tests: dict[str, TestDoc] = {}
 
     @property
     def failed(self) -> list[FailedTestDoc]:
-        return [{"nodeid": t["nodeid"], "kind": t["kind"], "message": t["message"]}
+        # _entry gives every failed test its kind; a missing one reads as _entry's default
+        return [{"nodeid": t["nodeid"], "kind": t["kind"] or STATUS_NOT_MEASURED, "message": t["message"]}
                 for t in self.tests.values() if t["outcome"] == "failed"]
 
     @pytest.hookimpl(wrapper=True)
@@ -100,7 +102,7 @@ class TestLog:
             self.tests[report.nodeid] = self._entry(report, props)
 
     @staticmethod
-    def _entry(report: pytest.TestReport, props: dict[str, Any]) -> dict[str, Any]:
+    def _entry(report: pytest.TestReport, props: dict[str, Any]) -> TestDoc:
         outcome = "failed" if report.failed else "skipped" if report.skipped else "passed"
         if report.skipped and isinstance(report.longrepr, tuple):
             message = str(report.longrepr[2])
@@ -118,7 +120,7 @@ class TestLog:
                 "message": first[:300]}
 
 
-def _emit_holm_test(config: pytest.Config, holm: dict[str, Any]) -> None:
+def _emit_holm_test(config: pytest.Config, holm: dict[str, str]) -> None:
     """Report Holm's family-wise decision as the session-level test specguard::family_holm."""
     from _pytest.reports import TestReport  # pytest has no public constructor for a report
 
@@ -162,7 +164,7 @@ def _interrupted(session: pytest.Session, exitstatus: int) -> bool:
     return exitstatus == ExitCode.INTERRUPTED or bool(session.shouldstop) or bool(session.shouldfail)
 
 
-def _counts(tests: Iterable[dict[str, Any]]) -> dict[str, int]:
+def _counts(tests: Iterable[TestDoc]) -> dict[str, int]:
     out = {"passed": 0, "failed": 0, "skipped": 0}
     for t in tests:
         out[t["outcome"]] += 1

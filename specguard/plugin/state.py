@@ -8,7 +8,7 @@ import pytest
 
 from specguard.config import Suite
 from specguard.plugin.live import LiveLine
-from specguard.report.results import ResultsDoc
+from specguard.report.schema import ResultsDoc
 from specguard.session import GateSession
 
 SESSION = pytest.StashKey[GateSession]()

@@ -12,9 +12,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from specguard.decide.gates import gate_confidence
-from specguard.report.terminal import fmt
-from specguard.report.results import ResultsError, config_order, effective, sorted_cells
 from specguard.decide.stats import FAIL, RatioEstimate, compare_sessions
+from specguard.report.results import ResultsError, config_order, effective, sorted_cells
+from specguard.report.schema import ResultsDoc
+from specguard.report.terminal import fmt
 
 COMPARABLE_WORKLOAD = ("kind", "input_len", "output_len", "seed", "repeated_id", "vocab_size", "path")
 COMPARABLE_SWEEP = ("api", "requests_per_worker")
@@ -43,7 +44,7 @@ class Comparison:
         return any(c.verdict == FAIL for c in self.cells)
 
 
-def _check_comparable(a: dict[str, Any], b: dict[str, Any]) -> None:
+def _check_comparable(a: ResultsDoc, b: ResultsDoc) -> None:
     diffs = [f"workload.{k}: {a['workload'].get(k)!r} vs {b['workload'].get(k)!r}"
              for k in COMPARABLE_WORKLOAD if a["workload"].get(k) != b["workload"].get(k)]
     diffs += [f"sweep.{k}: {a['sweep'].get(k)!r} vs {b['sweep'].get(k)!r}"
@@ -53,7 +54,7 @@ def _check_comparable(a: dict[str, Any], b: dict[str, Any]) -> None:
                            + "; ".join(diffs))
 
 
-def _samples(doc: dict[str, Any], key: str) -> dict[tuple[str, int], list[float]]:
+def _samples(doc: ResultsDoc, key: str) -> dict[tuple[str, int], list[float]]:
     out = {}
     for cell in sorted_cells(doc):
         vals = [r[key] for r in cell["runs"] if r.get(key) is not None and r[key] > 0]
@@ -66,14 +67,13 @@ SERVER_KEYS = ("engine_version", "model_path", "speculative_algorithm", "num_ste
                "num_draft_tokens", "max_running_requests", "tp_size")
 
 
-def _server_differences(a: dict[str, Any], b: dict[str, Any], names: set[str]) -> list[str]:
+def _server_differences(a: ResultsDoc, b: ResultsDoc, names: set[str]) -> list[str]:
     """Every effective argument that differs between the two servers of a configuration: the
     core ones first, then the resolved arguments that change performance (attention backend,
     KV cache dtype, attention DP, CUDA-graph sizes, adaptive speculation, ...) by name."""
     notes = []
     for name in sorted(names):
-        eff_a = (a["servers"].get(name) or {}).get("effective_args") or {}
-        eff_b = (b["servers"].get(name) or {}).get("effective_args") or {}
+        eff_a, eff_b = _effective_args(a, name), _effective_args(b, name)
         extra = sorted((set(eff_a) | set(eff_b)) - set(SERVER_KEYS))
         for key in (*SERVER_KEYS, *extra):
             va = effective(a, name, key) if key in SERVER_KEYS else eff_a.get(key)
@@ -83,11 +83,37 @@ def _server_differences(a: dict[str, Any], b: dict[str, Any], names: set[str]) -
     return notes
 
 
-def compare(a: dict[str, Any], b: dict[str, Any]) -> Comparison:
+def _effective_args(doc: ResultsDoc, name: str) -> dict[str, Any]:
+    """What a configuration's server reported running ({} when it never came up or is not in `doc`)."""
+    server = doc["servers"].get(name)
+    return (server.get("effective_args") if server else None) or {}
+
+
+def compare(a: ResultsDoc, b: ResultsDoc) -> Comparison:
     """Every cell measured error-free in both documents; ResultsError when nothing is comparable."""
     _check_comparable(a, b)
     tol = b["tolerances"]
-    pairs = []
+    pairs = _pairs(a, b)
+    confidence = gate_confidence(tol["family_alpha"] / len(pairs))
+    out = []
+    for metric, (config, c), xa, xb in pairs:
+        _, tol_key, sd_key = METRICS[metric]
+        est = compare_sessions(xb, xa, threshold=1 - tol[tol_key], launch_sd=tol[sd_key], confidence=confidence,
+                               rule=tol.get("fail_rule", "beyond-tolerance"))
+        out.append(CellComparison(config, c, metric, sum(xa) / len(xa), sum(xb) / len(xb), est, est.outcome()))
+    notes = _unpaired_notes(a, b, out) + _server_differences(a, b, {x.config for x in out})
+    notes.append(f"per-cell confidence {confidence:.4f} (family alpha {tol['family_alpha']} over {len(out)} "
+                 f"comparisons); tolerances from B: throughput {tol['throughput']:.0%}, accept length {tol['accept_length']:.0%}")
+    return Comparison(out, notes)
+
+
+Pair = tuple[str, tuple[str, int], list[float], list[float]]  # metric, (config, level), A's runs, B's runs
+
+
+def _pairs(a: ResultsDoc, b: ResultsDoc) -> list[Pair]:
+    """Each metric of each cell with enough runs in both documents, in B's suite order (throughput
+    first); ResultsError when there is none."""
+    pairs: list[Pair] = []
     for metric, (key, _, _) in METRICS.items():
         sa, sb = _samples(a, key), _samples(b, key)
         pairs += [(metric, cell, sa[cell], sb[cell]) for cell in sb if cell in sa]
@@ -98,24 +124,20 @@ def compare(a: dict[str, Any], b: dict[str, Any]) -> Comparison:
                            f"B has {_names(cells_b)}")
     order = {name: i for i, name in enumerate(config_order(b))}
     pairs.sort(key=lambda p: (order.get(p[1][0], len(order)), p[1][1], p[0] != "throughput"))
-    confidence = gate_confidence(tol["family_alpha"] / len(pairs))
-    out = []
-    for metric, (config, c), xa, xb in pairs:
-        _, tol_key, sd_key = METRICS[metric]
-        est = compare_sessions(xb, xa, threshold=1 - tol[tol_key], launch_sd=tol[sd_key], confidence=confidence,
-                               rule=tol.get("fail_rule", "beyond-tolerance"))
-        out.append(CellComparison(config, c, metric, sum(xa) / len(xa), sum(xb) / len(xb), est, est.outcome()))
-    only_a = {(c["config"], c["concurrency"]) for c in a["cells"]} - {(x.config, x.concurrency) for x in out}
-    only_b = {(c["config"], c["concurrency"]) for c in b["cells"]} - {(x.config, x.concurrency) for x in out}
+    return pairs
+
+
+def _unpaired_notes(a: ResultsDoc, b: ResultsDoc, compared: list[CellComparison]) -> list[str]:
+    """The cells of either document that were not compared (missing, failed or too few runs in the other)."""
+    done = {(x.config, x.concurrency) for x in compared}
+    only_a = {(c["config"], c["concurrency"]) for c in a["cells"]} - done
+    only_b = {(c["config"], c["concurrency"]) for c in b["cells"]} - done
     notes = []
     if only_a:
         notes.append(f"not compared (missing or failed in B): {_names(sorted(only_a))}")
     if only_b:
         notes.append(f"not compared (missing or failed in A): {_names(sorted(only_b))}")
-    notes += _server_differences(a, b, {x.config for x in out})
-    notes.append(f"per-cell confidence {confidence:.4f} (family alpha {tol['family_alpha']} over {len(out)} "
-                 f"comparisons); tolerances from B: throughput {tol['throughput']:.0%}, accept length {tol['accept_length']:.0%}")
-    return Comparison(out, notes)
+    return notes
 
 
 def _names(cells: list[tuple[str, int]]) -> str:
@@ -132,7 +154,8 @@ def render_text(cmp: Comparison, a_label: str, b_label: str) -> str:
         verdict = x.verdict.upper() if x.verdict == FAIL else x.verdict
         if x.verdict != FAIL and e.low > 1:
             verdict += " (faster)" if x.metric == "throughput" else " (higher)"
-        lines.append(f"{x.config:<12} {x.concurrency:>4} {x.metric:<13} {fmt(x.a, spec):>9} {fmt(x.b, spec):>9} {ci:>26}  {verdict}")
+        lines.append(f"{x.config:<12} {x.concurrency:>4} {x.metric:<13} {fmt(x.a, spec):>9} {fmt(x.b, spec):>9} {ci:>26}  "
+                     f"{verdict}")
     lines += [f"note: {n}" for n in cmp.notes]
     failed = sum(1 for x in cmp.cells if x.verdict == FAIL)
     lines.append(f"compare: {failed} of {len(cmp.cells)} cell comparisons regressed" if failed

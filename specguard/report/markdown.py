@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-from specguard.report.terminal import COLUMNS, first_run_line, notes, outcome_line, summary_rows
 from specguard.labels import STATUS_NOT_MEASURED, STATUS_OK, STATUS_REGRESSION
+from specguard.report.schema import ResultsDoc
+from specguard.report.terminal import COLUMNS, first_run_line, notes, outcome_line, summary_rows
 
 STATUS_TEXT = {STATUS_OK: "no regression", STATUS_REGRESSION: "regression found", STATUS_NOT_MEASURED: "could not measure"}
 STATUS_EMOJI = {STATUS_OK: "✅", STATUS_REGRESSION: "❌", STATUS_NOT_MEASURED: "⚠️"}
@@ -15,7 +14,7 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
-def headline(doc: dict[str, Any], code: str = "`", emoji: bool = True) -> str:
+def headline(doc: ResultsDoc, code: str = "`", emoji: bool = True) -> str:
     """Status, exit code and where the numbers come from; `code` quotes names (markdown backticks).
     `emoji=False` for pages that may lack an emoji font (headless Chromium draws a box)."""
     o = doc["outcome"]
@@ -27,7 +26,7 @@ def headline(doc: dict[str, Any], code: str = "`", emoji: bool = True) -> str:
             f"GPU {env.get('gpu') or 'none'}, session {code}{doc['session_id']}{code}")
 
 
-def render_markdown(doc: dict[str, Any], html_name: str | None = "report.html") -> str:
+def render_markdown(doc: ResultsDoc, html_name: str | None = "report.html") -> str:
     """Headline, the summary table, notes, and the failed tests folded away."""
     lines = [f"### {headline(doc)}", ""]
     rows = summary_rows(doc)
@@ -45,8 +44,9 @@ def render_markdown(doc: dict[str, Any], html_name: str | None = "report.html") 
         lines += [f"- `{f['nodeid'].split('::')[-1]}` ({f['kind']}): {_cell(f['message'])}" for f in failed]
         lines += ["", "</details>", ""]
     lines.append(f"`{outcome_line(doc)}`")
-    if first_run_line(doc):
-        lines += ["", f"`{first_run_line(doc)}`"]
+    first_run = first_run_line(doc)
+    if first_run:
+        lines += ["", f"`{first_run}`"]
     if html_name:
         lines += ["", f"Plots and every decision: `{html_name}` in the uploaded report."]
     return "\n".join(lines) + "\n"

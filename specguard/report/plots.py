@@ -9,10 +9,15 @@ figure. Sized to stay readable when GitHub shrinks them in a PR.
 from __future__ import annotations
 
 import io
-from typing import Any
+from typing import TYPE_CHECKING
 
 from specguard.report.recommend import CONCURRENCY, REQUEST_RATE, crossing, level_kind, level_label, ratio_curve
 from specguard.report.results import config_order, configs_by_name, median, sorted_cells, throughputs
+from specguard.report.schema import LatencyKey, ResultsDoc
+
+if TYPE_CHECKING:  # matplotlib is the optional `plots` extra: imported where a figure is drawn
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
 
 FIG_SIZE = (7.2, 4.2)
 DPI = 110
@@ -28,7 +33,7 @@ def available() -> bool:
     return True
 
 
-def _figure(ncols: int = 1):
+def _figure(ncols: int = 1) -> tuple[Figure, list[Axes]]:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -38,23 +43,23 @@ def _figure(ncols: int = 1):
     return fig, list(axes)
 
 
-def _png(fig) -> bytes:
+def _png(fig: Figure) -> bytes:
     buf = io.BytesIO()
     fig.savefig(buf, format="png")
     return buf.getvalue()
 
 
-def _colors(doc: dict[str, Any]) -> dict[str, str]:
+def _colors(doc: ResultsDoc) -> dict[str, str]:
     palette = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf"]
     return {name: palette[i % len(palette)] for i, name in enumerate(config_order(doc))}
 
 
-def x_label(doc: dict[str, Any]) -> str:
+def x_label(doc: ResultsDoc) -> str:
     """The level axis' label: a rate sweep's levels are req/s, not clients."""
     return X_LABELS[level_kind(doc)]
 
 
-def _concurrency_axis(ax, levels: list[int], label: str = X_LABELS[CONCURRENCY]) -> None:
+def _concurrency_axis(ax: Axes, levels: list[int], label: str = X_LABELS[CONCURRENCY]) -> None:
     from matplotlib.ticker import NullLocator
 
     ax.set_xscale("log", base=2)
@@ -66,7 +71,7 @@ def _concurrency_axis(ax, levels: list[int], label: str = X_LABELS[CONCURRENCY])
         ax.set_xlim(levels[0] / 1.3, levels[-1] * 1.3)
 
 
-def _plain_log_y(ax, values: list[float]) -> None:
+def _plain_log_y(ax: Axes, values: list[float | None]) -> None:
     """Log scale with plain numbers at 1-2-3-5 steps when the data span most of a decade or more."""
     from matplotlib.ticker import FuncFormatter, LogLocator
 
@@ -82,23 +87,28 @@ def _plain_log_y(ax, values: list[float]) -> None:
     ax.grid(True, which="minor", axis="y", alpha=0.12)
 
 
-def _series(doc: dict[str, Any], name: str, key: str) -> tuple[list[int], list[float], list[float], list[float]]:
-    """Concurrency, median, min and max of a per-run metric for error-free cells."""
-    cs, med, lo, hi = [], [], [], []
+def _series(doc: ResultsDoc, name: str, key: str) -> tuple[list[int], list[float], list[float], list[float]]:
+    """Concurrency, median, min and max of a per-run metric for error-free cells; a level without a
+    finite figure is left out."""
+    cs: list[int] = []
+    med: list[float] = []
+    lo: list[float] = []
+    hi: list[float] = []
     for cell in sorted_cells(doc):
         if cell["config"] != name or cell["error"] or not cell["runs"]:
             continue
-        vals = [r.get(key) for r in cell["runs"] if r.get(key) is not None]
-        if not vals:
+        vals: list[float] = [r[key] for r in cell["runs"] if r.get(key) is not None]
+        mid = median(vals)
+        if mid is None:
             continue
         cs.append(cell["concurrency"])
-        med.append(median(vals))
+        med.append(mid)
         lo.append(min(vals))
         hi.append(max(vals))
     return cs, med, lo, hi
 
 
-def _plot_runs(ax: Any, doc: dict[str, Any], name: str, key: str, color: Any) -> list[int]:
+def _plot_runs(ax: Axes, doc: ResultsDoc, name: str, key: str, color: str) -> list[int]:
     """One configuration's per-run metric as median with min-max whiskers; the levels drawn
     (none: the configuration has no error-free cell with that metric)."""
     cs, med, lo, hi = _series(doc, name, key)
@@ -108,11 +118,11 @@ def _plot_runs(ax: Any, doc: dict[str, Any], name: str, key: str, color: Any) ->
     return cs
 
 
-def _levels(doc: dict[str, Any]) -> list[int]:
+def _levels(doc: ResultsDoc) -> list[int]:
     return sorted({c["concurrency"] for c in doc["cells"]})
 
 
-def throughput_png(doc: dict[str, Any]) -> bytes | None:
+def throughput_png(doc: ResultsDoc) -> bytes | None:
     """tok/s per configuration (median, min-max whiskers) with the stored baseline's tolerance band."""
     colors, tol = _colors(doc), doc["tolerances"]["throughput"]
     fig, (ax,) = _figure()
@@ -145,7 +155,7 @@ def _interval_text(low: float | None, high: float | None, last_level: int) -> st
     return f"[{lo}, {hi}]"
 
 
-def ratio_png(doc: dict[str, Any]) -> bytes | None:
+def ratio_png(doc: ResultsDoc) -> bytes | None:
     """Speculative / reference tok/s per concurrency with its CI and 1.0; each crossover is a
     dotted line at its estimate and, along the bottom, a bar over its interval."""
     from matplotlib.transforms import blended_transform_factory
@@ -192,7 +202,7 @@ def ratio_png(doc: dict[str, Any]) -> bytes | None:
     return _png(fig)
 
 
-def accept_png(doc: dict[str, Any]) -> bytes | None:
+def accept_png(doc: ResultsDoc) -> bytes | None:
     """Accept length (tokens per verify step) per speculative configuration."""
     colors = _colors(doc)
     fig, (ax,) = _figure()
@@ -210,28 +220,19 @@ def accept_png(doc: dict[str, Any]) -> bytes | None:
     return _png(fig)
 
 
-def latency_png(doc: dict[str, Any]) -> bytes | None:
+# The latency figure's panels: title, and the summary's p50 and p99 figures it draws
+LATENCY_PANELS: tuple[tuple[str, LatencyKey, LatencyKey], ...] = (
+    ("Time to first token", "median_ttft_ms", "p99_ttft_ms"), ("Inter-token latency", "median_itl_ms", "p99_itl_ms"))
+
+
+def latency_png(doc: ResultsDoc) -> bytes | None:
     """TTFT and per-token ITL, p50 (solid) and p99 (dashed), per configuration."""
     from matplotlib.lines import Line2D
 
     colors = _colors(doc)
     fig, axes = _figure(ncols=2)
-    drawn = False
-    for ax, metric, title in ((axes[0], "ttft_ms", "Time to first token"), (axes[1], "itl_ms", "Inter-token latency")):
-        for name in config_order(doc):
-            for stat, ls in (("median", "-"), ("p99", "--")):
-                cs = [c["concurrency"] for c in sorted_cells(doc) if c["config"] == name and not c["error"] and c["runs"]]
-                vals = [c["summary"][f"{stat}_{metric}"] for c in sorted_cells(doc)
-                        if c["config"] == name and not c["error"] and c["runs"]]
-                pts = [(c, v) for c, v in zip(cs, vals) if v]
-                if pts:
-                    drawn = True
-                    ax.plot(*zip(*pts), color=colors[name], ls=ls, marker="o", ms=4, lw=1.8)
-        _concurrency_axis(ax, _levels(doc), x_label(doc))
-        _plain_log_y(ax, [c["summary"][f"{s}_{metric}"] for c in doc["cells"] for s in ("median", "p99")])
-        ax.set_ylabel("ms")
-        ax.set_title(f"{title} (solid p50, dashed p99)", fontsize=10)
-    if not drawn:
+    drawn = [_latency_panel(ax, doc, colors, *panel) for ax, panel in zip(axes, LATENCY_PANELS)]
+    if not any(drawn):
         return None
     handles = [Line2D([], [], color=colors[n], lw=2) for n in config_order(doc)]
     handles += [Line2D([], [], color="gray", ls="-"), Line2D([], [], color="gray", ls="--")]
@@ -239,7 +240,31 @@ def latency_png(doc: dict[str, Any]) -> bytes | None:
     return _png(fig)
 
 
-def acceptance_position_png(doc: dict[str, Any]) -> bytes | None:
+def _latency_panel(ax: Axes, doc: ResultsDoc, colors: dict[str, str], title: str, p50: LatencyKey, p99: LatencyKey) -> bool:
+    """One latency panel: each configuration's p50 (solid) and p99 (dashed) by level; whether it
+    drew any line."""
+    drawn = False
+    for name in config_order(doc):
+        for key, ls in ((p50, "-"), (p99, "--")):
+            points = latency_points(doc, name, key)
+            if points:
+                drawn = True
+                ax.plot(*zip(*points), color=colors[name], ls=ls, marker="o", ms=4, lw=1.8)
+    _concurrency_axis(ax, _levels(doc), x_label(doc))
+    _plain_log_y(ax, [c["summary"][key] for c in doc["cells"] for key in (p50, p99)])
+    ax.set_ylabel("ms")
+    ax.set_title(f"{title} (solid p50, dashed p99)", fontsize=10)
+    return drawn
+
+
+def latency_points(doc: ResultsDoc, name: str, key: LatencyKey) -> list[tuple[int, float]]:
+    """(level, latency) of a configuration's error-free cells with runs, in level order; a level
+    whose figure is missing (or 0) is left out."""
+    cells = [c for c in sorted_cells(doc) if c["config"] == name and not c["error"] and c["runs"]]
+    return [(c["concurrency"], v) for c in cells if (v := c["summary"][key])]
+
+
+def acceptance_position_png(doc: ResultsDoc) -> bytes | None:
     """Share of verify steps that accepted at least k drafts, by draft position k, per speculative
     configuration and concurrency (runs' correct_drafts_histogram pooled per cell): the steps
     beyond which another drafted token rarely pays."""
@@ -276,7 +301,7 @@ FIGURES = {"throughput": throughput_png, "speculation_ratio": ratio_png, "accept
            "latency": latency_png, "acceptance_by_position": acceptance_position_png}
 
 
-def render_all(doc: dict[str, Any]) -> dict[str, bytes]:
+def render_all(doc: ResultsDoc) -> dict[str, bytes]:
     """Every figure the document has data for, by name; empty without matplotlib."""
     if not available():
         return {}

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Callable
+from collections.abc import Callable
 
 
 def predict(per_run_s: dict[int, float], concurrency: int) -> float | None:

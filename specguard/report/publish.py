@@ -5,16 +5,16 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
 
 from specguard.report import plots
 from specguard.report.html_page import render_html
 from specguard.report.markdown import render_markdown
+from specguard.report.schema import ResultsDoc
 
 NO_PLOTS = "Plots need matplotlib: pip install 'specguard[plots]'. The tables and decisions are complete without them."
 
 
-def write_report_dir(doc: dict[str, Any], directory: Path) -> list[Path]:
+def write_report_dir(doc: ResultsDoc, directory: Path) -> list[Path]:
     """Write the report files; returns their paths."""
     directory.mkdir(parents=True, exist_ok=True)
     images = plots.render_all(doc)

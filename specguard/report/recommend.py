@@ -21,7 +21,8 @@ from typing import Any
 
 from specguard.decide.crossover import CrossoverEstimate, estimate_crossover
 from specguard.decide.stats import RatioEstimate, compare_sessions
-from specguard.report.results import ConfigDoc, ResultsDoc, configs_by_name, effective, throughputs
+from specguard.report.results import configs_by_name, effective, throughputs
+from specguard.report.schema import ConfigDoc, ResultsDoc
 
 SCHEMA = "specguard-recommendation"
 SCHEMA_VERSION = 1

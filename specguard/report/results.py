@@ -13,13 +13,25 @@ import math
 import statistics
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import TYPE_CHECKING, Any, cast
 
 from specguard import __version__
 from specguard.decide.baselines import atomic_write_json
+from specguard.decide.crossover import CrossoverEstimate
 from specguard.decide.gates import GateResult, holm_failures
 from specguard.decide.stats import RatioEstimate
 from specguard.labels import GateLabel
+
+# The document's types are in schema.py; these stay importable from here, where the document is
+# defined (docs/design.md) and session/results.py imports them.
+from specguard.report.schema import CellDoc as CellDoc
+from specguard.report.schema import ConfigDoc as ConfigDoc
+from specguard.report.schema import CrossoverDoc, DecisionDoc, EstimateDoc, LatencyKey, SummaryDoc
+from specguard.report.schema import ResultsDoc as ResultsDoc
+from specguard.report.schema import ServerDoc as ServerDoc
+
+if TYPE_CHECKING:  # recommend imports this module
+    from specguard.report.recommend import LevelRatio
 
 SCHEMA = "specguard-results"
 SCHEMA_VERSION = 2
@@ -27,90 +39,8 @@ REQUIRED_KEYS = ("schema", "schema_version", "created", "specguard_version", "se
                  "options", "sweep", "workload", "tolerances", "configs", "servers", "cells", "decisions",
                  "holm_failures", "crossovers", "baseline_updates", "outcome")
 CELL_KEYS = ("config", "concurrency", "error", "warnings", "wall_s", "summary", "runs", "warmup_runs")
-SUMMARY_LATENCIES = ("median_ttft_ms", "p99_ttft_ms", "median_itl_ms", "p99_itl_ms", "median_e2e_latency_ms")
 CONFIG_FIELDS = ("engine", "model_path", "draft_model_path", "speculative_algorithm", "num_steps", "eagle_topk",
                  "num_draft_tokens", "max_running_requests", "reference", "speculation_must_win_up_to")
-
-
-# The document's parts, as typed dictionaries: what it holds is checked where it is built
-# (session/results.py) and where it is read (the renderers, compare, recommend). docs/results.md.
-class ConfigDoc(TypedDict, total=False):
-    name: str
-    engine: str
-    model_path: str
-    draft_model_path: str | None
-    speculative_algorithm: str | None
-    num_steps: int | None
-    eagle_topk: int | None
-    num_draft_tokens: int | None
-    max_running_requests: int | None
-    reference: str | None
-    speculation_must_win_up_to: int | None
-    args: list[str]
-
-
-class ServerDoc(TypedDict):
-    engine: str
-    command: list[str]
-    attached: bool
-    effective_args: dict[str, Any] | None
-    checks: list[dict[str, Any]]
-    failure: str | None
-    failure_skipped: bool
-    mode: str
-    differences: list[dict[str, Any]]
-
-
-class CellDoc(TypedDict):
-    config: str
-    concurrency: int  # the level: clients, or requests/s in a request-rate sweep
-    error: str | None
-    warnings: list[str]
-    wall_s: float
-    summary: dict[str, Any]
-    runs: list[dict[str, Any]]  # measure.metrics.RunMetrics, as stored
-    warmup_runs: list[dict[str, Any]]
-
-
-class FailedTestDoc(TypedDict):
-    nodeid: str
-    kind: str
-    message: str
-
-
-class OutcomeDoc(TypedDict, total=False):
-    status: str
-    exit_status: int
-    failed_tests: list[FailedTestDoc]
-    counts: dict[str, int]
-
-
-class ResultsDoc(TypedDict, total=False):
-    schema: str
-    schema_version: int
-    created: str
-    specguard_version: str
-    session_id: str
-    suite: str
-    environment: dict[str, str]
-    options: dict[str, Any]
-    sweep: dict[str, Any]
-    workload: dict[str, Any]
-    tolerances: dict[str, Any]
-    configs: list[ConfigDoc]
-    servers: dict[str, ServerDoc]
-    cells: list[CellDoc]
-    decisions: list[dict[str, Any]]  # decision_dict(GateResult) + detectable_drop
-    holm_failures: list[dict[str, Any]]
-    crossovers: dict[str, dict[str, Any]]
-    baseline_updates: list[str]
-    outcome: OutcomeDoc
-    merged_from: int
-    reference_roles: list[dict[str, Any]]
-    relaunches: dict[str, list[str]]
-    tests: list[dict[str, Any]]  # plugin.outcomes.TestLog entries
-    run_notes: list[str]
-    hints: dict[str, str]
 
 
 class ResultsError(ValueError):
@@ -123,32 +53,56 @@ def median(values: list[Any]) -> float | None:
     return statistics.median(xs) if xs else None
 
 
-def cell_summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
+def cell_summary(runs: list[dict[str, Any]]) -> SummaryDoc:
     """Per-cell medians over the measured runs: what tables and plots show."""
-    out: dict[str, Any] = {
+    tok_s = [r["output_throughput"] for r in runs]
+    out: SummaryDoc = {
         "runs": len(runs),
-        "output_throughput": median([r["output_throughput"] for r in runs]),
-        "output_throughput_min": min((r["output_throughput"] for r in runs), default=None),
-        "output_throughput_max": max((r["output_throughput"] for r in runs), default=None),
+        "output_throughput": median(tok_s),
+        "output_throughput_min": min(tok_s, default=None),
+        "output_throughput_max": max(tok_s, default=None),
         "accept_length": median([r.get("accept_length") for r in runs]),
         "failed_requests": sum(r.get("failed", 0) for r in runs),
+        "median_ttft_ms": _latency_median(runs, "median_ttft_ms"),
+        "p99_ttft_ms": _latency_median(runs, "p99_ttft_ms"),
+        "median_itl_ms": _latency_median(runs, "median_itl_ms"),
+        "p99_itl_ms": _latency_median(runs, "p99_itl_ms"),
+        "median_e2e_latency_ms": _latency_median(runs, "median_e2e_latency_ms"),
     }
-    for key in SUMMARY_LATENCIES:
-        out[key] = median([r.get("latency_ms", {}).get(key) for r in runs])
     if any(r.get("request_goodput") is not None for r in runs):  # [sweep] slo / --slo (bench_serving's key)
         out["request_goodput"] = median([r.get("request_goodput") for r in runs])
         out["slo_attainment"] = median([r.get("slo_attainment") for r in runs])
-    models = sorted({r["load_model"] for r in runs if r.get("load_model")})
-    if models:
-        out["load_model"] = models[0] if len(models) == 1 else "; ".join(models)
-    names = sorted({n for r in runs for n in (r.get("categories") or {})})
-    if names:  # per prompt category: medians over the runs (the per-category accept-length gates' figures)
-        out["categories"] = {n: {k: median([((r.get("categories") or {}).get(n) or {}).get(k) for r in runs])
-                                 for k in ("accept_length", "output_throughput", "throughput_share")} for n in names}
+    load_model = combined_load_model(runs)
+    if load_model:
+        out["load_model"] = load_model
+    categories = category_medians(runs)
+    if categories:
+        out["categories"] = categories
     return out
 
 
-def detectable_drop(estimate: dict[str, Any] | None, rule: str = "significant") -> float | None:
+def _latency_median(runs: list[dict[str, Any]], key: LatencyKey) -> float | None:
+    return median([r.get("latency_ms", {}).get(key) for r in runs])
+
+
+def combined_load_model(runs: list[dict[str, Any]]) -> str:
+    """How the runs loaded the server: their one load model, or every distinct one joined by "; "
+    ("" when no run says)."""
+    return "; ".join(sorted({r["load_model"] for r in runs if r.get("load_model")}))
+
+
+CATEGORY_FIGURES = ("accept_length", "output_throughput", "throughput_share")
+
+
+def category_medians(runs: list[dict[str, Any]]) -> dict[str, dict[str, float | None]]:
+    """Per prompt category, the medians over the runs of CATEGORY_FIGURES (the per-category
+    accept-length gates' figures); a run without the category counts as not measured there."""
+    names = sorted({n for r in runs for n in (r.get("categories") or {})})
+    per_run = [r.get("categories") or {} for r in runs]
+    return {n: {k: median([(cats.get(n) or {}).get(k) for cats in per_run]) for k in CATEGORY_FIGURES} for n in names}
+
+
+def detectable_drop(estimate: EstimateDoc | None, rule: str = "significant") -> float | None:
     """The smallest drop this cell could have failed for, from its interval's half-width h on the
     log scale: a drop d is significant once (1 - d) e^h < 1 (rule "significant", and it must also
     be beyond the tolerance), or < 1 - tolerance ("beyond-tolerance")."""
@@ -161,28 +115,32 @@ def detectable_drop(estimate: dict[str, Any] | None, rule: str = "significant") 
     return max(1 - math.exp(-h), 1 - threshold)
 
 
-def decision_dict(r: GateResult) -> dict[str, Any]:
+def decision_dict(r: GateResult) -> DecisionDoc:
+    """A verdict as the document stores it. asdict keeps every field of GateResult and of its
+    RatioEstimate, so a field added there is stored without an edit here (tests/test_report.py
+    pins that DecisionDoc and EstimateDoc name each one)."""
     d = {k: v for k, v in asdict(r).items() if k != "estimate"}
     d["estimate"] = asdict(r.estimate) if r.estimate else None
-    return d
+    return cast(DecisionDoc, d)
 
 
-def decision_result(d: dict[str, Any]) -> GateResult:
+def decision_result(d: DecisionDoc) -> GateResult:
     """A decision read back from a document, as the gate produced it."""
     known = {f.name for f in dataclasses.fields(GateResult)} - {"estimate"}
-    fields = {k: v for k, v in d.items() if k in known}  # derived keys (detectable_drop) are not the gate's
-    est = RatioEstimate(**d["estimate"]) if d.get("estimate") else None
+    fields: dict[str, Any] = {k: v for k, v in d.items() if k in known}  # derived keys (detectable_drop) are not the gate's
+    stored = d.get("estimate")
+    est = RatioEstimate(**stored) if stored else None
     return GateResult(**fields, estimate=est)
 
 
-def crossovers(doc: ResultsDoc) -> dict[str, dict[str, Any]]:
+def crossovers(doc: ResultsDoc) -> dict[str, CrossoverDoc]:
     """Per speculative configuration, where it stops paying against its reference: the same
     estimator and confidence as `specguard recommend` (decide/crossover.py through
     report/recommend.py `crossing`: the ratio curve interpolated on log concurrency, with its
     interval), so the two never disagree."""
     from specguard.report import recommend  # recommend imports this module
 
-    out: dict[str, dict[str, Any]] = {}
+    out: dict[str, CrossoverDoc] = {}
     conf = recommend.DEFAULT_CONFIDENCE
     for cfg in doc["configs"]:
         ref = cfg.get("reference")
@@ -199,18 +157,24 @@ def crossovers(doc: ResultsDoc) -> dict[str, dict[str, Any]]:
     return out
 
 
-def crossover_text(name: str, ref: str, x: Any, curve: list[Any], conf: float, kind: str = "concurrency") -> str:
+def crossover_text(name: str, ref: str, x: CrossoverEstimate, curve: list[LevelRatio], conf: float,
+                   kind: str = "concurrency") -> str:
     """The crossover sentence, worded as `specguard recommend` words it (levels c16, or r8 in a
     request-rate sweep: `kind`, recommend.level_kind)."""
     from specguard.report import recommend
 
     levels = [r.concurrency for r in curve]
-    lv = lambda level: recommend.level_label(kind, level)  # noqa: E731
+
+    def lv(level: float | str) -> str:
+        return recommend.level_label(kind, level)
+
     noun, unit = recommend.level_noun(kind), (" req/s" if kind == recommend.REQUEST_RATE else "")
     if x.below_range:
         return f"behind {ref} from the lowest measured {noun} ({lv(levels[0])})"
     if x.estimate is None:
         return f"ahead of {ref} at every measured {noun} ({lv(levels[0])}-{lv(levels[-1])}); no crossover in range"
+    # the estimator sets both levels around a crossover whenever it has one
+    assert x.last_ahead is not None and x.first_behind is not None
     lo = f"{x.low:.0f}" if x.low is not None else f"below {lv(levels[0])}"
     hi = f"{x.high:.0f}" if x.high is not None else f"beyond {lv(levels[-1])}"
     return (f"crossover vs {ref} at {lv('~')}{x.estimate:.1f}{unit} ({conf:.0%} CI {lo}-{hi}), between measured "
@@ -231,9 +195,10 @@ def holm_decisions(doc: ResultsDoc) -> list[GateResult]:
     return out
 
 
-def family_holm(doc: ResultsDoc) -> dict[str, Any] | None:
-    """Holm's family-wise decision as the session-level test `specguard::family_holm`: failed
-    when Holm rejects a gate whose per-cell test did not fail; None when nothing was tested."""
+def family_holm(doc: ResultsDoc) -> dict[str, str] | None:
+    """Holm's family-wise decision as the session-level test `specguard::family_holm` ({outcome,
+    message}): failed when Holm rejects a gate whose per-cell test did not fail; None when nothing
+    was tested."""
     family = holm_decisions(doc)
     if not family:
         return None
@@ -241,11 +206,16 @@ def family_holm(doc: ResultsDoc) -> dict[str, Any] | None:
     extra = [decision_result(d) for d in doc["holm_failures"]]
     if not extra:
         return {"outcome": "passed", "message": f"family (Holm, alpha {alpha}, {len(family)} gate tests): no further failure"}
-    cells = "; ".join(f"{r.gate} {r.config} c{r.concurrency} ratio {r.estimate.describe()} p={r.estimate.p_value:.2g}"
-                      for r in extra)
+    cells = "; ".join(_holm_cell(r) for r in extra)
     return {"outcome": "failed",
             "message": f"family (Holm, alpha {alpha}, {len(family)} gate tests): {len(extra)} drop(s) significant "
                        f"across the session though not at their per-cell level: {cells}"}
+
+
+def _holm_cell(r: GateResult) -> str:
+    """One drop only Holm's correction failed: its cell, ratio and p-value."""
+    assert r.estimate is not None  # Holm's family holds only decisions with an estimate (holm_decisions)
+    return f"{r.gate} {r.config} c{r.concurrency} ratio {r.estimate.describe()} p={r.estimate.p_value:.2g}"
 
 
 def merge_documents(docs: list[ResultsDoc]) -> ResultsDoc:
@@ -255,21 +225,37 @@ def merge_documents(docs: list[ResultsDoc]) -> ResultsDoc:
     """
     if len(docs) == 1:
         return docs[0]
-    merged = dict(docs[0])
-    merged["servers"] = {}
-    for d in docs:  # a worker that only skipped a configuration knows less than one that ran it
-        for name, server in d["servers"].items():
-            if name not in merged["servers"] or server.get("effective_args"):
-                merged["servers"][name] = server
-    for key in ("cells", "decisions", "baseline_updates"):
-        merged[key] = [x for d in docs for x in d[key]]
-    merged["reference_roles"] = [x for d in docs for x in d.get("reference_roles", [])]
-    merged["relaunches"] = {k: v for d in docs for k, v in (d.get("relaunches") or {}).items()}
+    merged = _union(docs)
     merged["crossovers"] = crossovers(merged)
     extra = holm_failures(holm_decisions(merged), merged["tolerances"]["family_alpha"])
     merged["holm_failures"] = [decision_dict(r) for r in extra]
     merged["merged_from"] = sum(d.get("merged_from", 1) for d in docs)
     return merged
+
+
+def _union(docs: list[ResultsDoc]) -> ResultsDoc:
+    """The first document with what every worker measured and recorded: servers, cells, decisions,
+    baseline writes, reference roles and relaunches (what is derived from them is not redone here)."""
+    merged = docs[0].copy()
+    merged["servers"] = merged_servers(docs)
+    merged["cells"] = [x for d in docs for x in d["cells"]]
+    merged["decisions"] = [x for d in docs for x in d["decisions"]]
+    merged["baseline_updates"] = [x for d in docs for x in d["baseline_updates"]]
+    merged["reference_roles"] = [x for d in docs for x in d.get("reference_roles", [])]
+    merged["relaunches"] = {k: v for d in docs for k, v in (d.get("relaunches") or {}).items()}
+    return merged
+
+
+def merged_servers(docs: list[ResultsDoc]) -> dict[str, ServerDoc]:
+    """Each configuration's server record from the workers' documents: the first one, replaced by
+    any that read the server's effective arguments (a worker that only skipped a configuration
+    knows less than one that ran it)."""
+    servers: dict[str, ServerDoc] = {}
+    for d in docs:
+        for name, server in d["servers"].items():
+            if name not in servers or server.get("effective_args"):
+                servers[name] = server
+    return servers
 
 
 def clean(obj: Any) -> Any:
@@ -304,7 +290,7 @@ def validate(doc: Any, source: str = "document") -> ResultsDoc:
         absent = [k for k in CELL_KEYS if k not in cell]
         if absent:
             raise ResultsError(f"{source}: cell {cell.get('config')} c{cell.get('concurrency')} lacks {', '.join(absent)}")
-    return doc
+    return cast(ResultsDoc, doc)  # JSON becomes the typed document here, once its keys are checked
 
 
 def load(path: str | Path) -> ResultsDoc:
@@ -335,10 +321,12 @@ def sorted_cells(doc: ResultsDoc) -> list[CellDoc]:
 
 def effective(doc: ResultsDoc, name: str, key: str) -> Any:
     """What the server really ran (effective args) when known, else what the configuration asked for."""
-    eff = (doc["servers"].get(name) or {}).get("effective_args") or {}
+    server = doc["servers"].get(name)
+    eff = (server.get("effective_args") if server else None) or {}
     if eff.get(key) is not None:
         return eff[key]
-    return configs_by_name(doc).get(name, {}).get(key)
+    config = configs_by_name(doc).get(name)
+    return config.get(key) if config else None
 
 
 def throughputs(doc: ResultsDoc, name: str) -> dict[int, list[float]]:

@@ -14,6 +14,7 @@ from typing import Any
 
 from specguard.labels import STATUS_NOT_MEASURED, STATUS_REGRESSION, GateLabel
 from specguard.report.results import detectable_drop, sorted_cells
+from specguard.report.schema import CellDoc, DecisionDoc, EstimateDoc, ResultsDoc, ServerDoc, TestDoc
 
 GATE_SHORT = {"throughput": "tput", "accept_length": "accept", "speculation": "spec"}
 VERDICT_ORDER = ["FAIL", "ERROR", "skip", "inconclusive", "behind (info)", "recorded"]
@@ -46,7 +47,7 @@ def shorten(text: str, width: int = 60) -> str:
     return textwrap.shorten(first, width=width, placeholder=" ...") if len(first) > width else first
 
 
-def pct_ci(estimate: dict[str, Any] | None, verdict: str = "-") -> str:
+def pct_ci(estimate: EstimateDoc | None, verdict: str = "-") -> str:
     """'+1.2% [-0.4,+2.8]' from a decision's estimate; the verdict when there is none."""
     if not estimate:
         return verdict
@@ -54,42 +55,62 @@ def pct_ci(estimate: dict[str, Any] | None, verdict: str = "-") -> str:
             f"{(estimate['high'] - 1) * 100:+.1f}]")
 
 
-def decisions_by_cell(doc: dict[str, Any]) -> dict[tuple[str, int], dict[str, dict[str, Any]]]:
-    out: dict[tuple[str, int], dict[str, dict[str, Any]]] = {}
+CellKey = tuple[str, int]  # (configuration, level)
+
+
+def decisions_by_cell(doc: ResultsDoc) -> dict[CellKey, dict[str, DecisionDoc]]:
+    out: dict[CellKey, dict[str, DecisionDoc]] = {}
     for d in doc["decisions"]:
         out.setdefault((d["config"], d["concurrency"]), {})[d["gate"]] = d
     return out
 
 
-def tests_by_cell(doc: dict[str, Any]) -> dict[tuple[str, int], dict[str, dict[str, Any]]]:
-    out: dict[tuple[str, int], dict[str, dict[str, Any]]] = {}
+def tests_by_cell(doc: ResultsDoc) -> dict[CellKey, dict[str, TestDoc]]:
+    """Each cell's test outcomes by gate (the session-level family_holm test has no cell)."""
+    out: dict[CellKey, dict[str, TestDoc]] = {}
     for t in doc.get("tests") or []:
-        if t.get("config") is not None and t.get("gate"):
-            out.setdefault((t["config"], int(t["concurrency"])), {})[t["gate"]] = t
+        config, level, gate = t.get("config"), t.get("concurrency"), t.get("gate")
+        if config is not None and level is not None and gate:
+            out.setdefault((config, level), {})[gate] = t
     return out
 
 
-def gate_label(gate: str, decision: dict[str, Any] | None, test: dict[str, Any] | None, updating: bool) -> str | None:
+def family_test(doc: ResultsDoc) -> TestDoc | None:
+    """The session-level test specguard::family_holm (Holm across the session), when it ran."""
+    return next((t for t in doc.get("tests") or [] if t.get("gate") == "family_holm"), None)
+
+
+def gate_label(gate: str, decision: DecisionDoc | None, test: TestDoc | None, updating: bool) -> str | None:
     """What one gate of a cell shows; None for a plain pass. The test's outcome decides (FAIL is
     a failed test, skip a skipped one); the decision only refines a passed test."""
-    if test is not None:
-        if test["outcome"] == "failed":
-            return "FAIL" if test.get("kind") == STATUS_REGRESSION else "ERROR"
-        if test["outcome"] == "skipped":
-            return "skip"
+    if test is not None and test["outcome"] in ("failed", "skipped"):
+        return outcome_label(test)
     if decision is None:
         return None if test is not None else "-"
+    return decision_label(gate, decision, tested=test is not None, updating=updating)
+
+
+def outcome_label(test: TestDoc) -> str:
+    """A failed or skipped test's label: FAIL for a regression, ERROR for a cell not measured, skip."""
+    if test["outcome"] == "skipped":
+        return "skip"
+    return "FAIL" if test.get("kind") == STATUS_REGRESSION else "ERROR"
+
+
+def decision_label(gate: str, decision: DecisionDoc, tested: bool, updating: bool) -> str | None:
+    """A decision's label when its test passed (`tested`) or no test outcome was recorded; None
+    for a plain pass. A refresh (`updating`) records instead of gating the history gates."""
     v = decision["verdict"]
     if updating and GateLabel.parse(gate).is_history:
         return None if v in ("pass", "skip") else "recorded"
     if not decision["enforced"]:
         return "behind (info)" if v == "fail" else None
-    if test is None:  # a document without test outcomes (older files): the decision alone
+    if not tested:  # a document without test outcomes (older files): the decision alone
         return None if v == "pass" else v.upper() if v in ("fail", "error") else v
-    return None if v == "pass" else "inconclusive" if v == "inconclusive" else None
+    return "inconclusive" if v == "inconclusive" else None
 
 
-def cell_verdict(cell: dict[str, Any], gates: dict[str, dict[str, Any]], tests: dict[str, dict[str, Any]] | None = None,
+def cell_verdict(cell: CellDoc, gates: dict[str, DecisionDoc], tests: dict[str, TestDoc] | None = None,
                  updating: bool = False) -> str:
     """'pass', or the gates that did not pass grouped by outcome: 'FAIL: tput; inconclusive: accept'."""
     tests = tests or {}
@@ -109,40 +130,62 @@ COLUMNS = (("config", "config", "<12"), ("C", "concurrency", ">4"), ("tok/s", "t
            ("spec/ref [CI]", "spec_ref", ">22"), ("verdict", "verdict", ""))
 
 
-def summary_rows(doc: dict[str, Any]) -> list[dict[str, str]]:
+def summary_rows(doc: ResultsDoc) -> list[dict[str, str]]:
     """The table's cells as text, keyed by COLUMNS' keys; shared by the terminal, markdown and HTML."""
     by_cell = decisions_by_cell(doc)
     by_test = tests_by_cell(doc)
     updating = bool(doc.get("options", {}).get("update_baselines"))
-    rule = doc["tolerances"].get("fail_rule", "significant")
     rows = []
     for cell in sorted_cells(doc):
         key = (cell["config"], cell["concurrency"])
-        s, gates = cell["summary"], by_cell.get(key, {})
-        tput, spec = gates.get("throughput"), gates.get("speculation")
-        drop = detectable_drop(tput and tput["estimate"], rule)
-        rows.append({
-            "config": cell["config"], "concurrency": level_name(doc, cell["concurrency"]), "tok_s": fmt_num(s["output_throughput"]),
-            "vs_baseline": pct_ci(tput and tput["estimate"], tput["verdict"] if tput else "-"),
-            "resolves": f">={drop * 100:.1f}%" if drop is not None else "-",
-            "accept": fmt(s["accept_length"], ".2f"),
-            "ttft": f"{fmt(s['median_ttft_ms'])}/{fmt(s['p99_ttft_ms'])}",
-            "itl": f"{fmt(s['median_itl_ms'], '.2f')}/{fmt(s['p99_itl_ms'], '.2f')}",
-            "spec_ref": pct_ci(spec and spec["estimate"], spec["verdict"] if spec else "-"),
-            "verdict": cell_verdict(cell, gates, by_test.get(key), updating) if gates or by_test.get(key) or cell["error"]
-            else _reference_only(doc, key),
-        })
-    family = next((t for t in doc.get("tests") or [] if t.get("gate") == "family_holm"), None)
+        gates, tests = by_cell.get(key, {}), by_test.get(key)
+        if gates or tests or cell["error"]:
+            verdict = cell_verdict(cell, gates, tests, updating)
+        else:
+            verdict = _reference_only(doc, key)
+        rows.append({**_figure_columns(doc, cell, gates), "verdict": verdict})
+    family = _family_row(doc)
     if family is not None:
-        blank = {key: "" for _, key, _ in COLUMNS}
-        verdict = "pass" if family["outcome"] == "passed" else "FAIL: " + ", ".join(
-            f"{d['config']}-c{d['concurrency']} {short_gate(d['gate'])}" for d in doc["holm_failures"])
-        rows.append({**blank, "config": "family", "concurrency": "all", "vs_baseline": "Holm across the session",
-                     "verdict": verdict})
+        rows.append(family)
     return rows
 
 
-def _reference_only(doc: dict[str, Any], key: tuple[str, int]) -> str:
+def _figure_columns(doc: ResultsDoc, cell: CellDoc, gates: dict[str, DecisionDoc]) -> dict[str, str]:
+    """A cell's row up to its verdict: the cell, its figures and its throughput and speculation ratios."""
+    s = cell["summary"]
+    tput, spec = gates.get("throughput"), gates.get("speculation")
+    drop = detectable_drop(tput["estimate"] if tput else None, doc["tolerances"].get("fail_rule", "significant"))
+    return {
+        "config": cell["config"], "concurrency": level_name(doc, cell["concurrency"]), "tok_s": fmt_num(s["output_throughput"]),
+        "vs_baseline": _ratio_column(tput),
+        "resolves": f">={drop * 100:.1f}%" if drop is not None else "-",
+        "accept": fmt(s["accept_length"], ".2f"),
+        "ttft": f"{fmt(s['median_ttft_ms'])}/{fmt(s['p99_ttft_ms'])}",
+        "itl": f"{fmt(s['median_itl_ms'], '.2f')}/{fmt(s['p99_itl_ms'], '.2f')}",
+        "spec_ref": _ratio_column(spec),
+    }
+
+
+def _ratio_column(decision: DecisionDoc | None) -> str:
+    """A gate's ratio with its interval; its verdict when it has no estimate; "-" without the gate."""
+    if decision is None:
+        return "-"
+    return pct_ci(decision["estimate"], decision["verdict"])
+
+
+def _family_row(doc: ResultsDoc) -> dict[str, str] | None:
+    """The last row: Holm's session-level test, with the cells only it failed."""
+    family = family_test(doc)
+    if family is None:
+        return None
+    blank = {key: "" for _, key, _ in COLUMNS}
+    verdict = "pass" if family["outcome"] == "passed" else "FAIL: " + ", ".join(
+        f"{d['config']}-c{d['concurrency']} {short_gate(d['gate'])}" for d in doc["holm_failures"])
+    return {**blank, "config": "family", "concurrency": "all", "vs_baseline": "Holm across the session",
+            "verdict": verdict}
+
+
+def _reference_only(doc: ResultsDoc, key: CellKey) -> str:
     """The verdict column of a cell none of whose own tests ran."""
     users = [u for r in doc.get("reference_roles") or [] if (r["config"], r["concurrency"]) == key for u in r["for"]]
     if users:
@@ -153,48 +196,66 @@ def _reference_only(doc: dict[str, Any], key: tuple[str, int]) -> str:
 NOISIER_THAN_PRIOR = 1.25  # a history spread above this multiple of the suite's prior reads as a noisy recording
 
 
-def resolution_note(doc: dict[str, Any]) -> str | None:
+def resolution_note(doc: ResultsDoc) -> str | None:
     """Why cells are inconclusive, in one line: the spread behind their intervals and the smallest
     drop they can resolve, with what to do about it."""
-    by_test = tests_by_cell(doc)
-    rule = doc["tolerances"].get("fail_rule", "significant")
-    inconclusive = []
-    for d in doc["decisions"]:
-        if d["verdict"] != "inconclusive" or not d["enforced"] or not d.get("estimate"):
-            continue
-        t = by_test.get((d["config"], d["concurrency"]), {}).get(d["gate"])
-        if t is not None and t["outcome"] != "passed":
-            continue
-        inconclusive.append(d)
+    inconclusive = inconclusive_estimates(doc)
     if not inconclusive:
         return None
-    sds = [d["estimate"]["between_sd"] for d in inconclusive]
-    drops = [x for x in (detectable_drop(d["estimate"], rule) for d in inconclusive) if x is not None]
-    sources = sorted({str(d["estimate"]["between_source"]) for d in inconclusive})
+    tol = doc["tolerances"]
+    sds = [e["between_sd"] for _, e in inconclusive]
+    rule = tol.get("fail_rule", "significant")
+    drops = [x for x in (detectable_drop(e, rule) for _, e in inconclusive) if x is not None]
+    sources = sorted({str(e["between_source"]) for _, e in inconclusive})
     from_history = any("history" in s for s in sources)
     what = (f"baseline history spread up to {max(sds):.1%} ({', '.join(sources)})" if from_history
             else f"between-launch spread {max(sds):.1%} (the suite's prior_between_sd)")
-    tol = doc["tolerances"]
-    # A history noisier than the suite's prior says the recording was disturbed: re-record. One as
-    # quiet as the prior is the launches' own spread: only more launches narrow the interval.
-    noisier = [d for d in inconclusive if d["estimate"]["between_sd"] > NOISIER_THAN_PRIOR * float(
-        tol.get("prior_between_sd_accept", 0.0) if d["gate"].startswith("accept_length") else tol.get("prior_between_sd", 0.0))]
-    if not from_history:
-        fix = "add repeats, or lower prior_between_sd if your launches really vary less"
-    elif noisier:
-        fix = "re-record the baselines on a quiet machine or add sessions (more --update-baselines runs)"
-    else:
-        fix = ("the baselines are as quiet as prior_between_sd says, so re-recording will not narrow them; "
-               "advanced.launches = 2 will (twice the time)")
+    fix = _resolution_fix(inconclusive, tol, from_history)
     lo, hi = round(min(drops) * 100), round(max(drops) * 100)
     span = f"{lo}%" if lo == hi else f"{lo}-{hi}%"
     return f"{len(inconclusive)} gate(s) inconclusive: {what}: these cells cannot resolve drops below {span}; {fix}"
 
 
-def _failure_note(name: str, server: dict[str, Any], doc: dict[str, Any]) -> str:
-    """A configuration that did not run: an error, or (skipped) a server that does not serve it,
-    with the way to measure it when it is another configuration's reference."""
-    first = server["failure"].splitlines()[0]
+def inconclusive_estimates(doc: ResultsDoc) -> list[tuple[DecisionDoc, EstimateDoc]]:
+    """The enforced inconclusive decisions with an estimate whose test passed (or was not
+    recorded), each with its estimate: the cells the resolution note speaks of."""
+    by_test = tests_by_cell(doc)
+    out = []
+    for d in doc["decisions"]:
+        est = d.get("estimate")
+        if d["verdict"] != "inconclusive" or not d["enforced"] or not est:
+            continue
+        t = by_test.get((d["config"], d["concurrency"]), {}).get(d["gate"])
+        if t is not None and t["outcome"] != "passed":
+            continue
+        out.append((d, est))
+    return out
+
+
+def _resolution_fix(inconclusive: list[tuple[DecisionDoc, EstimateDoc]], tol: dict[str, Any], from_history: bool) -> str:
+    """What narrows the intervals. A history noisier than the suite's prior says the recording was
+    disturbed: re-record. One as quiet as the prior is the launches' own spread: only more
+    launches narrow the interval."""
+    if not from_history:
+        return "add repeats, or lower prior_between_sd if your launches really vary less"
+    if any(e["between_sd"] > NOISIER_THAN_PRIOR * prior_between_sd(d["gate"], tol) for d, e in inconclusive):
+        return "re-record the baselines on a quiet machine or add sessions (more --update-baselines runs)"
+    return ("the baselines are as quiet as prior_between_sd says, so re-recording will not narrow them; "
+            "advanced.launches = 2 will (twice the time)")
+
+
+def prior_between_sd(gate: str, tolerances: dict[str, Any]) -> float:
+    """The suite's declared between-launch spread for a gate: accept length (per category too)
+    has its own, every other gate uses the tok/s one."""
+    key = "prior_between_sd_accept" if gate.startswith("accept_length") else "prior_between_sd"
+    return float(tolerances.get(key, 0.0))
+
+
+def _failure_note(name: str, failure: str, server: ServerDoc, doc: ResultsDoc) -> str:
+    """A configuration that did not run (`failure`, its server record's): an error, or (skipped) a
+    server that does not serve it, with the way to measure it when it is another configuration's
+    reference."""
+    first = failure.splitlines()[0]
     if not server.get("failure_skipped"):
         return f"{name}: ERROR: {first}"
     users = [c["name"] for c in doc.get("configs") or [] if c.get("reference") == name]
@@ -204,26 +265,12 @@ def _failure_note(name: str, server: dict[str, Any], doc: dict[str, Any]) -> str
     return f"{name}: not measured ({first})"
 
 
-def notes(doc: dict[str, Any]) -> list[str]:
+def notes(doc: ResultsDoc) -> list[str]:
     """Crossovers, server notes, Holm, references, baseline writes: the lines under the table."""
     lines = [f"{name}: {x['text']}" for name, x in doc["crossovers"].items()]
-    for name, server in doc["servers"].items():
-        for diff in server.get("differences") or []:
-            lines.append(f"{name}: attached server differs from the suite file: {diff.get('message')}")
-        for check in server["checks"]:
-            lines.append(f"{name}: {'ERROR' if check['blocking'] else 'note'}: {check['message']}")
-        if server.get("failure"):
-            lines.append(_failure_note(name, server, doc))
-    roles: dict[str, dict[str, list[int]]] = {}
-    for r in doc.get("reference_roles") or []:
-        roles.setdefault(r["config"], {}).setdefault(", ".join(r["for"]), []).append(r["concurrency"])
-    for ref, users in roles.items():
-        for who, levels in users.items():
-            lines.append(f"{ref}: measured as reference for {who} (c{', c'.join(map(str, sorted(levels)))})")
-    lines += category_lines(doc) + load_lines(doc)
-    for name, reasons in (doc.get("relaunches") or {}).items():
-        lines.append(f"relaunched {name}: {'; '.join(reasons)}")
-    family = next((t for t in doc.get("tests") or [] if t.get("gate") == "family_holm"), None)
+    lines += server_lines(doc) + reference_lines(doc) + category_lines(doc) + load_lines(doc)
+    lines += [f"relaunched {name}: {'; '.join(reasons)}" for name, reasons in (doc.get("relaunches") or {}).items()]
+    family = family_test(doc)
     if family is not None and family["outcome"] == "failed":
         lines.append(f"family_holm FAILED: {family['message']}")
     resolution = resolution_note(doc)
@@ -234,12 +281,37 @@ def notes(doc: dict[str, Any]) -> list[str]:
     return lines
 
 
-def level_name(doc: dict[str, Any], level: int) -> str:
+def server_lines(doc: ResultsDoc) -> list[str]:
+    """Per configuration: how the attached server differs from the suite file, the checks of the
+    server against the configuration, and why it did not run."""
+    lines = []
+    for name, server in doc["servers"].items():
+        for diff in server.get("differences") or []:
+            lines.append(f"{name}: attached server differs from the suite file: {diff.get('message')}")
+        for check in server["checks"]:
+            lines.append(f"{name}: {'ERROR' if check['blocking'] else 'note'}: {check['message']}")
+        failure = server.get("failure")
+        if failure:
+            lines.append(_failure_note(name, failure, server, doc))
+    return lines
+
+
+def reference_lines(doc: ResultsDoc) -> list[str]:
+    """Reference cells measured only for deselected speculative tests: one line per reference and
+    set of users, with the levels."""
+    roles: dict[str, dict[str, list[int]]] = {}
+    for r in doc.get("reference_roles") or []:
+        roles.setdefault(r["config"], {}).setdefault(", ".join(r["for"]), []).append(r["concurrency"])
+    return [f"{ref}: measured as reference for {who} (c{', c'.join(map(str, sorted(levels)))})"
+            for ref, users in roles.items() for who, levels in users.items()]
+
+
+def level_name(doc: ResultsDoc, level: int) -> str:
     """A level as the table shows it: "16" (clients), or "r8" at request-rate levels (req/s)."""
     return f"r{level}" if (doc.get("sweep") or {}).get("request_rate") else str(level)
 
 
-def load_lines(doc: dict[str, Any]) -> list[str]:
+def load_lines(doc: ResultsDoc) -> list[str]:
     """The load model of the sweep (open loop only) and each configuration's goodput per level."""
     sweep = doc.get("sweep") or {}
     lines = []
@@ -260,49 +332,62 @@ def load_lines(doc: dict[str, Any]) -> list[str]:
     return lines
 
 
-def category_lines(doc: dict[str, Any]) -> list[str]:
+def category_lines(doc: ResultsDoc) -> list[str]:
     """One line per cell with per-category accept-length gates: each category's accept length,
     its change against the baseline and its test's outcome (the overall figure is in the table)."""
     by_test = tests_by_cell(doc)
     lines = []
     for key, gates in decisions_by_cell(doc).items():
-        parts = []
-        for gate, d in sorted(gates.items()):
-            if not gate.startswith("accept_length["):
-                continue
-            label = gate_label(gate, d, by_test.get(key, {}).get(gate), False)
-            change = f" {(d['estimate']['ratio'] - 1) * 100:+.1f}%" if d.get("estimate") else ""
-            parts.append(f"{gate[len('accept_length['):-1]} {fmt(d.get('current'), '.3f')}{change}"
-                         + (f" {label}" if label and label != "-" else ""))
+        tests = by_test.get(key, {})
+        parts = [_category_part(gate, d, tests.get(gate)) for gate, d in sorted(gates.items())
+                 if gate.startswith("accept_length[")]
         if parts:
             level = level_name(doc, key[1])
-            overall = gates.get("accept_length")
-            whole = ""
-            if overall is not None and overall.get("estimate"):
-                label = gate_label("accept_length", overall, by_test.get(key, {}).get("accept_length"), False)
-                whole = (f"overall {fmt(overall.get('current'), '.3f')} {(overall['estimate']['ratio'] - 1) * 100:+.1f}%"
-                         + (f" {label}" if label and label != "-" else "") + "; ")
+            whole = _overall_part(gates.get("accept_length"), tests.get("accept_length"))
             lines.append(f"{key[0]} {level if level.startswith('r') else 'c' + level} accept length: {whole}"
                          f"by category: {', '.join(parts)}")
     return lines
 
 
-def render_summary(doc: dict[str, Any]) -> str:
+def _category_part(gate: str, decision: DecisionDoc, test: TestDoc | None) -> str:
+    """'code 2.410 -1.2% FAIL': one category's accept length, its change and its label."""
+    label = gate_label(gate, decision, test, False)
+    est = decision.get("estimate")
+    change = f" {(est['ratio'] - 1) * 100:+.1f}%" if est else ""
+    return _labelled(f"{gate[len('accept_length['):-1]} {fmt(decision.get('current'), '.3f')}{change}", label)
+
+
+def _overall_part(overall: DecisionDoc | None, test: TestDoc | None) -> str:
+    """'overall 2.380 -0.4%; ' before the categories, when the cell's accept length has an estimate."""
+    est = overall.get("estimate") if overall is not None else None
+    if overall is None or not est:
+        return ""
+    label = gate_label("accept_length", overall, test, False)
+    return _labelled(f"overall {fmt(overall.get('current'), '.3f')} {(est['ratio'] - 1) * 100:+.1f}%", label) + "; "
+
+
+def _labelled(text: str, label: str | None) -> str:
+    """The text with its gate label after it; a plain pass ("" / None) and "no decision" ("-") add nothing."""
+    return text + (f" {label}" if label and label != "-" else "")
+
+
+def render_summary(doc: ResultsDoc) -> str:
     """The terminal table, the notes, the outcome line and, on a first run, how to record baselines."""
     head = " ".join(format(title, align) for title, _, align in COLUMNS)
     lines = [head, "-" * len(head)]
     for row in summary_rows(doc):
         lines.append(" ".join(format(row[key], align) for _, key, align in COLUMNS).rstrip())
-    tail = [first_run_line(doc)] if first_run_line(doc) else []
+    first_run = first_run_line(doc)
+    tail = [first_run] if first_run else []
     return "\n".join([*lines, *notes(doc), outcome_line(doc), *tail])
 
 
-def first_run_line(doc: dict[str, Any]) -> str | None:
+def first_run_line(doc: ResultsDoc) -> str | None:
     record = (doc.get("hints") or {}).get("record")
     return f"no baselines yet: record them for this run with: {record}" if record else None
 
 
-def outcome_line(doc: dict[str, Any]) -> str:
+def outcome_line(doc: ResultsDoc) -> str:
     """One line CI logs can grep: the status, the tests' counts and the exit code (docs/ci.md).
     Counted from the same test outcomes pytest counts, Holm's family test included."""
     o = doc["outcome"]

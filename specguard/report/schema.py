@@ -1,0 +1,199 @@
+"""The results document's shape (docs/results.md), as typed dictionaries: what it holds is
+checked where it is built (session/results.py) and where it is read (report/results.py, the
+renderers, compare, recommend).
+
+A base class holds the keys every document has; its `total=False` subclass adds the keys older
+files or some sessions lack.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, TypedDict
+
+
+class ConfigDoc(TypedDict, total=False):
+    name: str
+    engine: str
+    model_path: str
+    draft_model_path: str | None
+    speculative_algorithm: str | None
+    num_steps: int | None
+    eagle_topk: int | None
+    num_draft_tokens: int | None
+    max_running_requests: int | None
+    reference: str | None
+    speculation_must_win_up_to: int | None
+    args: list[str]
+
+
+class ServerDoc(TypedDict):
+    engine: str
+    command: list[str]
+    attached: bool
+    effective_args: dict[str, Any] | None
+    checks: list[dict[str, Any]]  # {message, blocking}
+    failure: str | None
+    failure_skipped: bool
+    mode: str
+    differences: list[dict[str, Any]]  # {field, suite, server, message}
+
+
+# A cell summary's latency figures (medians over the runs of each run's latency_ms entry)
+LatencyKey = Literal["median_ttft_ms", "p99_ttft_ms", "median_itl_ms", "p99_itl_ms", "median_e2e_latency_ms"]
+# Every figure of a cell summary that is one number or null
+SummaryFigure = Literal["output_throughput", "output_throughput_min", "output_throughput_max", "accept_length", LatencyKey]
+
+
+class _SummaryFigures(TypedDict):
+    runs: int
+    output_throughput: float | None
+    output_throughput_min: float | None
+    output_throughput_max: float | None
+    accept_length: float | None
+    failed_requests: int
+    median_ttft_ms: float | None
+    p99_ttft_ms: float | None
+    median_itl_ms: float | None
+    p99_itl_ms: float | None
+    median_e2e_latency_ms: float | None
+
+
+class SummaryDoc(_SummaryFigures, total=False):
+    """A cell's medians over its measured runs (`cell_summary`): what tables and plots show."""
+
+    request_goodput: float | None  # with SLOs
+    slo_attainment: float | None
+    load_model: str
+    categories: dict[str, dict[str, float | None]]  # per prompt category: accept_length, output_throughput, throughput_share
+
+
+class CellDoc(TypedDict):
+    config: str
+    concurrency: int  # the level: clients, or requests/s in a request-rate sweep
+    error: str | None
+    warnings: list[str]
+    wall_s: float
+    summary: SummaryDoc
+    runs: list[dict[str, Any]]  # measure.metrics.RunMetrics, as stored
+    warmup_runs: list[dict[str, Any]]
+
+
+class _EstimateFigures(TypedDict):
+    ratio: float
+    low: float
+    high: float
+    threshold: float
+    p_value: float
+    dof: float
+    confidence: float
+    between_sd: float
+    between_source: str
+
+
+class EstimateDoc(_EstimateFigures, total=False):
+    """A decision's `decide.stats.RatioEstimate`, as stored (the keys older files lack are optional)."""
+
+    test_at: float | None
+    pass_low: float | None
+    pass_confidence: float | None
+
+
+class _DecisionFields(TypedDict):
+    gate: str
+    config: str
+    concurrency: int
+    verdict: str
+    message: str
+    estimate: EstimateDoc | None
+    current: float | None
+    reference: float | None
+    enforced: bool
+    alpha: float | None
+
+
+class DecisionDoc(_DecisionFields, total=False):
+    """A `decide.gates.GateResult`, as stored, and what the session derives from it."""
+
+    launches: int
+    stage: int
+    attribution: str
+    detectable_drop: float | None  # added by session/results.py (docs/results.md)
+
+
+class TestDoc(TypedDict, total=False):
+    """One specguard test's outcome (plugin/outcomes.py TestLog), the record every output counts."""
+
+    nodeid: str
+    config: str | None  # None for the session-level test specguard::family_holm
+    concurrency: int | None
+    gate: str | None
+    category: str | None
+    outcome: str  # passed / failed / skipped
+    verdict: str | None
+    enforced: bool
+    kind: str | None  # failed tests: regression / not-measured
+    message: str
+
+
+class FailedTestDoc(TypedDict):
+    nodeid: str
+    kind: str
+    message: str
+
+
+class OutcomeDoc(TypedDict, total=False):
+    status: str
+    exit_status: int
+    failed_tests: list[FailedTestDoc]
+    counts: dict[str, int]
+
+
+class OptionsDoc(TypedDict):
+    require_baselines: bool
+    update_baselines: bool
+    baseline_dir: str
+    attached: bool
+
+
+class CrossoverDoc(TypedDict):
+    estimate: float | None
+    low: float | None
+    high: float | None
+    last_win: int | None
+    first_loss: int | None
+    confident: bool
+    confidence: float
+    text: str
+
+
+# "for" is a Python keyword, so this one is spelled in the functional form.
+ReferenceRoleDoc = TypedDict("ReferenceRoleDoc", {"config": str, "concurrency": int, "for": list[str]})
+
+
+class ResultsDoc(TypedDict, total=False):
+    schema: str
+    schema_version: int
+    created: str
+    specguard_version: str
+    session_id: str
+    suite: str
+    environment: dict[str, str]
+    options: OptionsDoc
+    # The suite file's [sweep], [workload] and [tolerances] tables (config.py's dataclasses, asdict)
+    sweep: dict[str, Any]
+    workload: dict[str, Any]
+    tolerances: dict[str, Any]
+    configs: list[ConfigDoc]
+    servers: dict[str, ServerDoc]
+    cells: list[CellDoc]
+    decisions: list[DecisionDoc]
+    holm_failures: list[DecisionDoc]
+    crossovers: dict[str, CrossoverDoc]
+    baseline_updates: list[str]
+    outcome: OutcomeDoc
+    merged_from: int
+    reference_roles: list[ReferenceRoleDoc]
+    relaunches: dict[str, list[str]]
+    tests: list[TestDoc]
+    run_notes: list[str]
+    hints: dict[str, str]

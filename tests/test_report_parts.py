@@ -1,0 +1,187 @@
+"""The results document's parts and the report's named steps, one concept per test (no servers)."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import pytest
+from synthetic_results import seed_a_doc
+
+from specguard.decide.gates import GateResult
+from specguard.decide.stats import RatioEstimate
+from specguard.report import plots, schema, terminal
+from specguard.report.results import (
+    category_medians,
+    cell_summary,
+    combined_load_model,
+    decision_dict,
+    decision_result,
+    merged_servers,
+)
+
+
+def _keys(typed_dict: type) -> set[str]:
+    return set(typed_dict.__required_keys__) | set(typed_dict.__optional_keys__)
+
+
+def _estimate(**kw: object) -> RatioEstimate:
+    fields = dict(ratio=0.98, low=0.95, high=1.01, threshold=0.97, p_value=0.2, dof=4.0, confidence=0.998,
+                  between_sd=0.01, between_source="prior")
+    return RatioEstimate(**{**fields, **kw})
+
+
+# -- decisions as stored ----------------------------------------------------------------------------
+def test_the_typed_decision_names_every_field_the_gate_result_stores():
+    """decision_dict stores GateResult and RatioEstimate with asdict: a field added to either must be
+    added to DecisionDoc / EstimateDoc too, or the renderers read keys mypy does not know."""
+    r = GateResult("throughput", "eagle3", 16, "inconclusive", "m", _estimate(test_at=1.0), 100.0, 102.0, alpha=0.001)
+    d = decision_dict(r)
+    assert set(d) == {f.name for f in dataclasses.fields(GateResult)}
+    assert set(d) <= _keys(schema.DecisionDoc)
+    assert set(d["estimate"]) == {f.name for f in dataclasses.fields(RatioEstimate)} == _keys(schema.EstimateDoc)
+    assert _keys(schema.DecisionDoc) - set(d) == {"detectable_drop"}  # derived by the session, not the gate's
+
+
+def test_a_stored_decision_reads_back_as_the_gate_produced_it():
+    r = GateResult("accept_length[code]", "eagle3", 4, "fail", "m", _estimate(pass_low=0.96), 2.1, 2.4, alpha=0.002)
+    stored = {**decision_dict(r), "detectable_drop": 0.03}
+    assert decision_result(stored) == r
+    assert decision_result({**decision_dict(GateResult("speculation", "eagle3", 4, "skip", "m")),
+                            "estimate": None}).estimate is None
+
+
+# -- a cell's summary ---------------------------------------------------------------------------------
+def _run(tok_s: float, **kw: object) -> dict:
+    return {"output_throughput": tok_s, "latency_ms": {"median_ttft_ms": 10.0, "p99_itl_ms": 4.0}, **kw}
+
+
+def test_a_cell_summary_is_the_median_of_its_runs_and_names_what_is_missing():
+    s = cell_summary([_run(100.0, failed=1), _run(300.0), _run(200.0, failed=2, accept_length=2.5)])
+    assert (s["runs"], s["output_throughput"], s["output_throughput_min"], s["output_throughput_max"]) == (3, 200.0, 100.0, 300.0)
+    assert s["failed_requests"] == 3 and s["accept_length"] == 2.5
+    assert s["median_ttft_ms"] == 10.0 and s["p99_itl_ms"] == 4.0 and s["median_e2e_latency_ms"] is None
+    assert not {"request_goodput", "slo_attainment", "load_model", "categories"} & set(s)  # only with SLOs, loads, categories
+    with_slo = cell_summary([_run(1.0, request_goodput=2.0, slo_attainment=0.5), _run(1.0)])
+    assert with_slo["request_goodput"] == 2.0 and with_slo["slo_attainment"] == 0.5
+
+
+def test_the_load_model_is_the_runs_one_or_every_distinct_one():
+    assert combined_load_model([_run(1.0, load_model="closed-loop c=4")] * 2) == "closed-loop c=4"
+    assert combined_load_model([_run(1.0, load_model="poisson 8 req/s, cap 64"), _run(1.0, load_model="closed-loop c=4"),
+                                _run(1.0)]) == "closed-loop c=4; poisson 8 req/s, cap 64"
+    assert combined_load_model([_run(1.0), _run(1.0, load_model=None)]) == ""
+
+
+def test_category_medians_count_a_run_without_the_category_as_not_measured_there():
+    runs = [_run(1.0, categories={"code": {"accept_length": 3.0, "output_throughput": 10.0}}),
+            _run(1.0, categories={"code": {"accept_length": 2.0}, "chat": {"accept_length": 1.5}}),
+            _run(1.0)]
+    out = category_medians(runs)
+    assert list(out) == ["chat", "code"]
+    assert out["code"] == {"accept_length": 2.5, "output_throughput": 10.0, "throughput_share": None}
+    assert out["chat"]["accept_length"] == 1.5
+    assert category_medians([_run(1.0)]) == {}
+
+
+# -- merging pytest-xdist workers' documents ---------------------------------------------------------
+def test_a_worker_that_read_the_server_replaces_one_that_only_skipped_it():
+    ran, skipped = seed_a_doc(), seed_a_doc()
+    skipped["servers"]["mtp"] = {**skipped["servers"]["mtp"], "effective_args": None, "failure": "skipped here"}
+    assert merged_servers([skipped, ran])["mtp"] is ran["servers"]["mtp"]
+    assert merged_servers([ran, skipped])["mtp"] is ran["servers"]["mtp"]  # nothing read: the first record stays
+
+
+# -- the terminal table's labels ---------------------------------------------------------------------
+def _decision(gate: str, verdict: str, enforced: bool = True) -> dict:
+    return {"gate": gate, "config": "eagle3", "concurrency": 16, "verdict": verdict, "message": "m",
+            "estimate": None, "current": None, "reference": None, "enforced": enforced, "alpha": None}
+
+
+def _test(outcome: str, kind: str | None = None, gate: str = "throughput") -> dict:
+    return {"nodeid": f"t[{gate}]", "config": "eagle3", "concurrency": 16, "gate": gate, "outcome": outcome,
+            "verdict": None, "enforced": True, "kind": kind, "message": "m"}
+
+
+@pytest.mark.parametrize("gate,verdict,enforced,test,updating,label", [
+    # the test's outcome decides
+    ("throughput", "pass", True, _test("failed", "regression"), False, "FAIL"),
+    ("throughput", "skip", True, _test("failed", "not-measured"), False, "ERROR"),
+    ("throughput", "skip", True, _test("skipped"), False, "skip"),
+    # a passed test: the decision refines it
+    ("throughput", "inconclusive", True, _test("passed"), False, "inconclusive"),
+    ("throughput", "fail", True, _test("passed"), False, None),  # only Holm could fail it: its own row says so
+    ("speculation", "fail", False, _test("passed"), False, "behind (info)"),
+    ("throughput", "fail", True, _test("passed"), True, "recorded"),  # a refresh records the history gates
+    ("speculation", "fail", True, _test("passed"), True, None),
+    # no test outcome recorded (older files): the decision alone
+    ("throughput", "error", True, None, False, "ERROR"),
+    ("throughput", "skip", True, None, False, "skip"),
+    ("throughput", "pass", True, None, False, None),
+])
+def test_gate_labels(gate, verdict, enforced, test, updating, label):
+    assert terminal.gate_label(gate, _decision(gate, verdict, enforced), test, updating) == label
+
+
+def test_a_gate_without_a_decision_is_blank_only_when_its_test_ran():
+    assert terminal.gate_label("throughput", None, None, False) == "-"
+    assert terminal.gate_label("throughput", None, _test("passed"), False) is None
+
+
+def test_cells_are_keyed_by_their_tests_and_the_family_test_is_apart():
+    doc = {"tests": [_test("passed"), _test("failed", "regression", "accept_length"),
+                     {**_test("failed", "regression", "family_holm"), "config": None, "concurrency": None}]}
+    assert {k: sorted(v) for k, v in terminal.tests_by_cell(doc).items()} == {("eagle3", 16): ["accept_length", "throughput"]}
+    assert terminal.family_test(doc)["gate"] == "family_holm"
+    assert terminal.family_test({"tests": doc["tests"][:2]}) is None
+
+
+# -- the notes under the table ------------------------------------------------------------------------
+def test_the_inconclusive_cells_are_those_whose_test_passed_and_whose_gate_is_enforced():
+    est = {"ratio": 0.99, "low": 0.95, "high": 1.03, "threshold": 0.97, "between_sd": 0.01, "between_source": "prior"}
+    kept = {**_decision("throughput", "inconclusive"), "estimate": est}
+    doc = {"decisions": [kept,
+                         {**kept, "gate": "accept_length"},  # its test failed: the table says so already
+                         {**kept, "enforced": False},
+                         {**kept, "verdict": "pass"},
+                         {**kept, "concurrency": 4, "estimate": None}],
+           "tests": [_test("passed"), _test("failed", "regression", "accept_length")]}
+    assert terminal.inconclusive_estimates(doc) == [(kept, est)]
+
+
+def test_accept_length_gates_are_held_to_their_own_prior():
+    tol = {"prior_between_sd": 0.012, "prior_between_sd_accept": 0.003}
+    assert terminal.prior_between_sd("accept_length[code]", tol) == 0.003
+    assert terminal.prior_between_sd("accept_length", tol) == 0.003
+    assert terminal.prior_between_sd("throughput", tol) == 0.012
+    assert terminal.prior_between_sd("throughput", {}) == 0.0
+
+
+def test_reference_cells_are_one_line_per_reference_and_users():
+    doc = {"reference_roles": [{"config": "baseline", "concurrency": 16, "for": ["eagle3"]},
+                               {"config": "baseline", "concurrency": 4, "for": ["eagle3"]},
+                               {"config": "baseline", "concurrency": 64, "for": ["eagle3", "mtp"]}]}
+    assert terminal.reference_lines(doc) == ["baseline: measured as reference for eagle3 (c4, c16)",
+                                             "baseline: measured as reference for eagle3, mtp (c64)"]
+
+
+def test_server_lines_say_differences_checks_and_failures_in_that_order():
+    server = {"engine": "sglang", "command": [], "attached": True, "effective_args": None, "mode": "attached",
+              "checks": [{"message": "cap 48 < 64", "blocking": False}, {"message": "wrong model", "blocking": True}],
+              "differences": [{"field": "tp", "suite": 1, "server": 2, "message": "tp 1 in the suite, 2 on the server"}],
+              "failure": "server exited (code 1)\nlog tail", "failure_skipped": False}
+    assert terminal.server_lines({"servers": {"eagle3": server}, "configs": []}) == [
+        "eagle3: attached server differs from the suite file: tp 1 in the suite, 2 on the server",
+        "eagle3: note: cap 48 < 64", "eagle3: ERROR: wrong model", "eagle3: ERROR: server exited (code 1)"]
+
+
+# -- figures ------------------------------------------------------------------------------------------
+def test_latency_points_leave_out_failed_cells_and_missing_figures():
+    doc = seed_a_doc()
+    cells = [c for c in doc["cells"] if c["config"] == "baseline"]
+    cells[0]["error"] = "server exited"
+    cells[1]["summary"]["p99_ttft_ms"] = None
+    points = plots.latency_points(doc, "baseline", "p99_ttft_ms")
+    assert [level for level, _ in points] == sorted(c["concurrency"] for c in cells[2:])
+    assert all(isinstance(v, float) and math.isfinite(v) for _, v in points)
+    assert plots.latency_points(doc, "nobody", "p99_ttft_ms") == []
