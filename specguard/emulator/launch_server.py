@@ -26,7 +26,7 @@ from specguard.emulator import categories
 from specguard.emulator.adaptive import AdaptiveConfigError
 from specguard.emulator.categories import parse_category_factors
 from specguard.emulator.faults import add_fault_arguments, fault_settings_from_args
-from specguard.emulator.model import SchedulerConfig
+from specguard.emulator.model import ACCEPTANCE_MODES, PER_REQUEST, SchedulerConfig
 from specguard.emulator.profile import load_profile
 from specguard.emulator.server import ServerSettings, serve
 from specguard.emulator.spec import SPEC_ALGORITHMS, SpecRequest, resolve_settings
@@ -98,6 +98,9 @@ def build_arg_parser() -> argparse.ArgumentParser:
                    help=f"force a mean accept length (overrides {ACCEPT_LENGTH_ENV})")
     e.add_argument("--emulator-category-accept", action="append", default=[], metavar="CATEGORY=FACTOR",
                    help="multiply one prompt category's acceptance per draft position, e.g. code=0.85 (repeatable)")
+    e.add_argument("--emulator-acceptance", choices=ACCEPTANCE_MODES, default=PER_REQUEST,
+                   help="per-request: a greedy request accepts as a function of its content and position, run after "
+                        "run, as SGLang at temperature 0 (default); per-run: fresh draws and a per-run offset, as vLLM")
     e.add_argument("--emulator-jitter-pct", type=float, default=None, help="per-step noise sd in %% (default: profile)")
     e.add_argument("--emulator-drift-pct", type=float, default=None, help="per-launch speed sd in %% (default: profile)")
     e.add_argument("--emulator-startup-s", type=float, default=0.0, help="answer 503 on /health* this long")
@@ -153,6 +156,7 @@ def build_settings(args: argparse.Namespace, argv: list[str]) -> ServerSettings:
         profile, serving, seed, args.emulator_step_scale, args.emulator_speed_factor, jitter, drift,
         args.decode_log_interval, cuda_graph_bs,
         category_accept_factor=parse_category_factors(args.emulator_category_accept),
+        acceptance=args.emulator_acceptance,
     )
     categories.warm()
     model_path = args.model_path or profile.model_path

@@ -18,6 +18,7 @@ both times step_scale * drift (per launch) * jitter (per step) / speed_factor.
 from __future__ import annotations
 
 import bisect
+import hashlib
 import math
 from collections import OrderedDict, deque
 from collections.abc import Hashable
@@ -29,6 +30,49 @@ import numpy as np
 from specguard.emulator.adaptive import AdaptivePolicy
 from specguard.emulator.profile import EmulatorProfile
 from specguard.emulator.spec import ServingSettings, SpecConfig, SpecRequest, resolve_settings
+
+# How acceptance varies between identical runs (--emulator-acceptance):
+# - "per-request" (SGLang at temperature 0): a greedy request's acceptance is a function of its
+#   content and its position in the output, so identical runs accept identically, but for a small
+#   term that grows with the batch (batch-dependent numerics pick another argmax near ties);
+# - "per-run" (vLLM, whose per-run acceptance varies, vllm#53436): every verify step draws afresh,
+#   and each run's acceptance moves as a whole, most at small batches.
+# Requests with temperature > 0 draw afresh in either mode.
+PER_REQUEST, PER_RUN = "per-request", "per-run"
+ACCEPTANCE_MODES = (PER_REQUEST, PER_RUN)
+
+
+def run_acceptance_sd(mode: str, batch: int) -> float:
+    """The log-scale spread of a run's acceptance as a whole at this batch size. Set so the
+    emulator's run-to-run CV of tok/s follows vllm#53436's measurements within a factor of 2:
+    SGLang 0.28 %, 0.26 %, 0.26 %, 0.11 %, 0.15 %, 2.54 % at C = 1, 2, 4, 8, 16, 32 (timing noise
+    below 32, this term from 32 up); vLLM 9.85 %, 19.65 %, 7.50 % at C = 1, 2, 4, fading at 8+."""
+    if mode == PER_RUN:
+        return 0.12 * min(1.0, 4.0 / batch) ** 3
+    return 0.012 * min(1.0, max(0.0, (batch - 16) / 16))
+
+
+def acceptance_key(*parts: object) -> int:
+    """A stable 64-bit key of a request's content (the same across processes and launches,
+    unlike Python's hash of a str)."""
+    digest = hashlib.blake2b(repr(parts).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little")
+
+
+_MASK64 = np.uint64(0xFFFFFFFFFFFFFFFF)
+
+
+def keyed_uniforms(keys: np.ndarray, positions: np.ndarray) -> np.ndarray:
+    """One uniform in [0, 1) per (key, position): splitmix64 of the pair, so a request's draw at
+    an output position is the same on every run."""
+    with np.errstate(over="ignore"):
+        z = keys.astype(np.uint64) ^ (positions.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15))
+        z = (z + np.uint64(0x9E3779B97F4A7C15)) & _MASK64
+        z = ((z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)) & _MASK64
+        z = ((z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)) & _MASK64
+        z = z ^ (z >> np.uint64(31))
+    uniforms: np.ndarray = (z >> np.uint64(11)).astype(np.float64) / float(1 << 53)
+    return uniforms
 
 
 @dataclass
@@ -46,6 +90,7 @@ class SchedulerConfig:
     cuda_graph_bs: list[int] | None = None  # decode CUDA-graph batch sizes (adaptive routing pads to them)
     # --emulator-category-accept: category -> factor on its conditional acceptance per position
     category_accept_factor: dict[str, float] = field(default_factory=dict)
+    acceptance: str = PER_REQUEST  # ACCEPTANCE_MODES
 
 
 @dataclass(eq=False)  # identity semantics: two requests are never "equal"
@@ -71,6 +116,9 @@ class GenRequest:
     aborted: bool = False
     tag: Any = None  # the driver's per-request data (the HTTP server keeps its stream here)
     category: str = ""  # prompt category (emulator/categories.py): picks its acceptance, if the profile has one
+    # acceptance_key() of a greedy request's content (its draws repeat run after run); None: a fresh
+    # draw each step (temperature > 0)
+    accept_key: int | None = None
 
     @property
     def remaining(self) -> int:
@@ -217,6 +265,10 @@ class BatchScheduler:
         # Separate streams, so that noise settings do not change the acceptance draws.
         self._accept_rng = np.random.default_rng([config.seed, 1])
         self._noise_rng = np.random.default_rng([config.seed, 2])
+        self._run_rng = np.random.default_rng([config.seed, 3])
+        if config.acceptance not in ACCEPTANCE_MODES:
+            raise ValueError(f"acceptance {config.acceptance!r}; use one of {', '.join(ACCEPTANCE_MODES)}")
+        self._run_z = 0.0  # this run's acceptance offset, in units of run_acceptance_sd (start_run)
         drift_pct = self.profile.drift_pct if config.drift_pct is None else config.drift_pct
         jitter_pct = self.profile.jitter_pct if config.jitter_pct is None else config.jitter_pct
         self.drift = _mean_one_lognormal(self._noise_rng, drift_pct / 100.0)  # this launch's speed offset
@@ -227,6 +279,9 @@ class BatchScheduler:
             # P(at least j drafts accepted), j = 1..positions: decreasing, one uniform draw per request.
             self._survival = np.cumprod(np.array(self.spec.accept_prob, dtype=float))
             self._survival_by_category = category_survival(self.spec, config.category_accept_factor)
+            # the drafter's part of a greedy request's draws: same drafter, same acceptance
+            self._drafter_key = acceptance_key(self.profile.name, self.spec.algorithm, self.spec.num_steps,
+                                               self.spec.topk, self.spec.num_draft_tokens)
             if settings.adaptive is not None:
                 self.adaptive = AdaptivePolicy(settings.adaptive, config.cuda_graph_bs)
 
@@ -339,13 +394,40 @@ class BatchScheduler:
                 if self._survival_by_category:  # one row per request: its category's acceptance
                     by_cat, default = self._survival_by_category, self._survival
                     survival = np.stack([by_cat.get(r.category, default)[:positions] for r in batch])
-                accepted = (self._accept_rng.random(b)[:, None] < survival).sum(axis=1).tolist()
+                accepted = (self._draws(batch)[:, None] < self._run_scaled(survival, cost_b)).sum(axis=1).tolist()
                 grants = [min(1 + a, r.remaining) for a, r in zip(accepted, batch)]
             else:
                 grants = [1] * b
         if self.stats._interval_start_ms is None:
             self.stats._interval_start_ms = now_ms
         return Step("decode", batch, grants, self._scaled(cost_ms), steps, draft_tokens)
+
+    def start_run(self) -> None:
+        """A new run begins (/flush_cache): its acceptance offset is drawn afresh."""
+        self._run_z = float(self._run_rng.standard_normal())
+
+    def _run_scaled(self, survival: np.ndarray, batch: int) -> np.ndarray:
+        """The survival curve with this run's acceptance offset at this batch size: every
+        position's conditional acceptance times exp(z x sd), capped at 1."""
+        sd = run_acceptance_sd(self.config.acceptance, batch)
+        if sd == 0.0 or self._run_z == 0.0:
+            return survival
+        factor = math.exp(self._run_z * sd)
+        ratios = survival / np.concatenate([np.ones_like(survival[..., :1]), survival[..., :-1]], axis=-1)
+        return np.cumprod(np.minimum(ratios * factor, 1.0), axis=-1)
+
+    def _draws(self, batch: list[GenRequest]) -> np.ndarray:
+        """One uniform per request: keyed by its content and output position where it is greedy
+        and acceptance is per request, else fresh."""
+        fresh = self._accept_rng.random(len(batch))
+        if self.config.acceptance != PER_REQUEST:
+            return fresh
+        keyed = [(i, r.accept_key) for i, r in enumerate(batch) if r.accept_key is not None]
+        if keyed:
+            keys = np.array([k ^ self._drafter_key for _, k in keyed], dtype=np.uint64)
+            positions = np.array([batch[i].completion_tokens for i, _ in keyed], dtype=np.uint64)
+            fresh[[i for i, _ in keyed]] = keyed_uniforms(keys, positions)
+        return fresh
 
     def _scaled(self, cost_ms: float) -> float:
         cost_ms *= self._time_factor
@@ -544,7 +626,9 @@ def run_closed_loop(
     def issue() -> None:
         nonlocal issued
         key = "prompt" if same_prompt else issued
-        scheduler.submit(GenRequest(input_len, output_len, prompt_key=key), now_ms)
+        # the run's i-th request is the same greedy request every run (acceptance repeats)
+        scheduler.submit(GenRequest(input_len, output_len, prompt_key=key, accept_key=acceptance_key("request", issued)),
+                         now_ms)
         issued += 1
 
     for _ in range(min(concurrency, num_requests)):

@@ -28,7 +28,7 @@ from specguard.emulator import metrics_catalog, vocab
 from specguard.emulator.categories import category_of_messages, category_of_text
 from specguard.emulator.faults import BAD_COUNT, CUT, ERROR, MALFORMED, NO_COUNT, STALL, FaultPlan, FaultSettings
 from specguard.emulator.firehose import Firehose
-from specguard.emulator.model import BatchScheduler, GenRequest, LatencyHistogram, SchedulerConfig
+from specguard.emulator.model import BatchScheduler, GenRequest, LatencyHistogram, SchedulerConfig, acceptance_key
 from specguard.emulator.realtime import RealtimeEngine
 from specguard.emulator.responses import (
     SSE_DONE,
@@ -339,6 +339,7 @@ class EmulatorServer:
                             len(sched.waiting), len(sched.running))
                 return web.Response(text=FLUSH_FAILED, status=400)
             sched.reset_accept_stats()
+            sched.start_run()
             log.info("Cache flushed successfully!")
             return web.Response(text=FLUSH_OK)
 
@@ -452,9 +453,11 @@ class EmulatorServer:
             if not (isinstance(ids, list) and all(isinstance(i, int) for i in ids)):
                 raise BadRequest("input_ids must be a flat list of token ids (batches are not emulated)", validation=True)
             prompt_tokens, key = len(ids), hash(tuple(ids))
+            content: object = tuple(ids)
             ids_error = vocab.input_ids_error(ids, self.vocab_size)  # emulator-only: real 0.5.23 crashes here
         elif isinstance(body.get("text"), str):
             prompt_tokens, key = count_prompt_tokens(body["text"]), hash(body["text"])
+            content = body["text"]
             category = category_of_text(body["text"])
         else:
             # GenerateReqInput.normalize raises a ValueError: {"error": {"message"}} with HTTP 400
@@ -463,6 +466,7 @@ class EmulatorServer:
         return await self._serve_generation(
             request, prompt_tokens, key, max_new, bool(body.get("stream", False)),
             lambda ctx: NativeFormat(ctx, incremental), model="", category=category,
+            accept_key=greedy_key(params.get("temperature"), content),
             invalid=(vocab.token_ids_logprob_error(body.get("token_ids_logprob"), self.vocab_size)
                      or vocab.logit_bias_error(params.get("logit_bias"), self.vocab_size)
                      or ids_error),
@@ -476,12 +480,15 @@ class EmulatorServer:
         category = ""
         if isinstance(prompt, str):
             prompt_tokens, key, category = count_prompt_tokens(prompt), hash(prompt), category_of_text(prompt)
+            content: object = prompt
         elif isinstance(prompt, list) and prompt and all(isinstance(i, int) for i in prompt):
             prompt_tokens, key = len(prompt), hash(tuple(prompt))
+            content = tuple(prompt)
         else:
             raise BadRequest("prompt must be a string or a list of token ids (one prompt per request)", validation=True)
         max_tokens = _int_param(body.get("max_tokens"), DEFAULT_COMPLETION_MAX_TOKENS, "max_tokens")
-        return await self._serve_openai(request, body, prompt_tokens, key, max_tokens, CompletionFormat, category)
+        return await self._serve_openai(request, body, prompt_tokens, key, max_tokens, CompletionFormat, category,
+                                        content)
 
     async def chat_completions(self, request: web.Request) -> web.StreamResponse:
         body = await _read_json(request)
@@ -493,11 +500,11 @@ class EmulatorServer:
         limit = body.get("max_completion_tokens", body.get("max_tokens"))
         max_tokens = _int_param(limit, max(self.settings.context_length - prompt_tokens, 0), "max_tokens")
         return await self._serve_openai(request, body, prompt_tokens, hash(text), max_tokens, ChatFormat,
-                                        category_of_messages(messages))
+                                        category_of_messages(messages), text)
 
     async def _serve_openai(
         self, request: web.Request, body: dict[str, Any], prompt_tokens: int, key: Hashable, max_tokens: int,
-        format_cls: type[CompletionFormat], category: str = "",
+        format_cls: type[CompletionFormat], category: str = "", content: object = None,
     ) -> web.StreamResponse:
         """The OpenAI routes' common part: n, include_usage, return_spec_tokens_details, the model name.
 
@@ -518,7 +525,7 @@ class EmulatorServer:
 
         return await self._serve_generation(
             request, prompt_tokens, key, max_tokens, bool(body.get("stream", False)), make_format, model=model,
-            native=False, category=category,
+            native=False, category=category, accept_key=greedy_key(body.get("temperature"), content),
         )
 
     async def _inject(self, fault: str, text: str, finished: bool, request: web.Request) -> str | None:
@@ -527,7 +534,7 @@ class EmulatorServer:
     async def _serve_generation(
         self, request: web.Request, prompt_tokens: int, key: Hashable | None, max_new_tokens: int, stream: bool,
         make_format: Callable[[RequestContext], NativeFormat | CompletionFormat], model: str, native: bool = True,
-        category: str = "", invalid: str | None = None,
+        category: str = "", invalid: str | None = None, accept_key: int | None = None,
     ) -> web.StreamResponse:
         """Queue one request in the scheduler and answer with SSE events or one JSON body.
 
@@ -560,7 +567,8 @@ class EmulatorServer:
 
         if self.settings.server_args["disable_radix_cache"]:
             key = None
-        req = GenRequest(prompt_tokens, max_new_tokens, prompt_key=key, streaming=stream, category=category)
+        req = GenRequest(prompt_tokens, max_new_tokens, prompt_key=key, streaming=stream, category=category,
+                         accept_key=accept_key)
         engine = self._started_engine()
         progress = engine.submit(req)
         ctx = RequestContext(
@@ -642,6 +650,17 @@ async def _read_json(request: web.Request) -> dict[str, Any]:
     if not isinstance(body, dict):
         raise BadRequest("request body must be a JSON object")
     return body
+
+
+def greedy_key(temperature: Any, content: object) -> int | None:
+    """A greedy request's acceptance key (model.acceptance_key of its prompt): its acceptance
+    repeats run after run. Sampling (temperature > 0, or none given: SGLang's default is 1.0)
+    draws afresh."""
+    try:
+        greedy = temperature is not None and float(temperature) == 0.0
+    except (TypeError, ValueError):
+        greedy = False
+    return acceptance_key("prompt", content) if greedy and content is not None else None
 
 
 def _int_param(value: object, default: int, name: str) -> int:
