@@ -9,6 +9,7 @@ from array import array
 from pathlib import Path
 
 import pytest
+from test_session import fake_server, make_suite
 
 from specguard.config import ConfigError, load_suite
 from specguard.decide.baselines import BaselineStore, RunSample, StoredSession
@@ -19,7 +20,6 @@ from specguard.measure.load import RunResult
 from specguard.measure.metrics import RunMetrics, step_time_ms, summarize_run
 from specguard.measure.sweep import CellMeasurement
 from specguard.session import GateSession, PlannedTest, RunOptions
-from test_session import fake_server, make_suite
 
 # -- the measurement ---------------------------------------------------------------------------
 
@@ -172,7 +172,8 @@ def test_the_floor_is_per_configuration_and_ngram_s_default_is_one(tmp_path):
     assert eagle.accept_length_floor == 1.05
     assert replace(eagle, speculative_algorithm="NGRAM").accept_length_floor == 1.0
     assert replace(eagle, min_accept_length=1.5).accept_length_floor == 1.5
-    text = (tmp_path / "suite.toml").read_text().replace('reference = "baseline"', 'reference = "baseline"\nmin_accept_length = 0.5')
+    text = (tmp_path / "suite.toml").read_text().replace('reference = "baseline"',
+                                                         'reference = "baseline"\nmin_accept_length = 0.5')
     (tmp_path / "bad.toml").write_text(text)
     with pytest.raises(ConfigError, match=r"servers.eagle3.min_accept_length = 0.5: .* >= 1"):
         load_suite(tmp_path / "bad.toml")
@@ -193,3 +194,32 @@ def test_acceptance_falling_within_the_session_is_reported_or_fails(tmp_path, mo
         assert r.verdict == FAIL and 'advanced.accept_drift = "fail"' in r.message
     else:
         assert "\n  notes: accept length fell" in r.message
+
+
+# -- the summary ----------------------------------------------------------------------------------
+def _decision(gate: str, config: str, level: int, verdict: str, attribution: str = "", low: float = 0.9,
+              high: float = 0.98) -> dict:
+    return {"gate": gate, "config": config, "concurrency": level, "verdict": verdict, "enforced": True,
+            "attribution": attribution, "message": "", "estimate": {"ratio": (low + high) / 2, "low": low, "high": high,
+                                                                    "threshold": 0.97}}
+
+
+def test_the_summary_names_engine_and_drafter_regressions_apart():
+    from specguard.report.terminal import regression_halves
+    doc = {"sweep": {"request_rate": []}, "decisions": [
+        _decision("throughput", "eagle3", 1, "fail", "engine"), _decision("step_time", "eagle3", 4, "fail"),
+        _decision("throughput", "mtp", 16, "fail", "drafter"), _decision("accept_length[code]", "mtp", 16, "fail"),
+        _decision("throughput", "mtp", 64, "pass", "engine"),  # a pass names nothing
+        _decision("throughput", "eagle3", 64, "fail", "both")]}
+    assert regression_halves(doc) == ["engine regressions (step time): eagle3 c1, c4, c64",
+                                      "drafter regressions (accept length): mtp c16; eagle3 c64"]
+
+
+def test_an_attach_mode_summary_states_what_each_cell_could_resolve():
+    from specguard.report.terminal import attach_lines
+    doc = {"sweep": {"request_rate": []}, "options": {"attached": True}, "tolerances": {"fail_rule": "significant"},
+           "decisions": [_decision("throughput", "eagle3", 1, "inconclusive", low=0.95, high=1.05)]}
+    (line,) = attach_lines(doc)
+    assert line.startswith("attach mode (one launch, nothing relaunched): the smallest tok/s drop each cell could "
+                           "resolve: eagle3 c1 >=4.9%")
+    assert attach_lines({**doc, "options": {"attached": False}}) == []

@@ -102,7 +102,8 @@ def test_terminal_table_has_the_key_figures_and_the_outcome(session):
                                        {"nodeid": "t::test_throughput[mtp-c4]", "kind": "not-measured", "message": "m"}]}
     text = render_summary(doc)
     head, _, *rows = text.splitlines()
-    for column in ("tok/s", "vs baseline [CI]", "accept", "TTFT p50/p99 ms", "ITL p50/p99 ms", "spec/ref [CI]", "verdict"):
+    for column in ("tok/s", "vs baseline [CI]", "accept", "step ms", "TTFT p50/p99 ms", "ITL p50/p99 ms", "spec/ref [CI]",
+                   "verdict"):
         assert column in head
     assert rows[0].split()[:3] == ["baseline", "1", "101.0"] and "-17.0% [-21.2,-12.9]" in rows[0] and rows[0].endswith("FAIL: tput")
     assert "+50.0% [+42.5,+57.5]" in rows[2] and rows[2].endswith("pass")

@@ -62,6 +62,7 @@ def cell_summary(runs: list[dict[str, Any]]) -> SummaryDoc:
         "output_throughput_min": min(tok_s, default=None),
         "output_throughput_max": max(tok_s, default=None),
         "accept_length": median([r.get("accept_length") for r in runs]),
+        "step_time_ms": median([r.get("step_time_ms") for r in runs]),
         "failed_requests": sum(r.get("failed", 0) for r in runs),
         "median_ttft_ms": _latency_median(runs, "median_ttft_ms"),
         "p99_ttft_ms": _latency_median(runs, "p99_ttft_ms"),

@@ -41,7 +41,8 @@ class ServerDoc(TypedDict):
 # A cell summary's latency figures (medians over the runs of each run's latency_ms entry)
 LatencyKey = Literal["median_ttft_ms", "p99_ttft_ms", "median_itl_ms", "p99_itl_ms", "median_e2e_latency_ms"]
 # Every figure of a cell summary that is one number or null
-SummaryFigure = Literal["output_throughput", "output_throughput_min", "output_throughput_max", "accept_length", LatencyKey]
+SummaryFigure = Literal["output_throughput", "output_throughput_min", "output_throughput_max", "accept_length",
+                        "step_time_ms", LatencyKey]
 
 
 class _SummaryFigures(TypedDict):
@@ -50,6 +51,7 @@ class _SummaryFigures(TypedDict):
     output_throughput_min: float | None
     output_throughput_max: float | None
     accept_length: float | None
+    step_time_ms: float | None  # the engine's time per decode step of a request (per verify step with speculation)
     failed_requests: int
     median_ttft_ms: float | None
     p99_ttft_ms: float | None

@@ -12,11 +12,11 @@ import math
 import textwrap
 from typing import Any
 
-from specguard.labels import STATUS_NOT_MEASURED, STATUS_REGRESSION, GateLabel
+from specguard.labels import STATUS_NOT_MEASURED, STATUS_REGRESSION, GateLabel, Level
 from specguard.report.results import detectable_drop, sorted_cells
 from specguard.report.schema import CellDoc, DecisionDoc, EstimateDoc, ResultsDoc, ServerDoc, TestDoc
 
-GATE_SHORT = {"throughput": "tput", "accept_length": "accept", "speculation": "spec"}
+GATE_SHORT = {"throughput": "tput", "accept_length": "accept", "step_time": "step", "speculation": "spec"}
 VERDICT_ORDER = ["FAIL", "ERROR", "skip", "inconclusive", "behind (info)", "recorded"]
 
 
@@ -125,9 +125,10 @@ def cell_verdict(cell: CellDoc, gates: dict[str, DecisionDoc], tests: dict[str, 
 
 
 COLUMNS = (("config", "config", "<12"), ("C", "concurrency", ">4"), ("tok/s", "tok_s", ">9"),
-           ("vs baseline [CI]", "vs_baseline", ">22"), ("resolves", "resolves", ">8"), ("accept", "accept", ">6"),
+           ("vs baseline [CI]", "vs_baseline", ">20"), ("resolves", "resolves", ">8"), ("accept", "accept", ">6"),
+           ("step ms", "step_ms", ">7"),
            ("TTFT p50/p99 ms", "ttft", ">17"), ("ITL p50/p99 ms", "itl", ">15"),
-           ("spec/ref [CI]", "spec_ref", ">22"), ("verdict", "verdict", ""))
+           ("spec/ref [CI]", "spec_ref", ">20"), ("verdict", "verdict", ""))
 
 
 def summary_rows(doc: ResultsDoc) -> list[dict[str, str]]:
@@ -160,6 +161,7 @@ def _figure_columns(doc: ResultsDoc, cell: CellDoc, gates: dict[str, DecisionDoc
         "vs_baseline": _ratio_column(tput),
         "resolves": f">={drop * 100:.1f}%" if drop is not None else "-",
         "accept": fmt(s["accept_length"], ".2f"),
+        "step_ms": fmt(s.get("step_time_ms"), ".2f"),
         "ttft": f"{fmt(s['median_ttft_ms'])}/{fmt(s['p99_ttft_ms'])}",
         "itl": f"{fmt(s['median_itl_ms'], '.2f')}/{fmt(s['p99_itl_ms'], '.2f')}",
         "spec_ref": _ratio_column(spec),
@@ -270,6 +272,7 @@ def notes(doc: ResultsDoc) -> list[str]:
     lines = [f"{name}: {x['text']}" for name, x in doc["crossovers"].items()]
     lines += server_lines(doc) + reference_lines(doc) + category_lines(doc) + load_lines(doc)
     lines += [f"relaunched {name}: {'; '.join(reasons)}" for name, reasons in (doc.get("relaunches") or {}).items()]
+    lines += regression_halves(doc) + attach_lines(doc)
     family = family_test(doc)
     if family is not None and family["outcome"] == "failed":
         lines.append(f"family_holm FAILED: {family['message']}")
@@ -279,6 +282,42 @@ def notes(doc: ResultsDoc) -> list[str]:
     lines += [f"baselines: {u}" for u in doc["baseline_updates"]]
     lines += list(doc.get("run_notes") or [])
     return lines
+
+
+def regression_halves(doc: ResultsDoc) -> list[str]:
+    """Engine regressions and drafter regressions named apart: failed step-time and accept-length
+    gates, and the half a speculative cell's failed tok/s verdict was attributed to."""
+    engine: dict[str, list[str]] = {}
+    drafter: dict[str, list[str]] = {}
+    for d in doc["decisions"]:
+        if d["verdict"] != "fail" or not d.get("enforced", True):
+            continue
+        label, cell = GateLabel.parse(d["gate"]), level_label(doc, d["concurrency"])
+        half = {"step_time": "engine", "accept_length": "drafter"}.get(label.gate) or d.get("attribution", "")
+        if half in ("engine", "both"):
+            engine.setdefault(d["config"], []).append(cell)
+        if half in ("drafter", "both"):
+            drafter.setdefault(d["config"], []).append(cell)
+    out = []
+    for what, cells in (("engine regressions (step time)", engine), ("drafter regressions (accept length)", drafter)):
+        if cells:
+            out.append(f"{what}: " + "; ".join(f"{name} {', '.join(dict.fromkeys(levels))}"
+                                               for name, levels in cells.items()))
+    return out
+
+
+def attach_lines(doc: ResultsDoc) -> list[str]:
+    """Attach mode cannot relaunch: how small a tok/s drop each cell could resolve on its one launch."""
+    if not doc["options"].get("attached"):
+        return []
+    rule = doc["tolerances"].get("fail_rule", "significant")
+    drops = [(d["config"], level_label(doc, d["concurrency"]), detectable_drop(d.get("estimate"), rule))
+             for d in doc["decisions"] if d["gate"] == "throughput"]
+    shown = [f"{name} {cell} >={drop * 100:.1f}%" for name, cell, drop in drops if drop is not None]
+    if not shown:
+        return []
+    return ["attach mode (one launch, nothing relaunched): the smallest tok/s drop each cell could resolve: "
+            + ", ".join(shown) + " (docs/statistics.md: attach mode's power)"]
 
 
 def server_lines(doc: ResultsDoc) -> list[str]:
@@ -304,6 +343,11 @@ def reference_lines(doc: ResultsDoc) -> list[str]:
         roles.setdefault(r["config"], {}).setdefault(", ".join(r["for"]), []).append(r["concurrency"])
     return [f"{ref}: measured as reference for {who} (c{', c'.join(map(str, sorted(levels)))})"
             for ref, users in roles.items() for who, levels in users.items()]
+
+
+def level_label(doc: ResultsDoc, level: int) -> str:
+    """A level as the notes name it: "c16", or "r8" at request-rate levels (labels.Level's name)."""
+    return str(Level(level, bool((doc.get("sweep") or {}).get("request_rate"))))
 
 
 def level_name(doc: ResultsDoc, level: int) -> str:
