@@ -9,7 +9,7 @@ ShareGPT file is read from a local path.
 from __future__ import annotations
 
 import json
-from functools import lru_cache
+from functools import cache
 from importlib import resources
 from pathlib import Path
 
@@ -21,7 +21,7 @@ class DatasetError(ValueError):
     """A prompt file that cannot be used; the message names the file and the entry."""
 
 
-@lru_cache(maxsize=None)
+@cache
 def category_prompts(category: str) -> tuple[str, ...]:
     """The shipped prompts of one category, in file order."""
     if category not in SHIPPED_CATEGORIES:

@@ -11,8 +11,16 @@ import sys
 import numpy as np
 import pytest
 
-from specguard.emulator.model import (PER_REQUEST, PER_RUN, BatchScheduler, SchedulerConfig, acceptance_key,
-                                      keyed_uniforms, run_acceptance_sd, run_closed_loop)
+from specguard.emulator.model import (
+    PER_REQUEST,
+    PER_RUN,
+    BatchScheduler,
+    SchedulerConfig,
+    acceptance_key,
+    keyed_uniforms,
+    run_acceptance_sd,
+    run_closed_loop,
+)
 from specguard.emulator.profile import load_profile
 from specguard.emulator.server import greedy_key
 from specguard.emulator.spec import SpecRequest, resolve_settings
