@@ -26,8 +26,8 @@ from pathlib import Path
 
 import httpx
 import numpy as np
-
 from ground_truth import closed_loop_truth
+
 from specguard.config import ServerConfig
 from specguard.emulator.model import SchedulerConfig
 from specguard.emulator.profile import load_profile
@@ -146,7 +146,8 @@ def report(rows: list[dict]) -> None:
     print("\nspecguard's measurement vs ground truth, % error (median over rounds)")
     print("  vs sim: the emulator's scheduler in virtual time (ground_truth.py); vs server: the server's own per-request")
     print("  first_token_latency / e2e_latency in the same run (what HTTP and the client add, in ms; TPOT % error)")
-    print(f"{'profile':<7}{'C':>4}{'reqs':>5}{'out':>5} | {'tok/s':>8} {'sim':>8} {'err%':>6} | {'ITL50':>6} {'sim':>6} {'err%':>6} "
+    print(f"{'profile':<7}{'C':>4}{'reqs':>5}{'out':>5} | {'tok/s':>8} {'sim':>8} {'err%':>6} | "
+          f"{'ITL50':>6} {'sim':>6} {'err%':>6} "
           f"{'ITL99':>6} {'err%':>6} | {'TTFT50':>7} {'sim':>6} {'err%':>6} {'TTFT99':>7} {'err%':>6} | {'+TTFT':>6} {'+e2e':>6} "
           f"{'TPOT%':>6} | {'turn':>5} {'p99':>5} | {'busy':>4} {'srv':>4} {'wait':>4}")
     keys = sorted({(r["profile"], r["c"]) for r in rows}, key=lambda k: (k[0] != "fast", k[1]))
@@ -159,11 +160,13 @@ def report(rows: list[dict]) -> None:
               f"{pct(m['itl50'], m['itl50_truth']):>+6.2f} {m['itl99']:>6.2f} {pct(m['itl99'], m['itl99_truth']):>+6.1f} | "
               f"{m['ttft50']:>7.1f} {m['ttft50_truth']:>6.1f} {pct(m['ttft50'], m['ttft50_truth']):>+6.1f} {m['ttft99']:>7.1f} "
               f"{pct(m['ttft99'], m['ttft99_truth']):>+6.1f} | {m['ttft_plus_ms']:>6.2f} {m['e2e_plus_ms']:>6.2f} "
-              f"{m['tpot_err']:>+6.2f} | {m['turn50']:>5.2f} {m['turn99']:>5.2f} | {m['busy']:>4.0%} {m['server_cpu']:>4.0%} {m['server_wait']:>4.0%}"
+              f"{m['tpot_err']:>+6.2f} | {m['turn50']:>5.2f} {m['turn99']:>5.2f} | "
+              f"{m['busy']:>4.0%} {m['server_cpu']:>4.0%} {m['server_wait']:>4.0%}"
               + ("  server fell >1 s behind" if any(r["lagged"] for r in rs) else ""))
     print("(turn: client turnaround, last byte of a response in -> next request out on that connection, ms, p50 and p99;\n"
           " busy: client CPU per client process; srv/wait: the emulator's CPU use and its wait for a CPU, per second)")
-    meds = [{k: statistics.median(r[k] for r in rows if (r["profile"], r["c"]) == key) for k in ("tps", "tps_truth", "itl50", "itl50_truth")}
+    meds = [{k: statistics.median(r[k] for r in rows if (r["profile"], r["c"]) == key)
+             for k in ("tps", "tps_truth", "itl50", "itl50_truth")}
             for key in keys]
     worst_tps = max(abs(pct(m["tps"], m["tps_truth"])) for m in meds)
     worst_itl = max(abs(pct(m["itl50"], m["itl50_truth"])) for m in meds)

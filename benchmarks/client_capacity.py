@@ -25,9 +25,9 @@ import sys
 import time
 from pathlib import Path
 
-from specguard.measure.client import ROUTES, RequestOptions, build_body
 from specguard.config import ServerConfig
 from specguard.engines import get_engine
+from specguard.measure.client import ROUTES, RequestOptions, build_body
 from specguard.server import launch, stop
 from specguard.workload import WorkloadSpec, build_workload
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-
 # One launch per configuration: end-to-end tests check behaviour, and relaunching on suspicion
 # would multiply their time on a noisy machine; the staged design's own tests pass RELAUNCH.
 ONE_LAUNCH = 'relaunch = "off"\nread_timeout_s = 20\nrun_timeout_s = 60\n'

@@ -210,12 +210,16 @@ def test_openai_route_record_gets_the_verify_count_and_histogram_from_sglext():
     # usage null), then the usage chunk, then [DONE]; the request asked return_spec_tokens_details
     head = b'{"id":"c","object":"text_completion","created":1,"model":"m",'
     stream = b"".join([
-        b"data: " + head + b'"choices":[{"index":0,"text":"ab","logprobs":null,"finish_reason":null,"matched_stop":null}],"usage":null}\n\n',
-        b"data: " + head + b'"choices":[{"index":0,"text":"cde","logprobs":null,"finish_reason":"length","matched_stop":null}],"usage":null}\n\n',
+        b"data: " + head + b'"choices":[{"index":0,"text":"ab","logprobs":null,"finish_reason":null,"matched_stop":null}],'
+        b'"usage":null}\n\n',
+        b"data: " + head + b'"choices":[{"index":0,"text":"cde","logprobs":null,"finish_reason":"length","matched_stop":null}],'
+        b'"usage":null}\n\n',
         b"data: " + head + b'"choices":[],"usage":null,"sglext":{"spec_tokens_details":{"spec_accept_rate":0.5,'
         b'"spec_accept_length":2.5,"spec_cap_length":0.0,"spec_block_accept_length":0.0,"spec_num_correct_drafts":3,'
-        b'"spec_num_proposed_drafts":6,"spec_verify_ct":2,"spec_correct_drafts_histogram":[0,1,1],"spec_cap_lens_histogram":[]}}}\n\n',
-        b"data: " + head + b'"choices":[],"usage":{"prompt_tokens":4,"total_tokens":9,"completion_tokens":5,"reasoning_tokens":0}}\n\n',
+        b'"spec_num_proposed_drafts":6,"spec_verify_ct":2,"spec_correct_drafts_histogram":[0,1,1],'
+        b'"spec_cap_lens_histogram":[]}}}\n\n',
+        b"data: " + head + b'"choices":[],"usage":{"prompt_tokens":4,"total_tokens":9,"completion_tokens":5,'
+        b'"reasoning_tokens":0}}\n\n',
         b"data: [DONE]\n\n"])
 
     async def go():
@@ -231,9 +235,11 @@ def test_openai_route_record_gets_the_verify_count_and_histogram_from_sglext():
 
 
 def test_route_fields_reach_the_request_body():
-    from specguard.measure.client import RequestOptions, build_body
-    from specguard.workload import Prompt
     import json
 
-    body = json.loads(build_body(Prompt(input_ids=[1, 2]), RequestOptions(api="openai", extra_body={"return_spec_tokens_details": True})))
+    from specguard.measure.client import RequestOptions, build_body
+    from specguard.workload import Prompt
+
+    options = RequestOptions(api="openai", extra_body={"return_spec_tokens_details": True})
+    body = json.loads(build_body(Prompt(input_ids=[1, 2]), options))
     assert body["return_spec_tokens_details"] is True and body["stream_options"] == {"include_usage": True}

@@ -15,10 +15,10 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-
-from specguard.report.results import family_holm
 from emulator_suite import emulator_suite_toml
 from test_e2e_suite import failed, run_suite
+
+from specguard.report.results import family_holm
 
 pytestmark = pytest.mark.e2e
 CATEGORIES = ("chat", "code", "math", "summarisation")

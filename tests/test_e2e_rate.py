@@ -12,7 +12,6 @@ import json
 from pathlib import Path
 
 import pytest
-
 from emulator_suite import ONE_LAUNCH, emulator_suite_toml
 from test_e2e_suite import failed, run_suite
 

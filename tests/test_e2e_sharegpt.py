@@ -11,10 +11,10 @@ import json
 from pathlib import Path
 
 import pytest
-
-from specguard import datasets
 from emulator_suite import emulator_suite_toml
 from test_e2e_suite import failed, run_suite
+
+from specguard import datasets
 
 pytestmark = pytest.mark.e2e
 

@@ -17,7 +17,6 @@ from pathlib import Path
 
 import httpx
 import pytest
-
 from emulator_suite import write_emulator_suite
 
 pytestmark = pytest.mark.e2e
@@ -85,7 +84,8 @@ def test_missing_baseline_skips_with_how_to_and_fails_when_required(tmp_path):
     assert hint in out, out
     assert out.count("no baselines yet: record them for this run with: ") == 1
     last = [ln for ln in out.splitlines() if ln.startswith(("no baselines yet", "specguard: "))][-1]
-    assert last.startswith("no baselines yet: record them for this run with: pytest ") and "-k 'baseline and c1 and throughput'" in last
+    assert last.startswith("no baselines yet: record them for this run with: pytest ")
+    assert "-k 'baseline and c1 and throughput'" in last
     code, out, res = run_suite(tmp_path, suite, "-k", "baseline and c1 and throughput", "--require-baselines")
     assert code == 3 and failed(res) == {"test_throughput[baseline-c1]"}, out
 

@@ -3,7 +3,6 @@ and the category read from the prompt text alone (no extra request field)."""
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 from specguard import datasets
@@ -38,7 +37,8 @@ def test_profile_per_category_acceptance_is_validated(tmp_path):
     with pytest.raises(ValueError, match="accept_prob_by_category.code"):
         load_profile(bad)
     # a forced mean accept length replaces the whole acceptance model, categories included
-    assert resolve_settings(load_profile("fast"), SpecRequest("EAGLE3", 3, 1, 4), accept_length=2.0).spec.accept_prob_by_category == ()
+    forced = resolve_settings(load_profile("fast"), SpecRequest("EAGLE3", 3, 1, 4), accept_length=2.0).spec
+    assert forced.accept_prob_by_category == ()
 
 
 def _accept_length_by_category(factors: dict[str, float], n: int = 400) -> dict[str, float]:
@@ -112,7 +112,7 @@ def test_a_code_only_acceptance_drop_shows_in_the_code_category_and_is_diluted_o
     base, base_all = _measure(tmp_path / "a", [])
     low, low_all = _measure(tmp_path / "b", ["--emulator-category-accept", "code=0.85"])
     ratios = {c: low[c] / base[c] for c in base}
-    print(f"accept length per category (base -> code=0.85): "
+    print("accept length per category (base -> code=0.85): "
           + ", ".join(f"{c} {base[c]:.3f} -> {low[c]:.3f} ({ratios[c]:.3f})" for c in sorted(base))
           + f"; overall {base_all:.3f} -> {low_all:.3f} ({low_all / base_all:.3f})")
     assert set(base) == set(datasets.SHIPPED_CATEGORIES)
@@ -132,8 +132,10 @@ def test_calibrate_fits_per_category_acceptance(tmp_path):
     from specguard.research import calibrate
 
     cells = [{"config": "mtp", "runs": [
-        {"categories": {"code": {"accept_length": 1.9, "total_verify_ct": 100}, "chat": {"accept_length": 1.5, "total_verify_ct": 300}}},
-        {"categories": {"code": {"accept_length": 1.7, "total_verify_ct": 100}, "chat": {"accept_length": None, "total_verify_ct": 0}}},
+        {"categories": {"code": {"accept_length": 1.9, "total_verify_ct": 100},
+                        "chat": {"accept_length": 1.5, "total_verify_ct": 300}}},
+        {"categories": {"code": {"accept_length": 1.7, "total_verify_ct": 100},
+                        "chat": {"accept_length": None, "total_verify_ct": 0}}},
     ]}]
     assert calibrate.category_accept_lengths(cells) == {"chat": pytest.approx(1.5), "code": pytest.approx(1.8)}
 

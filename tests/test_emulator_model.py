@@ -347,7 +347,7 @@ def test_docs_emulator_tables_match_the_simulator():
     fast = load_profile("fast")
     want = []
     for c in (1, 4, 16, 32, 64):
-        def tput(spec):
+        def tput(spec, c=c):
             return simulate_closed_loop(fast, spec, c, 3 * c, 128, 256, max_running_requests=256).output_throughput
         b, e, m = tput(None), tput(SpecRequest("EAGLE3", 3, 1, 4)), tput(SpecRequest("NEXTN", 2, 1, 3))
         want.append([str(c), f"{b:.0f}", f"{e:.0f} ({pct(e, b, 0)})", f"{m:.0f} ({pct(m, b, 0)})"])
@@ -386,7 +386,6 @@ from specguard.emulator.model import (  # noqa: E402
     TTFT_BUCKETS_S,
     LatencyHistogram,
     PrefixCache,
-    Step,
     _mean_one_lognormal,
     category_survival,
     run_closed_loop,

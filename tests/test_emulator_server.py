@@ -226,7 +226,8 @@ def test_over_context_length_is_an_in_stream_error(mtp_server):
     assert "maximum context length" in r.json()["error"]["message"]  # http_server.py _create_error_response
     # OpenAI routes validate before the stream starts: HTTP 400 with an ErrorResponse body, never SSE
     # (serving_base.py handle_request / create_error_response).
-    for route, body in (("/v1/completions", {"prompt": "hi"}), ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}]})):
+    for route, body in (("/v1/completions", {"prompt": "hi"}),
+                        ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}]})):
         r = httpx.post(mtp_server.url + route, json={**body, "model": "m", "max_tokens": 100000, "stream": True})
         assert r.status_code == 400 and r.headers["content-type"].startswith("application/json")
         err = r.json()
@@ -324,7 +325,8 @@ def test_ngram_server_reports_sglangs_resolution(launch):
     info = httpx.get(server.url + "/server_info").json()
     assert (info["speculative_num_steps"], info["speculative_eagle_topk"], info["speculative_num_draft_tokens"]) == (1, 10, 12)
     assert info["max_running_requests"] == 48 and info["speculative_ngram_max_bfs_breadth"] == 10
-    meta = httpx.post(server.url + "/generate", json={"input_ids": [1, 2], "sampling_params": {"max_new_tokens": 30}}).json()["meta_info"]
+    body = {"input_ids": [1, 2], "sampling_params": {"max_new_tokens": 30}}
+    meta = httpx.post(server.url + "/generate", json=body).json()["meta_info"]
     assert meta["spec_num_proposed_drafts"] == 11 * meta["spec_verify_ct"]
 
 

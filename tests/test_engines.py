@@ -10,10 +10,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from specguard.measure.client import RequestRecord
 from specguard.config import ConfigError, ServerConfig, load_suite
 from specguard.engines import get_engine, redact
 from specguard.engines.vllm import ACCEPTED_PER_POS, speculative_positions
+from specguard.measure.client import RequestRecord
 from specguard.measure.load import RunResult
 from specguard.measure.metrics import summarize_run
 
@@ -107,7 +107,8 @@ def test_vllm_without_spec_counters_runs_no_speculation_and_attach_matches_by_th
     with serve(routes) as client:
         eff = engine.read_effective_args(client, spec_cfg)
     assert eff.speculative_algorithm is None and eff.num_draft_tokens is None
-    assert engine.matches(spec_cfg, eff) == "server runs no speculation (from /metrics spec_decode counters); config ngram needs NGRAM"
+    assert engine.matches(spec_cfg, eff) == (
+        "server runs no speculation (from /metrics spec_decode counters); config ngram needs NGRAM")
     assert engine.matches(ServerConfig(name="baseline", engine="vllm", model_path="/m"), eff) is None
 
 
@@ -295,13 +296,15 @@ def test_ngram_topk_asked_is_ignored_by_the_server():
 
 def test_ngram_suites_validate_as_sglang_resolves_them(tmp_path):
     suite = tmp_path / "ngram.toml"
-    base = '[servers.b]\nmodel_path = "/m"\n[servers.ngram]\nmodel_path = "/m"\nspeculative_algorithm = "NGRAM"\nreference = "b"\n'
+    base = ('[servers.b]\nmodel_path = "/m"\n[servers.ngram]\nmodel_path = "/m"\nspeculative_algorithm = "NGRAM"\n'
+            'reference = "b"\n')
     suite.write_text(base + "num_draft_tokens = 8\n")  # draft tokens without steps: valid for NGRAM
     assert load_suite(suite).servers["ngram"].num_draft_tokens == 8
     suite.write_text(base + "num_steps = 3\nnum_draft_tokens = 12\n")  # no topk == 1 rule for NGRAM
     assert load_suite(suite).servers["ngram"].num_steps == 3
     suite.write_text(base + "eagle_topk = 4\n")
-    with pytest.raises(ConfigError, match=r"servers\.ngram\.eagle_topk = 4: NGRAM ignores it .*--speculative-ngram-max-bfs-breadth"):
+    with pytest.raises(ConfigError,
+                       match=r"servers\.ngram\.eagle_topk = 4: NGRAM ignores it .*--speculative-ngram-max-bfs-breadth"):
         load_suite(suite)
     suite.write_text(base + 'eagle_topk = 4\nargs = ["--speculative-ngram-max-bfs-breadth", "4"]\n')
     assert load_suite(suite).servers["ngram"].eagle_topk == 4
@@ -411,7 +414,8 @@ def test_adaptive_switched_off_by_the_server_is_a_blocking_check_with_the_reason
 
 
 def test_adaptive_on_reports_the_steps_gauge_and_does_not_block_on_draft_tokens():
-    launch = "python -m sglang.launch_server --speculative-algorithm EAGLE --speculative-adaptive --speculative-num-draft-tokens 8"
+    launch = ("python -m sglang.launch_server --speculative-algorithm EAGLE --speculative-adaptive "
+              "--speculative-num-draft-tokens 8")
     info = sglang_info(launch, speculative_algorithm="EAGLE", speculative_adaptive=True, speculative_num_steps=3,
                        speculative_eagle_topk=1, speculative_num_draft_tokens=4, speculative_adaptive_config="/c.json")
     cfg = ServerConfig(name="eagle", model_path="/m", speculative_algorithm="EAGLE", reference="b")
@@ -510,8 +514,9 @@ def test_flush_retries_a_server_without_the_timeout_parameter_until_idle():
 
 
 def test_flush_of_a_server_busy_with_foreign_traffic_ends_in_bounded_time():
-    from specguard.engines import ServerBusy
     import time as _time
+
+    from specguard.engines import ServerBusy
 
     client, calls = flush_server([400])
     started = _time.monotonic()

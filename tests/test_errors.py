@@ -23,8 +23,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-
 from emulator_suite import emulator_suite_toml
+
 from specguard.config import ADVANCED_KEYS, SweepConfig
 from specguard.server import free_port
 
@@ -129,7 +129,8 @@ def assert_clean(out: str) -> None:
 # (id, command builder, expected exit code, expected first line builder)
 CASES = [
     ("repeats-flag", lambda w, u: pytest_cmd(w, "--repeats", "1"), EXIT_USAGE,
-     lambda w, u: "ERROR: --repeats 1 (command line): the gates need at least 2 runs per cell to estimate noise; set repeats >= 2"),
+     lambda w, u: "ERROR: --repeats 1 (command line): the gates need at least 2 runs per cell to estimate noise; "
+                  "set repeats >= 2"),
     ("repeats-file", lambda w, u: pytest_cmd(w, suite="one-repeat.toml"), EXIT_USAGE,
      lambda w, u: f"ERROR: {w / 'one-repeat.toml'}: sweep.repeats = 1: the gates need at least 2 runs per cell to "
                   f"estimate noise; set repeats >= 2"),
@@ -148,7 +149,8 @@ CASES = [
     ("url-without-scheme", lambda w, u: pytest_cmd(w, "--server-url", "127.0.0.1:30000"), EXIT_USAGE,
      lambda w, u: "ERROR: --server-url '127.0.0.1:30000' is not an http(s) URL; write the scheme, e.g. http://127.0.0.1:30000"),
     ("url-unknown-config", lambda w, u: pytest_cmd(w, "--server-url", "mtp=http://127.0.0.1:1"), EXIT_USAGE,
-     lambda w, u: f"ERROR: --server-args/--server-url name unknown configuration(s) mtp; {w / 'suite.toml'} has baseline, eagle3"),
+     lambda w, u: f"ERROR: --server-args/--server-url name unknown configuration(s) mtp; "
+                  f"{w / 'suite.toml'} has baseline, eagle3"),
     ("server-args-form", lambda w, u: pytest_cmd(w, "--server-args", "fast"), EXIT_USAGE,
      lambda w, u: "ERROR: --server-args takes NAME=\"ARGS\", got 'fast'"),
     ("requests-flag", lambda w, u: pytest_cmd(w, "--requests", "0"), EXIT_USAGE,

@@ -13,8 +13,8 @@ import pytest
 
 from specguard.config import ServerConfig, SweepConfig
 from specguard.engines import get_engine
-from specguard.server import ServerStartError, launch, stop
 from specguard.measure.sweep import measure_cell
+from specguard.server import ServerStartError, launch, stop
 from specguard.workload import WorkloadSpec, build_workload
 
 pytestmark = pytest.mark.e2e

@@ -10,6 +10,8 @@ tests/test_study_legacy.py.
 from __future__ import annotations
 
 import math
+from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from scipy import stats as sps
@@ -21,11 +23,15 @@ from specguard.decide.gates import (
     INCONCLUSIVE,
     PASS,
     SKIP,
+    GateDesign,
     GateResult,
     counts_as_failure,
+    design_of,
+    final_failures,
     gate_confidence,
     holm_failures,
     launch_history_gate,
+    must_win_gate,
 )
 from specguard.decide.stats import RatioEstimate
 
@@ -113,10 +119,6 @@ def test_holm_estimate_exactly_at_the_threshold_is_not_beyond_it():
 
 # -- launches as units (fields and wiring only; the statistics are tested in
 # tests/test_gate_design.py) ------------------------------------------------------------------
-from pathlib import Path
-from types import SimpleNamespace  # noqa: E402
-
-from specguard.decide.gates import GateDesign, design_of, final_failures, must_win_gate  # noqa: E402
 
 
 def test_design_of_reads_every_key_the_suite_declares():

@@ -11,13 +11,13 @@ from array import array
 
 import pytest
 
-from specguard.measure.client import RequestRecord
 from specguard.config import ServerConfig
 from specguard.engines import get_engine
+from specguard.measure.client import RequestRecord
 from specguard.measure.generator import LoadGenerator, run_once
 from specguard.measure.load import WORKERS_ENV, LoadSettings, RunResult, client_processes
-from specguard.server import launch, stop
 from specguard.measure.workers import merge, shares
+from specguard.server import launch, stop
 from specguard.workload import WorkloadSpec, build_workload
 
 

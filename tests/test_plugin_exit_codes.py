@@ -13,7 +13,6 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-
 from emulator_suite import emulator_suite_toml
 
 pytestmark = pytest.mark.e2e

@@ -8,6 +8,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
+
 TESTS = '''
 from pathlib import Path
 

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from emulator_suite import emulator_suite_toml
+
 from specguard.config import load_suite
 from specguard.plugin.hints import exact_k
 from specguard.plugin.scheduling import _config_of_id

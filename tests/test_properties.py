@@ -8,8 +8,8 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from specguard.decide.baselines import BaselineError, BaselineStore
 from specguard.config import ConfigError, parse_suite
+from specguard.decide.baselines import BaselineError, BaselineStore
 from specguard.measure.sse import StreamParser, StreamProtocolError
 
 FAST = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -7,17 +7,17 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from emulator_suite import emulator_suite_toml
+from test_session import fake_server
+
 from specguard.config import load_suite
 from specguard.decide.baselines import BaselineStore, RunSample, StoredSession
-from specguard.measure.metrics import CategorySummary, RunMetrics
-from specguard.measure.sweep import CellMeasurement
 from specguard.decide.gates import SKIP
 from specguard.labels import GateLabel, gate_label, is_history_gate
+from specguard.measure.metrics import CategorySummary, RunMetrics
+from specguard.measure.sweep import CellMeasurement
 from specguard.session import GateSession, PlannedTest, RunOptions
 from specguard.session.cells import metric_values
-from test_session import fake_server
 
 CATS = ("chat", "code", "math", "summarisation")
 

@@ -7,13 +7,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from emulator_suite import emulator_suite_toml
-from specguard.config import ConfigError, load_suite
-from specguard.measure.sweep import CellMeasurement
-from specguard.decide.gates import ERROR
-from specguard.session import GateSession, PlannedTest, RunOptions
 from test_session import fake_server, run
+
+from specguard.config import ConfigError, load_suite
+from specguard.decide.gates import ERROR
+from specguard.measure.sweep import CellMeasurement
+from specguard.session import GateSession, PlannedTest, RunOptions
 
 RATE_KEYS = 'request_rate = [2, 8]\nslo = "ttft_ms=500,tpot_ms=50"'
 RATE_ADVANCED = "max_concurrency = 16\nburstiness = 0.5\n"
@@ -39,7 +39,8 @@ def test_a_rate_level_is_an_open_loop_run_at_that_rate_under_the_cap(tmp_path):
     assert sg.levels.load_at(8) == {"concurrency": 16, "request_rate": 8.0, "burstiness": 0.5, "num_requests": 32,
                                       "slo_ms": {"ttft_ms": 500.0, "tpot_ms": 50.0}}
     closed = session(tmp_path / "closed")
-    assert not closed.levels.rate and closed.levels.values == [1] and closed.levels.store_key(1) == 1 and closed.levels.name(1) == "c1"
+    assert not closed.levels.rate and closed.levels.values == [1]
+    assert closed.levels.store_key(1) == 1 and closed.levels.name(1) == "c1"
     assert closed.levels.load_at(4) == {"concurrency": 4, "slo_ms": None}
 
 

@@ -54,7 +54,8 @@ def test_a_servers_settings_become_a_suite_that_loads(tmp_path, algorithm, name)
     assert name in suite.servers and suite.sweep.concurrency == [1, 4, 16]  # levels up to the server's cap
     if algorithm:
         spec = suite.servers[name]
-        assert (spec.speculative_algorithm, spec.num_steps, spec.num_draft_tokens, spec.reference) == (algorithm, 3, 4, "baseline")
+        launched = (spec.speculative_algorithm, spec.num_steps, spec.num_draft_tokens, spec.reference)
+        assert launched == (algorithm, 3, 4, "baseline")
         assert f"--server-url {name}=http://127.0.0.1:30000 --server-url baseline=URL" in text
 
 

@@ -123,8 +123,9 @@ class _FakeSGLang:
     def post(self, path, json=None, timeout=None):
         self.posts.append(json)
         if json.get("token_ids_logprob"):
-            return _FakeResponse(400, {"error": {"message": f"token_ids_logprob contains out-of-vocabulary token id "
-                                                            f"{json['token_ids_logprob'][0]}; valid range is [0, {self.vocab})."}})
+            message = (f"token_ids_logprob contains out-of-vocabulary token id {json['token_ids_logprob'][0]}; "
+                       f"valid range is [0, {self.vocab}).")
+            return _FakeResponse(400, {"error": {"message": message}})
         return _FakeResponse(200, {"text": "x"})
 
 

@@ -59,8 +59,8 @@ def main(argv: list[str] | None = None) -> int:
             parser.feed(ev, 1.0)
 
         t_feed = best_us(feed, args.number, args.repeat)
-        t_json = best_us(lambda: json.loads(payload), args.number, args.repeat)
-        t_or = f"{best_us(lambda: orjson.loads(payload), args.number, args.repeat):.1f}" if orjson else "-"
+        t_json = best_us(lambda payload=payload: json.loads(payload), args.number, args.repeat)
+        t_or = f"{best_us(lambda payload=payload: orjson.loads(payload), args.number, args.repeat):.1f}" if orjson else "-"
         print(f"| {n} | {len(ev)} | {t_feed:.1f} | {t_json:.1f} | {t_or} |")
     last = native_event(512, final=True)
     meta = last[last.rfind(b'"meta_info":') + 12:-3]

@@ -481,7 +481,8 @@ def main(argv=None) -> int:
     (out / "build_report.json").write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
     (out / "STAMP").write_text(stamp_text() + f"sha256={report['sha256']}\n")  # last: marks complete
 
-    print(f"tiny models built in {out}  (vocab {report['vocab_size']}, {report['tokens_on_cycles']} tokens on cycles of {CYCLE_LEN})")
+    print(f"tiny models built in {out}  (vocab {report['vocab_size']}, "
+          f"{report['tokens_on_cycles']} tokens on cycles of {CYCLE_LEN})")
     for n, m in report["models"].items():
         agree = m["agreement_with_target"]
         print(f"  {n:13s} {m['layers']} layer(s), hidden {m['hidden']}, {m['params']:,} params, "

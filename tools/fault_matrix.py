@@ -104,7 +104,8 @@ def run(fault: str, startup_s: int, workdir: Path) -> dict:
 
 
 def main() -> int:
-    print(f"{'fault':<36} {'exit':>4} {'time s':>7} {'baseline cells':<15} {'eagle3':<8} {'baselines written':<19} results   what the suite said")
+    print(f"{'fault':<36} {'exit':>4} {'time s':>7} {'baseline cells':<15} {'eagle3':<8} {'baselines written':<19} "
+          "results   what the suite said")
     bad = 0
     for name, fault, startup in FAULTS:
         with tempfile.TemporaryDirectory() as d:
