@@ -19,10 +19,16 @@ from specguard.workload import WORKLOAD_KINDS, WorkloadSpec
 
 # When a drop fails (docs/statistics.md, docs/gate-study.md):
 # - "significant": the drop is statistically significant (upper bound below 1) and its estimate
-#   is beyond the tolerance (asv's rule: practical and statistical significance);
+#   is beyond the tolerance (asv's rule: practical and statistical significance). family_alpha
+#   bounds the false fails of unchanged code; a true drop inside the tolerance can fail (its
+#   estimate lands beyond it), more often the closer it is to the tolerance;
 # - "beyond-tolerance": the whole interval lies beyond the tolerance (Criterion's rule; stricter,
-#   a drop must exceed the tolerance by the interval's half-width before it can fail).
+#   a drop must exceed the tolerance by the interval's half-width before it can fail), so
+#   family_alpha bounds the fails of every drop within the tolerance.
 FAIL_RULES = ("significant", "beyond-tolerance")
+# The weight of prior_between_sd against a cell's history, in pseudo degrees of freedom
+# (Tolerances.prior_between_dof, GateDesign.prior_dof and the stats functions' default: one value).
+PRIOR_BETWEEN_DOF = 16.0
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -60,6 +66,10 @@ class ServerConfig:
     reference: str | None = None  # the non-speculative configuration to beat
     speculation_must_win_up_to: int | None = None  # concurrency up to which it must win
     startup_timeout_s: float = 600.0
+    # Attach mode: a shell command that restarts this configuration's server at the same URL (e.g.
+    # `kubectl rollout restart deployment/x && kubectl rollout status deployment/x`), so the
+    # session can relaunch it as it relaunches servers it launched itself (docs/cluster.md).
+    restart_command: str | None = None
     # Speculation silently off (an upgrade that leaves accept length "stuck at 1", sglang#24795):
     # a measured accept length at or below this fails the accept-length test by name, baseline or
     # not. None: 1.05, or for NGRAM 1.0 (n-grams of text without repetition legitimately accept
@@ -124,8 +134,11 @@ class SweepConfig:
 
 @dataclass(frozen=True)
 class Tolerances:
-    throughput: float = 0.03  # the smallest tok/s drop worth failing for (see fail_rule)
-    step_time: float = 0.03  # the smallest increase of the engine's step time worth failing for
+    # The tok/s drop a failing estimate must exceed: under fail_rule "significant" a significant
+    # drop fails once its estimate is beyond this (a true drop a little smaller can too); under
+    # "beyond-tolerance" the whole interval must be (see FAIL_RULES).
+    throughput: float = 0.03
+    step_time: float = 0.03  # the same for an increase of the engine's step time
     accept_length: float = 0.03
     speculation_min_gain: float = 0.0  # spec/reference must not be confidently below 1 + this
     family_alpha: float = 0.01  # family-wise false-fail rate for the whole session (Holm)
@@ -135,7 +148,7 @@ class Tolerances:
     inconclusive: str = "pass"  # what an inconclusive cell counts as: pass or fail
     fail_rule: str = "significant"  # one of FAIL_RULES (above)
     prior_day_sd: float = 0.005  # part of prior_between_sd shared by every launch of a session (relaunching cannot average it)
-    prior_between_dof: float = 16.0  # weight of the prior spread against the history's K - 1 dof (docs/statistics.md)
+    prior_between_dof: float = PRIOR_BETWEEN_DOF  # weight of the prior spread against the history's K - 1 dof (docs/statistics.md)
     pass_confidence: float = 0.95  # one-sided level at which a cell is confidently within tolerance (pass)
     speculation_metric: str = "tok_s"  # or "goodput": the speculation gate on request_goodput ([sweep] slo)
 
@@ -221,7 +234,7 @@ ADVANCED_KEYS = {
     "min_requests_per_run": "sweep", "read_timeout_s": "sweep", "run_timeout_s": "sweep", "session_timeout_s": "sweep",
     "launches": "sweep", "relaunch": "sweep", "relaunch_p": "sweep", "max_launches": "sweep",
     "max_concurrency": "sweep", "burstiness": "sweep", "accept_drift": "sweep", "repeated_id": "workload",
-    "seed": "workload", "speculation_min_gain": "tolerances",
+    "seed": "workload", "speculation_min_gain": "tolerances", "api": "sweep",
     "speculation_metric": "tolerances", "prior_between_sd_accept": "tolerances", "prior_day_sd": "tolerances",
     "prior_between_dof": "tolerances", "pass_confidence": "tolerances", "history_sessions": "tolerances",
     "inconclusive": "tolerances", "fail_rule": "tolerances", "strict_server_args": "attach",
@@ -332,7 +345,8 @@ class Origin:
 
 def validate_suite(suite: Suite, sources: dict[str, str] | None = None) -> None:
     """Impossible values, caught before any server starts; the first one found is the error. `sources`
-    maps a key to the command-line flag that set it, so a bad value typed there is blamed on the flag."""
+    maps a key to the command-line flag that set it, so a bad value typed there is blamed on the flag.
+    A valid value that gives up a guarantee is one warning line on stderr (``statistical_caveats``)."""
     at = Origin(suite.path, sources or {})
     _validate_levels(suite.sweep, suite.tolerances, at)
     _validate_runs(suite.sweep, suite.workload, at)
@@ -340,6 +354,23 @@ def validate_suite(suite: Suite, sources: dict[str, str] | None = None) -> None:
     _validate_design(suite.sweep, suite.tolerances, at)
     for name, s in suite.servers.items():
         _validate_server(suite.path, name, s, suite)
+    for line in statistical_caveats(suite.tolerances, at):
+        if line not in _WARNED:  # the file is validated alone, then with the command line: one line each
+            _WARNED.add(line)
+            print(f"specguard: warning: {line}", file=sys.stderr)
+
+
+_WARNED: set[str] = set()
+
+
+def statistical_caveats(tol: Tolerances, at: Origin) -> list[str]:
+    """Valid settings that void a statistical guarantee, one line each: inconclusive = "fail" makes
+    every cell the runs cannot resolve a failure, and such cells are common on unchanged code,
+    so family_alpha no longer bounds the session's false fails (docs/statistics.md)."""
+    if tol.inconclusive != "fail":
+        return []
+    return [f"{at('tolerances.inconclusive', tol.inconclusive)}: an inconclusive cell fails, so family_alpha no "
+            f"longer bounds false fails (unchanged cells a run cannot resolve are inconclusive; docs/statistics.md)"]
 
 
 def _validate_levels(sw: SweepConfig, tol: Tolerances, at: Origin) -> None:

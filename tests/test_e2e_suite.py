@@ -56,15 +56,17 @@ def test_update_gate_and_catch_regressions(tmp_path):
 
     code, out, res = run_suite(tmp_path, suite, "--require-baselines")
     assert code == 0, out
-    assert len(res) == 9 and not failed(res) and "family_holm" in res  # 8 cell tests + Holm's session-level test
+    assert len(res) == 13 and not failed(res) and "family_holm" in res  # 12 cell tests + Holm's session-level test
 
     # eagle3 made 50% slower: its throughput tests fail; the baseline's and the accept-length
     # tests do not (speculation itself may now lose to the baseline, which is also right).
     code, out, res = run_suite(tmp_path, suite, "--server-args", "eagle3=--emulator-step-scale 2.0")
     assert code == 1, out
-    assert {"test_throughput[eagle3-c1]", "test_throughput[eagle3-c4]"} <= failed(res), out
+    assert {"test_throughput[eagle3-c1]", "test_throughput[eagle3-c4]", "test_step_time[eagle3-c1]",
+            "test_step_time[eagle3-c4]"} <= failed(res), out
     assert not {t for t in failed(res) if "baseline-" in t or "accept_length" in t}, out
     assert "throughput eagle3 c1:" in out and "-> FAIL" in out and "tolerance 5%" in out
+    assert "(the engine moved) -> FAIL" in out and "engine regressions (step time): eagle3 c1, c4" in out
 
     # Accept length cut from ~3 to 2.0: the accept-length gate fails.
     code, out, res = run_suite(tmp_path, suite, "-k", "accept_length",
@@ -146,7 +148,7 @@ def test_results_json_has_runs_decisions_and_no_secret(tmp_path):
     assert doc["schema"] == "specguard-results" and doc["schema_version"] == 2
     cells = {(c["config"], c["concurrency"]): c for c in doc["cells"]}
     assert len(cells[("eagle3", 1)]["runs"]) == 3 and cells[("eagle3", 1)]["runs"][0]["accept_length"] > 2
-    assert {d["gate"] for d in doc["decisions"]} == {"throughput", "accept_length", "speculation"}
+    assert {d["gate"] for d in doc["decisions"]} == {"throughput", "step_time", "accept_length", "speculation"}
     stored = "".join(p.read_text() for p in (tmp_path / "baselines").glob("*.json"))
     logs = "".join(p.read_text() for p in (tmp_path / "logs").glob("*.log"))
     for text in (out, results.read_text(), stored, logs):

@@ -14,7 +14,7 @@ from specguard.session.cells import CellStore
 from specguard.session.levels import SweepLevels
 from specguard.session.options import ConfigUnavailable, RunOptions
 from specguard.session.plan import Planner
-from specguard.session.servers import MODE_LAUNCHED, ServerPool
+from specguard.session.servers import ServerPool
 from specguard.session.verdicts import Verdicts
 
 
@@ -63,15 +63,19 @@ class Campaign:
     def design_notes(self) -> list[str]:
         """One line each where the suite's gate design could not be followed (for the summary)."""
         notes = []
-        if self._options.attach_mode and self._design.sequential:
-            notes.append("attach mode: relaunch not possible, stage-1 verdicts at the whole cell alpha stand")
-        if self._options.attach_mode and self._design.launches > 1:
-            notes.append(f"attach mode: advanced.launches = {self._design.launches} not possible, one launch measured")
+        fixed = [n for n in self._suite.servers if not self._pool.can_relaunch(n)]
+        if fixed and self._design.sequential:
+            notes.append(f"attach mode: {', '.join(fixed)} cannot be relaunched (no restart_command): their stage-1 "
+                         f"verdicts at the whole cell alpha stand")
+        if fixed and self._design.launches > 1:
+            notes.append(f"attach mode: advanced.launches = {self._design.launches} not possible for {', '.join(fixed)}, "
+                         f"one launch measured")
         return notes
 
     def _staged(self, name: str) -> bool:
-        """Launch mode with a plan and a design that needs whole-configuration stages."""
-        if not self._planner.planned or self._options.attach_mode:
+        """A plan, a design that needs whole-configuration stages, and a server that can be
+        launched again (launched here, or attached with a restart_command)."""
+        if not self._planner.planned or not self._pool.can_relaunch(name):
             return False
         return self._design.sequential or self._design.launches > 1
 
@@ -103,7 +107,10 @@ class Campaign:
     def _add_launch(self, name: str, levels: list[int], driver: Driver = plain_driver) -> str | None:
         """A new server launch of `name` (stopping the current one) measuring `levels`; the
         reason it could not, or None."""
-        self._pool.stop(name)  # get() starts a new process for a stopped configuration
+        try:
+            self._pool.relaunch(name)  # get() then measures a new launch
+        except ConfigUnavailable as exc:
+            return exc.line
         for level in levels:
             try:
                 m = self._measure_launch(name, level, driver)
@@ -121,7 +128,7 @@ class Campaign:
             if not todo:
                 continue
             if launch_no > 0:
-                self._pool.stop(name)
+                self._pool.relaunch(name)
             for c in todo:
                 try:
                     self._measure_launch(name, c, driver if c == level else plain_driver)
@@ -137,7 +144,7 @@ class Campaign:
         if self._cells.cell(name, level) is None:
             raise failure or ConfigUnavailable(f"{name} {self._levels.name(level)} not measured", skip=False)
         results: list[GateResult] | None = self._verdicts.decide(name, stage=1)
-        if not self._design.sequential or self._pool.state(name).mode != MODE_LAUNCHED:
+        if not self._design.sequential or not self._pool.can_relaunch(name):
             return
         stage = 1
         while results is not None and max(self._cells.launches(name, c) for c in levels) < self._design.max_launches:
@@ -164,11 +171,11 @@ class Campaign:
         return None if why else decided
 
     def _reference_can_follow(self, ref: str, ref_levels: list[int], name: str, levels: list[int]) -> bool:
-        """The reference was launched here, is healthy, and has no more launches than `name` at the
-        speculation levels (it comes along to keep the pair level, never to get ahead)."""
+        """The reference was started, can be launched again, is healthy, and has no more launches
+        than `name` at the speculation levels (it comes along to keep the pair level, never to get ahead)."""
         state = self._pool.state(ref)
         launched = max(self._cells.launches(name, c) for c in levels)
-        return (state.mode == MODE_LAUNCHED and state.failure is None
+        return (state.mode != "" and self._pool.can_relaunch(ref) and state.failure is None
                 and all(self._cells.launches(ref, c) <= launched for c in ref_levels))
 
     def _note_relaunch(self, name: str, stage: int, reasons: list[str], failed: str | None) -> None:
@@ -188,7 +195,7 @@ class Campaign:
         launches = self._design.launches if self._staged(ref) else 1
         for launch_no in range(launches):
             if launch_no > 0:
-                self._pool.stop(ref)
+                self._pool.relaunch(ref)
             if not self._reference_launch(ref, needed, launch_no, selected, plan.reference_cells):
                 break
         self._pool.stop(ref)

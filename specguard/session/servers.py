@@ -200,6 +200,40 @@ class ServerPool:
             checks += [ArgCheck(d.message + " (--strict-server-args)", True) for d in diffs]
         return checks, diffs
 
+    def relaunch(self, name: str) -> None:
+        """End this launch of a configuration so the next get() measures a new one: a launched
+        server is stopped (get() launches another); an attached one is restarted by its
+        restart_command and attached to again."""
+        state = self.states.get(name)
+        if state is not None and state.mode == MODE_ATTACHED:
+            self._restart(name)
+        self.stop(name)
+
+    def can_relaunch(self, name: str) -> bool:
+        """Launched here, or attached with a restart_command."""
+        return not self._options.attach_mode or bool(self._suite.servers[name].restart_command)
+
+    def _restart(self, name: str) -> None:
+        cfg = self.config(name)
+        if not cfg.restart_command:
+            raise ConfigUnavailable(f"{name}: an attached server cannot be relaunched without "
+                                    f"servers.{name}.restart_command", skip=False)
+        try:
+            done = subprocess.run(cfg.restart_command, shell=True, capture_output=True, text=True,
+                                  timeout=cfg.startup_timeout_s)
+        except subprocess.TimeoutExpired:
+            raise ConfigUnavailable(f"{name}: restart_command did not finish in {cfg.startup_timeout_s:g}s "
+                                    f"(servers.{name}.startup_timeout_s)", skip=False) from None
+        if done.returncode != 0:
+            tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or [""]
+            raise ConfigUnavailable(f"{name}: restart_command exited {done.returncode}: {tail[0][:200]}", skip=False)
+        handle = self.states[name].handle
+        if handle is not None:
+            try:
+                wait_ready(handle, timeout_s=cfg.startup_timeout_s)
+            except ServerStartError as exc:
+                raise ConfigUnavailable(f"{name}: after restart_command: {str(exc).splitlines()[0]}", skip=False) from None
+
     def stop(self, name: str) -> None:
         """Stop a configuration's server if this session launched it (attached ones keep running)."""
         state = self.states.get(name)
