@@ -19,6 +19,7 @@ from specguard.config import ConfigError, ServerConfig, Suite, Tolerances, load_
 from specguard.decide.baselines import atomic_write_json
 from specguard.decide.gates import gate_confidence
 from specguard.decide.stats import FAIL, RatioEstimate, compare_sessions
+from specguard.labels import ExitCode
 from specguard.research import SubParsers
 from specguard.research.tune import output
 from specguard.research.tune.grid import (
@@ -40,7 +41,6 @@ from specguard.research.tune.race import Ledger, Progress, RacePlan, RaceResult,
 from specguard.research.tune.runners import ServerRunner, SimRunner
 from specguard.workload import WorkloadError, build_workload
 
-EXIT_OK, EXIT_FAIL, EXIT_NOT_MEASURED, EXIT_USAGE = 0, 1, 3, 4  # specguard/cli.py's codes
 SCHEMA, SCHEMA_VERSION = "specguard-tune", 1
 TuneRunner = ServerRunner | SimRunner  # a real launch per setting, or the emulator in virtual time
 
@@ -131,7 +131,7 @@ def run(args: argparse.Namespace) -> int:
         return _run(args)
     except (ConfigError, TuneError, WorkloadError) as exc:
         print(f"specguard tune: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        return ExitCode.USAGE
 
 
 def _checked_tie_tolerance(args: argparse.Namespace, suite: Suite) -> float:
@@ -196,7 +196,7 @@ def _run(args: argparse.Namespace) -> int:
     if reference in ledger.failed:
         print(f"specguard tune: the reference {job.ref.name!r} could not be measured ({ledger.failed[reference]}); "
               f"logs in {job.out / 'logs'}", file=sys.stderr)
-        return EXIT_NOT_MEASURED
+        return ExitCode.NOT_MEASURED
     search = (ledger.runs, ledger.launches, ledger.wall_s)
     launched = _launched_setting(job.cfg, job.grid, job.cap)
     default_adaptive = Setting(ADAPTIVE, adaptive_config="default") if job.adaptive_ok else None
@@ -207,7 +207,7 @@ def _run(args: argparse.Namespace) -> int:
     doc = _document(job, result, search, launched)
     bands = _record_choices(job, doc, result, choice, launched, default_adaptive)
     files = _write_outputs(job, doc, result, choice, runner, launched, default_adaptive)
-    code = _verify_step(runner, job, choice, doc) if args.verify else EXIT_OK
+    code = _verify_step(runner, job, choice, doc) if args.verify else ExitCode.OK
     files["tune_json"] = str(job.out / "tune.json")
     doc["files"] = files
     atomic_write_json(job.out / "tune.json", doc)
@@ -309,7 +309,7 @@ def _verify_step(runner: Runner, job: _Job, choice: dict[int, Setting | None], d
     single = max((g for g in job.grid if g.kind == FIXED and everywhere.get(g.name) is not None),
                  key=lambda g: everywhere[g.name], default=None)
     doc["verify"], doc["verify_summary"] = verify(runner, job.levels, job.plan, job.suite, choice, tuned, single)
-    return EXIT_FAIL if doc["verify_summary"]["failed_levels"] else EXIT_OK
+    return ExitCode.REGRESSION if doc["verify_summary"]["failed_levels"] else ExitCode.OK
 
 
 def runner_progress(runner: TuneRunner) -> Progress:
@@ -508,7 +508,7 @@ def _seed_check(args: argparse.Namespace, suite: Suite, cfg: ServerConfig, ref: 
     atomic_write_json(out / "seeds.json", doc)
     print(f"racing chose what the full grid chose in {agree} of {len(rows)} seeds; at most {frac:.0%} of its runs "
           f"(written {out / 'seeds.json'})")
-    return EXIT_OK
+    return ExitCode.OK
 
 
 def render(doc: dict[str, Any], bands: list[Band]) -> str:
