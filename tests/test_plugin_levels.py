@@ -11,8 +11,8 @@ from pathlib import Path
 from emulator_suite import emulator_suite_toml
 
 from specguard.config import load_suite
-from specguard.plugin.hints import exact_k
 from specguard.plugin.scheduling import _config_of_id
+from specguard.session.hints import exact_k
 
 REPO = Path(__file__).resolve().parents[1]
 

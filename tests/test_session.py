@@ -219,7 +219,7 @@ def test_a_fingerprint_mismatch_is_a_skip_naming_the_fields_and_a_hint_for_this_
     r = sg.throughput_result("eagle3", 1)
     assert r.verdict == SKIP
     assert "max_running_requests: stored 128, now 64" in r.message
-    assert "-k '[eagle3-c1]'" in r.message and "--server-url http://127.0.0.1:9" in r.message
+    assert "-k 'eagle3 and c1'" in r.message and "--server-url http://127.0.0.1:9" in r.message
     assert f"--baseline-dir {tmp_path / 'baselines'}" in r.message
 
 

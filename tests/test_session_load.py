@@ -66,7 +66,7 @@ def test_rate_levels_are_stored_under_r_keys_and_gated_as_r(tmp_path):
     from specguard.decide.baselines import BaselineStage
     assert list(BaselineStage.from_json(stage.to_json()).writes[0].cells) == ["r8"]  # xdist round trip
     r = sg.throughput_result("eagle3", 8)
-    assert "no baseline for eagle3 r8" in r.message and "-k '[eagle3-r8]'" in r.message, r.message
+    assert "no baseline for eagle3 r8" in r.message and "-k 'eagle3 and r8'" in r.message, r.message
     sg.histories.store.record_many(stage.writes, keep=5)
     r = sg.throughput_result("eagle3", 8)
     assert r.verdict != ERROR and r.message.startswith("throughput eagle3 r8: "), r.message

@@ -3,18 +3,26 @@ sessions of a cell, or of a reference standing in for one measured here."""
 
 from __future__ import annotations
 
-import shlex
 import shutil
 import subprocess
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from specguard.config import ServerConfig, Suite
-from specguard.decide.baselines import BaselineError, BaselineStore, Fingerprint, cell_key, stored_session_from_json
+from specguard.decide.baselines import (
+    BaselineError,
+    BaselineStore,
+    Fingerprint,
+    StoredSession,
+    cell_key,
+    stored_session_from_json,
+)
 from specguard.decide.gates import session_spread
-from specguard.decide.stats import SpreadEstimate
+from specguard.decide.stats import SessionRuns, SpreadEstimate
 from specguard.labels import GateLabel
 from specguard.session.cells import metric_values
+from specguard.session.hints import exact_k, record_command_line
 from specguard.session.levels import SweepLevels
 from specguard.session.options import ConfigUnavailable, RunOptions
 from specguard.session.servers import ServerPool
@@ -64,6 +72,15 @@ def gpu_fingerprint() -> str:
     return f"{len(rows)}x {rows[0]}" if rows else "unknown"
 
 
+def _by_launch(session: StoredSession, metric: str) -> SessionRuns:
+    """A stored session's values of a metric, grouped by the server launch that ran each run
+    (its ``launch_id``, in order of first appearance): a relaunched session is read as a
+    session of L launches, as the gates treat this session's own, not as one flat sample."""
+    order = list(dict.fromkeys(r.launch_id for r in session.runs))
+    return SessionRuns([metric_values(replace(session, runs=[r for r in session.runs if r.launch_id == lid]), metric)
+                        for lid in order])
+
+
 class Histories:
     """Reads the baseline store for one session (fingerprints from the servers it started)."""
 
@@ -109,7 +126,7 @@ class Histories:
         try:
             hist = self.store.history(name, fp, self._levels.store_key(level))
             if hist is not None:
-                samples = [s for s in (metric_values(x, metric) for x in hist.sessions) if s]
+                samples: list[list[float]] = [s for s in (_by_launch(x, metric) for x in hist.sessions) if s]
                 if samples:
                     return samples, "", False
             others = self.store.other_fingerprints(name)
@@ -132,11 +149,12 @@ class Histories:
         """A command that records exactly this cell, with this run's suite, directory and servers."""
         if self._options.rerun_hint is not None:
             return "create one with: " + self._options.rerun_hint(name, [level])
-        parts = ["pytest perf_tests", "--update-baselines", f"-k {shlex.quote(f'[{name}-{self._levels.name(level)}]')}",
-                 f"--suite {shlex.quote(str(self._suite.path))}", f"--baseline-dir {shlex.quote(str(self.store.directory))}"]
+        options = ["--suite", str(self._suite.path), "--baseline-dir", str(self.store.directory)]
         for n, url in self._options.server_urls.items():
-            parts.append(f"--server-url {shlex.quote(f'{n}={url}' if n else url)}")
-        return "create one with: " + " ".join(parts)
+            options += ["--server-url", f"{n}={url}" if n else url]
+        cells = [(n, level) for n in self._suite.servers for level in self._levels.values]
+        keyword = exact_k([(name, level)], cells, "r" if self._levels.rate else "c")
+        return "create one with: " + record_command_line([str(self._suite.path.parent)], options, keyword)
 
     def _expected_reference_fields(self, spec_name: str, ref: str) -> dict[str, Any]:
         """The environment a stored reference must come from: this run's (workload, engine version,
@@ -169,7 +187,8 @@ class Histories:
                 mismatches.append("; ".join(diffs))
                 continue
             cell = entry["cells"].get(cell_key(self._levels.store_key(level)))
-            sessions = [metric_values(stored_session_from_json(s), metric) for s in cell["sessions"]] if cell else []
+            sessions: list[list[float]] = [_by_launch(stored_session_from_json(s), metric)
+                                           for s in cell["sessions"]] if cell else []
             sessions = [s for s in sessions if s]
             if sessions:
                 return sessions, "", False
