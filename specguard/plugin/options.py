@@ -23,11 +23,12 @@ SUITE_FILE_NAME = "suite.toml"
 # Flags that override a suite-file key: blamed by name when their value is wrong.
 OVERRIDE_FLAGS = {"sweep.concurrency": "--concurrency", "sweep.request_rate": "--request-rate",
                   "sweep.repeats": "--repeats", "sweep.warmup": "--warmup",
-                  "tolerances.throughput": "--tolerance-throughput",
+                  "tolerances.throughput": "--tolerance-throughput", "tolerances.step_time": "--tolerance-step-time",
                   "tolerances.accept_length": "--tolerance-accept-length",
                   "tolerances.prior_between_sd": "--prior-between-sd", "tolerances.family_alpha": "--family-alpha",
                   "tolerances.inconclusive": "--inconclusive", "tolerances.fail_rule": "--fail-rule"}
-_TOLERANCE_FLAGS = (("--tolerance-throughput", "throughput"), ("--tolerance-accept-length", "accept_length"),
+_TOLERANCE_FLAGS = (("--tolerance-throughput", "throughput"), ("--tolerance-step-time", "step_time"),
+                    ("--tolerance-accept-length", "accept_length"),
                     ("--prior-between-sd", "prior_between_sd"), ("--family-alpha", "family_alpha"),
                     ("--inconclusive", "inconclusive"), ("--fail-rule", "fail_rule"))
 
@@ -59,6 +60,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     g.addoption("--report-dir", default=None,
                 help="write summary.md, report.html and plots here (and append the markdown to $GITHUB_STEP_SUMMARY)")
     g.addoption("--tolerance-throughput", type=float, default=None)
+    g.addoption("--tolerance-step-time", type=float, default=None, help="the smallest step-time increase worth failing for")
     g.addoption("--tolerance-accept-length", type=float, default=None)
     g.addoption("--prior-between-sd", type=float, default=None, help="log-scale between-launch tok/s spread prior")
     g.addoption("--family-alpha", type=float, default=None, help="family-wise false-fail rate (Holm)")
