@@ -106,3 +106,22 @@ def test_a_run_without_a_suite_file_is_a_usage_error_only_when_gate_tests_are_co
     missing = run(str(gate_tests))
     out = missing.stdout + missing.stderr
     assert missing.returncode != 0 and "specguard: no suite file: put suite.toml beside the gate tests" in out, out
+
+
+def test_the_algorithm_marker_selects_by_algorithm_and_k_selects_by_name_only(tmp_path):
+    text = emulator_suite_toml(concurrency=(1,)) + """
+[servers.weak]
+engine = "emulator"
+model_path = "/models/specguard-fast"
+speculative_algorithm = "EAGLE3"
+num_steps = 1
+eagle_topk = 1
+num_draft_tokens = 2
+reference = "baseline"
+"""
+    code, ids = collect(tmp_path, text, "-k", "eagle3")
+    assert code == 0 and ids and all("[eagle3-" in i for i in ids), ids  # not weak, though it runs EAGLE3 too
+    code, ids = collect(tmp_path, text, "-m", "algorithm(name='eagle3')")
+    assert code == 0 and {i.split("[")[1].split("-")[0] for i in ids} == {"eagle3", "weak"}, ids
+    code, ids = collect(tmp_path, text, "-m", "algorithm(name='none')")
+    assert code == 0 and ids and all("[baseline-" in i for i in ids), ids

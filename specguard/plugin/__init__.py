@@ -16,7 +16,7 @@ import pytest
 
 from specguard.plugin import state
 from specguard.plugin.collection import (
-    ALGORITHM_MARKERS,
+    ALGORITHM_MARKER,
     pytest_collection_finish,
     pytest_collection_modifyitems,
     pytest_generate_tests,
@@ -37,8 +37,9 @@ __all__ = ["cell", "pytest_addoption", "pytest_collection_finish", "pytest_colle
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "specguard(cells, per_category): a specguard cell test; cells='all' or 'speculative'; "
                                        "per_category=True adds one test per prompt category (accept length)")
-    for name in ALGORITHM_MARKERS:
-        config.addinivalue_line("markers", f"{name}: specguard cells of configurations using {name}")
+    config.addinivalue_line("markers", f"{ALGORITHM_MARKER}(name): specguard cells of configurations whose speculative "
+                                       f"algorithm is name (eagle3, nextn, ngram, ..., or none): "
+                                       f"-m \"{ALGORITHM_MARKER}(name='eagle3')\"")
     # pytest-benchmark is opt-in (--specguard-benchmark); an unused fixture is not worth a warning.
     config.addinivalue_line("filterwarnings", "ignore:Benchmark fixture was not used")
     config.stash[LOG] = TestLog(debug_wanted(config))

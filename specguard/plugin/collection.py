@@ -23,7 +23,10 @@ from specguard.report.progress import SweepProgress
 from specguard.session import PlannedTest
 from specguard.workload import WorkloadError
 
-ALGORITHM_MARKERS = ("eagle", "eagle3", "nextn", "standalone", "ngram", "draft_model", "no_speculation")
+# One marker, `algorithm(name=...)`, rather than one per algorithm: -k matches marker names as
+# keywords, so a marker `standalone` made `-k standalone` select every STANDALONE configuration
+# whatever its name, and `no_speculation` made `-k speculation` select the reference's tests.
+ALGORITHM_MARKER = "algorithm"
 GATE_OF_TEST = {"test_throughput": THROUGHPUT, "test_step_time": STEP_TIME, "test_accept_length": ACCEPT_LENGTH,
                 "test_speculation_beats_baseline": SPECULATION}
 TEST_ORDER = {name: i for i, name in enumerate(GATE_OF_TEST)}
@@ -64,10 +67,9 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     for name, cfg in suite.servers.items():
         if kind == "speculative" and not cfg.speculative:
             continue
-        algo = cfg.algorithm_label.lower() if cfg.speculative else "no_speculation"
-        marks = [pytest.mark.xdist_group(group_of(suite, name))]  # with its reference: measured once
-        if algo in ALGORITHM_MARKERS:
-            marks.append(getattr(pytest.mark, algo))
+        algo = cfg.algorithm_label.lower() if cfg.speculative else "none"
+        marks = [pytest.mark.xdist_group(group_of(suite, name)),  # with its reference: measured once
+                 getattr(pytest.mark, ALGORITHM_MARKER)(name=algo)]
         for value in suite.sweep.request_rate or suite.sweep.concurrency:
             level = Level(value, rate)
             for category in ["", *categories.get(value, [])]:  # next to the overall test, one per category
