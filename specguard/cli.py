@@ -9,7 +9,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TypeAlias
 
-from specguard import starter
+from specguard import ab, starter
 from specguard.config import ConfigError, ServerConfig, SweepConfig
 from specguard.decide.baselines import atomic_write_json
 from specguard.engines import get_engine
@@ -320,6 +320,7 @@ def _main(argv: list[str]) -> int:
     _emulate_parser(sub)
     _results_parsers(sub)
     _init_parser(sub)
+    ab.add_parser(sub)
     study.add_parser(sub)
     calibrate.add_parser(sub)
     tune_cli.add_parser(sub)
@@ -330,7 +331,7 @@ def _main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     commands = {"bench": cmd_bench, "init": cmd_init, "compare": cmd_compare, "recommend": cmd_recommend, "report": cmd_report,
                 "study": study.run, "calibrate": calibrate.run, "tune": tune_cli.run, "history": history_cli.run,
-                "export": export.run}
+                "export": export.run, "ab": ab.run, "bisect": ab.run}
     code = commands[args.command](args)
     if args.command in ("study", "calibrate") and code == 2:  # their usage errors: 4 like everyone's
         return ExitCode.USAGE

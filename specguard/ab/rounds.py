@@ -1,0 +1,200 @@
+"""Rounds of an A/B comparison: which configurations a round launches, in which order, and the
+decisions after it. The launching itself is a callable (``Launcher``), so the rules here run the
+same on servers (``ab.launcher``) and on synthetic launches (the tests).
+
+A round launches every configuration that still has an open cell once per build, in ABBA order
+(``decision.abba_order``); a reference configuration also stays in while a speculative
+configuration's speculation cells are open (their ratio needs both in each build). After a
+round every open cell is looked at again and decided (``decision.decide_round``); at the budget
+(``Budget.max_rounds`` rounds) the open cells end undecided.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from specguard.ab.decision import (
+    BUILD_A,
+    BUILD_B,
+    DIFFERENT,
+    WORSE,
+    Budget,
+    GateCell,
+    GateSpec,
+    abba_order,
+    add_look,
+    decide_round,
+    set_alphas,
+)
+from specguard.labels import ACCEPT_LENGTH, SPECULATION, STEP_TIME, THROUGHPUT, ExitCode, Level
+
+# The per-run series a launch reports for each level, by the gate that reads it.
+STEP_RATE = "step_rate"  # steps per second of a request, 1000 / RunMetrics.step_time_ms
+METRIC_OF = {THROUGHPUT: THROUGHPUT, ACCEPT_LENGTH: ACCEPT_LENGTH, STEP_TIME: STEP_RATE}
+GATE_ORDER = (THROUGHPUT, STEP_TIME, ACCEPT_LENGTH, SPECULATION)
+Progress = Callable[[str], None]
+
+
+@dataclass
+class LaunchResult:
+    """One launch of a configuration in one build: each level's per-run series, or why not."""
+
+    build: str
+    config: str
+    round_no: int
+    values: dict[int, dict[str, list[float]]] = field(default_factory=dict)  # level -> metric -> runs
+    error: str | None = None
+    skipped: bool = False  # attach mode: that build's server does not serve the configuration
+    wall_s: float = 0.0
+
+
+Launcher = Callable[[str, str, int], LaunchResult]  # (build, configuration, round) -> its launch
+
+
+@dataclass(frozen=True)
+class Selection:
+    """What a comparison measures: configurations (suite order), the speculative ones, each
+    speculative configuration's reference where it is measured too, and the levels."""
+
+    configs: list[str]
+    levels: list[int]
+    speculative: frozenset[str] = frozenset()
+    references: dict[str, str] = field(default_factory=dict)  # speculative -> reference (both measured)
+    rate: bool = False  # the levels are request rates ([sweep] request_rate), named r8, not c8
+
+    def level_name(self, level: int) -> str:
+        return Level(level, self.rate).name
+
+
+class Comparison:
+    """Runs the rounds of one A/B comparison and holds what they found."""
+
+    def __init__(self, selection: Selection, specs: dict[str, GateSpec], budget: Budget, launcher: Launcher,
+                 progress: Progress | None = None) -> None:
+        self.selection = selection
+        self.specs = specs
+        self.budget = budget
+        self._launcher = launcher
+        self._progress = progress or (lambda _line: None)
+        self.launches: list[LaunchResult] = []
+        self.cells: list[GateCell] = []
+        self.failed: dict[str, str] = {}  # configuration -> why it could not be measured
+        self.dropped: dict[str, str] = {}  # configuration -> why it is not compared (attach mode)
+        self.rounds_run = 0
+
+    def run(self) -> None:
+        for round_no in range(1, self.budget.max_rounds + 1):
+            active = self.active(round_no)
+            if not active:
+                break
+            for config in active:
+                self._launch_both(config, round_no)
+            if round_no == 1:
+                self._plan_cells()
+            self._fail_cells()
+            self._look(round_no)
+            decide_round(self.cells, round_no, self.budget)
+            self.rounds_run = round_no
+
+    def _fail_cells(self) -> None:
+        """Open cells of a configuration that could not be measured (or whose reference could not,
+        for a speculation cell) end as errors: no later round can decide them."""
+        for cell in self.cells:
+            ref = self.selection.references.get(cell.config) if cell.gate == SPECULATION else None
+            own, of_ref = self.failed.get(cell.config), self.failed.get(ref) if ref else None
+            if cell.open and (own or of_ref):
+                cell.error = own or f"reference {ref}: {of_ref}"
+
+    def active(self, round_no: int) -> list[str]:
+        """The configurations this round launches (suite order)."""
+        live = [c for c in self.selection.configs if c not in self.failed and c not in self.dropped]
+        if round_no == 1:
+            return live
+        return [c for c in live if self._needs_round(c)]
+
+    def _needs_round(self, config: str) -> bool:
+        if any(cell.open for cell in self.cells if cell.config == config):
+            return True
+        return any(cell.open and cell.gate == SPECULATION and self.selection.references.get(cell.config) == config
+                   for cell in self.cells)
+
+    def _launch_both(self, config: str, round_no: int) -> None:
+        for build in abba_order(round_no):
+            result = self._launcher(build, config, round_no)
+            self.launches.append(result)
+            if result.skipped and round_no == 1:
+                self.dropped[config] = f"build {build}: {result.error}"
+                return
+            if result.error is not None:
+                self.failed[config] = f"round {round_no}, build {build}: {result.error}"
+                return  # the other build's launch would decide nothing
+
+    def _plan_cells(self) -> None:
+        """Every gate of every measured cell, and its share of the family alpha (fixed once the
+        first round has shown which configurations the servers serve, before any decision)."""
+        sel = self.selection
+        for config in sel.configs:
+            if config in self.dropped:
+                continue
+            ref = sel.references.get(config)
+            gates = [THROUGHPUT, STEP_TIME]
+            if config in sel.speculative:
+                gates.append(ACCEPT_LENGTH)
+                if ref is not None and ref not in self.dropped:
+                    gates.append(SPECULATION)
+            for level in sel.levels:
+                self.cells += [GateCell(config, level, self.specs[g]) for g in gates]
+        set_alphas(self.cells, self.budget.family_alpha)
+
+    def values(self, build: str, config: str, level: int, gate: str) -> list[list[float]]:
+        """One list of run values per launch of the build, in launch order (speculation: each
+        launch's tok/s over its reference's in the same round, run by run)."""
+        if gate == SPECULATION:
+            spec = self.values(build, config, level, THROUGHPUT)
+            ref = self.values(build, self.selection.references[config], level, THROUGHPUT)
+            return [[s / r for s, r in zip(s_runs, r_runs)] for s_runs, r_runs in zip(spec, ref)]
+        metric = METRIC_OF[gate]
+        return [launch.values[level][metric] for launch in self.launches
+                if launch.build == build and launch.config == config and launch.error is None
+                and level in launch.values and launch.values[level].get(metric)]
+
+    def _look(self, round_no: int) -> None:
+        for cell in self.cells:
+            if not cell.open:
+                continue
+            a = self.values(BUILD_A, cell.config, cell.level, cell.gate)
+            b = self.values(BUILD_B, cell.config, cell.level, cell.gate)
+            if cell.looks and min(len(a), len(b)) <= cell.looks[-1].launches:
+                continue  # nothing new since its last look
+            add_look(cell, a, b, round_no, self.budget)
+
+    # -- what the reports read ------------------------------------------------------------------
+    def sorted_cells(self) -> list[GateCell]:
+        order = {name: i for i, name in enumerate(self.selection.configs)}
+        return sorted(self.cells, key=lambda c: (order[c.config], c.level, GATE_ORDER.index(c.gate)))
+
+    def regressions(self) -> list[GateCell]:
+        """Cells decided "different" in the worse direction."""
+        return [c for c in self.sorted_cells() if c.decision == DIFFERENT and c.direction() == WORSE]
+
+    def not_measured(self) -> list[str]:
+        """One line per configuration or cell that could not be measured."""
+        lines = [f"{name}: {why}" for name, why in self.failed.items()]
+        lines += [f"{c.gate} {c.config} {self.selection.level_name(c.level)}: {c.error}" for c in self.cells
+                  if c.error and c.config not in self.failed]
+        if not self.cells and not self.failed:
+            lines.append("no configuration was measured in both builds")
+        return lines
+
+    def exit_code(self) -> int:
+        """1: a gate decided "different" for the worse (a confident regression stands even when
+        another cell could not be measured); 3: something could not be measured; 0: otherwise."""
+        if self.regressions():
+            return int(ExitCode.REGRESSION)
+        if self.not_measured():
+            return int(ExitCode.NOT_MEASURED)
+        return int(ExitCode.OK)
+
+
+__all__ = ["GATE_ORDER", "METRIC_OF", "STEP_RATE", "Comparison", "LaunchResult", "Launcher", "Selection"]

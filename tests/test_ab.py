@@ -1,0 +1,434 @@
+"""`specguard ab`: the decision rule on synthetic launches (different / same / undecided, ABBA
+order, stopping rules, Holm, errors), the command line's one-line usage errors, and end to end
+against emulators on 127.0.0.1 (launch mode and attach mode)."""
+
+from __future__ import annotations
+
+import json
+import math
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from specguard.ab import plan
+from specguard.ab.builds import Build, UsageError, ab_builds, parse_urls
+from specguard.ab.decision import (
+    DIFFERENT,
+    SAME,
+    UNDECIDED,
+    Budget,
+    GateCell,
+    GateSpec,
+    Look,
+    abba_order,
+    decide_round,
+    look_at,
+    set_alphas,
+    shown_ratio,
+)
+from specguard.ab.report import render_text, results_doc
+from specguard.ab.rounds import STEP_RATE, Comparison, LaunchResult, Selection
+from specguard.cli import main
+from specguard.config import load_suite
+from specguard.decide.stats import RatioEstimate
+from specguard.labels import ACCEPT_LENGTH, SPECULATION, STEP_TIME, THROUGHPUT
+
+REPO = Path(__file__).resolve().parents[1]
+SPECS = {
+    THROUGHPUT: GateSpec(THROUGHPUT, 0.05, 0.012, 1.0),
+    STEP_TIME: GateSpec(STEP_TIME, 0.05, 0.012, 1.0, inverted=True),
+    ACCEPT_LENGTH: GateSpec(ACCEPT_LENGTH, 0.05, 0.003, 0.25),
+    SPECULATION: GateSpec(SPECULATION, 0.05, 0.012 * math.sqrt(2), 2.0),
+}
+BUDGET = Budget(family_alpha=0.01, pass_confidence=0.95, prior_dof=16.0, max_rounds=4)
+
+
+class FakeLauncher:
+    """Synthetic launches: each (build, configuration) has a true speed factor; every launch draws
+    its own offset (``launch_sd``) and each of its 3 runs a little noise (``run_sd``), on a log
+    scale. Records the order it was called in."""
+
+    def __init__(self, factors: dict[tuple[str, str], float], *, launch_sd: float = 0.003, run_sd: float = 0.002,
+                 seed: int = 1, errors: dict[tuple[str, str, int], str] | None = None,
+                 skipped: set[tuple[str, str]] | None = None) -> None:
+        self.factors = factors
+        self.launch_sd, self.run_sd = launch_sd, run_sd
+        self.rng = np.random.default_rng(seed)
+        self.errors = errors or {}
+        self.skipped = skipped or set()
+        self.calls: list[tuple[int, str, str]] = []
+
+    def __call__(self, build: str, config: str, round_no: int) -> LaunchResult:
+        self.calls.append((round_no, config, build))
+        if (build, config) in self.skipped:
+            return LaunchResult(build, config, round_no, error="the server does not serve it", skipped=True)
+        if (build, config, round_no) in self.errors:
+            return LaunchResult(build, config, round_no, error=self.errors[(build, config, round_no)])
+        factor = self.factors.get((build, config), 1.0) * math.exp(self.rng.normal(0, self.launch_sd))
+        runs = [factor * math.exp(self.rng.normal(0, self.run_sd)) for _ in range(3)]
+        values = {THROUGHPUT: [1000 * r for r in runs], STEP_RATE: [200 * r for r in runs],
+                  ACCEPT_LENGTH: [3.0 * math.exp(self.rng.normal(0, 0.001)) for _ in runs]}
+        return LaunchResult(build, config, round_no, values={4: values})
+
+
+def selection(*configs: str, speculative: tuple[str, ...] = (), references: dict[str, str] | None = None) -> Selection:
+    return Selection(list(configs), [4], frozenset(speculative), references or {})
+
+
+def run(sel: Selection, launcher: FakeLauncher, budget: Budget = BUDGET,
+        specs: dict[str, GateSpec] | None = None) -> Comparison:
+    cmp = Comparison(sel, specs or SPECS, budget, launcher)
+    cmp.run()
+    return cmp
+
+
+def cell(cmp: Comparison, config: str, gate: str) -> GateCell:
+    return next(c for c in cmp.cells if c.config == config and c.gate == gate)
+
+
+# -- the decision rule --------------------------------------------------------------------------
+def test_abba_order_over_four_rounds():
+    assert [b for r in range(1, 5) for b in abba_order(r)] == list("ABBAABBA")
+    with pytest.raises(ValueError):
+        abba_order(0)
+
+
+def test_a_large_slowdown_is_different_and_worse_once_each_build_has_two_launches():
+    cmp = run(selection("base"), FakeLauncher({("B", "base"): 0.80}))
+    tput, step = cell(cmp, "base", THROUGHPUT), cell(cmp, "base", STEP_TIME)
+    assert (tput.decision, tput.direction(), tput.decided_round) == (DIFFERENT, "worse", 2)
+    assert step.decision == DIFFERENT and step.direction() == "worse"
+    assert [look.launches for look in tput.looks] == [2]  # no look, and no alpha spent, on one launch each
+    assert cmp.rounds_run == 2 and cmp.exit_code() == 1
+
+
+def test_with_a_budget_of_one_round_one_launch_each_decides():
+    cmp = run(selection("base"), FakeLauncher({("B", "base"): 0.80}), Budget(0.01, 0.95, 16.0, max_rounds=1))
+    assert cell(cmp, "base", THROUGHPUT).decided_round == 1
+
+
+def test_a_speedup_is_different_and_better_and_exits_0():
+    cmp = run(selection("base"), FakeLauncher({("B", "base"): 1.25}))
+    assert cell(cmp, "base", THROUGHPUT).direction() == "better"
+    assert cmp.exit_code() == 0
+
+
+def test_the_same_build_is_same_within_tolerance():
+    cmp = run(selection("base"), FakeLauncher({}))
+    assert {c.decision for c in cmp.cells} == {SAME}
+    assert cmp.rounds_run == 2 and cmp.exit_code() == 0
+
+
+def test_a_change_the_noise_hides_ends_undecided_at_the_budget():
+    # 3 % launch-to-launch spread (declared and real) against a 5 % tolerance and a 3 % change:
+    # four launches per build resolve neither "different" nor "same"
+    specs = {g: GateSpec(g, s.tolerance, 0.03, s.weight, s.inverted) for g, s in SPECS.items()}
+    cmp = run(selection("base"), FakeLauncher({("B", "base"): 0.97}, launch_sd=0.03, seed=3), specs=specs)
+    tput = cell(cmp, "base", THROUGHPUT)
+    assert tput.decision == UNDECIDED and [look.launches for look in tput.looks] == [2, 3, 4]
+    assert cmp.rounds_run == 4 and cmp.exit_code() == 0
+    launches = [(r, b) for r, _c, b in cmp._launcher.calls]  # type: ignore[attr-defined]
+    assert [b for _r, b in launches] == list("ABBAABBA")
+
+
+def test_a_small_significant_change_within_the_tolerance_is_different_not_same():
+    # 2 % slower on a machine whose launches spread 0.05 % (declared 0.2 %): inside the 5 %
+    # tolerance, and certainly a change
+    specs = {g: GateSpec(g, s.tolerance, 0.002, s.weight, s.inverted) for g, s in SPECS.items()}
+    cmp = run(selection("base"), FakeLauncher({("B", "base"): 0.98}, launch_sd=0.0005, run_sd=0.0005), specs=specs)
+    tput = cell(cmp, "base", THROUGHPUT)
+    assert tput.decision == DIFFERENT and tput.decided_look is not None
+    _ratio, low, high = shown_ratio(tput.decided_look, tput.spec)
+    assert 0.95 < low < high < 1  # equivalent as well: "different" wins
+
+
+def test_decided_configurations_stop_and_the_reference_stays_for_the_speculation_ratio():
+    # spec: its own cells are decided at once, but its speculation ratio (spec over ref within
+    # each build) moves by 3 % under 2 % noise; ref stays launched as long as that ratio is open
+    sel = selection("ref", "spec", speculative=("spec",), references={"spec": "ref"})
+    launcher = FakeLauncher({("B", "spec"): 0.70, ("B", "ref"): 0.70 / 0.97}, launch_sd=0.02, seed=5)
+    cmp = run(sel, launcher)
+    ratio = cell(cmp, "spec", SPECULATION)
+    rounds_of = {c: sorted({r for r, cfg, _b in launcher.calls if cfg == c}) for c in ("ref", "spec")}
+    assert cell(cmp, "spec", THROUGHPUT).decided_round == 2
+    if ratio.decision == UNDECIDED:
+        assert rounds_of["ref"] == [1, 2, 3, 4] and rounds_of["spec"] == [1, 2, 3, 4]
+    else:  # the pair stops together once the ratio is decided
+        assert rounds_of["ref"] == rounds_of["spec"]
+    for c in ("ref", "spec"):  # each round launches a configuration once per build, in ABBA order
+        assert [b for r, cfg, b in launcher.calls if cfg == c] == [b for r in rounds_of[c] for b in abba_order(r)]
+
+
+def test_a_configuration_whose_cells_are_all_decided_is_not_launched_again():
+    specs = {g: GateSpec(g, s.tolerance, 0.03, s.weight, s.inverted) for g, s in SPECS.items()}
+    launcher = FakeLauncher({("B", "fast"): 0.7, ("B", "noisy"): 0.97}, launch_sd=0.03, seed=3)
+    cmp = run(selection("fast", "noisy"), launcher, specs=specs)
+    fast_rounds = {r for r, c, _b in launcher.calls if c == "fast"}
+    assert fast_rounds == {1, 2} and cmp.rounds_run > 2
+    assert {r for r, c, _b in launcher.calls if c == "noisy"} == set(range(1, cmp.rounds_run + 1))
+    assert all(len(c.looks) == 1 for c in cmp.cells if c.config == "fast")
+
+
+def test_a_decided_cell_is_not_looked_at_again_while_its_configuration_continues():
+    launcher = FakeLauncher({("B", "spec"): 0.98}, launch_sd=0.02, seed=4)
+    cmp = run(selection("spec", speculative=("spec",)), launcher)
+    accept = cell(cmp, "spec", ACCEPT_LENGTH)
+    assert accept.decision == SAME and len(accept.looks) == 1
+    assert cmp.rounds_run > 1
+
+
+def _look(p_two: float, ratio: float = 0.9) -> Look:
+    est = RatioEstimate(ratio=ratio, low=ratio * 0.9, high=ratio * 1.1, threshold=0.95, p_value=p_two / 2, dof=20,
+                        confidence=0.99, between_sd=0.01, between_source="prior", test_at=1.0, pass_low=ratio * 0.95,
+                        pass_confidence=0.95)
+    return Look(1, 1, est, p_two)
+
+
+def _cells_with(p_values: list[float]) -> list[GateCell]:
+    cells = [GateCell("c", i, SPECS[THROUGHPUT], looks=[_look(p)]) for i, p in enumerate(p_values)]
+    set_alphas(cells, 0.01)
+    return cells
+
+
+def test_holm_adds_what_the_per_cell_split_misses():
+    one_look = Budget(0.01, 0.95, 16.0, max_rounds=1)
+    cells = _cells_with([0.004, 0.008])  # alpha per cell 0.005: only the first passes Bonferroni
+    decide_round(cells, 1, one_look)
+    assert [c.decision for c in cells] == [DIFFERENT, DIFFERENT]  # Holm's second step: 0.008 < 0.01
+    cells = _cells_with([0.004, 0.02])
+    decide_round(cells, 1, one_look)
+    assert [c.decision for c in cells] == [DIFFERENT, UNDECIDED]
+
+
+def test_every_look_spends_its_share_of_the_cell_alpha():
+    # alone in the family: alpha 0.01; four rounds give three looks (rounds 2-4): 0.0033 each
+    assert (BUDGET.first_look, BUDGET.looks) == (2, 3)
+    cells = _cells_with([0.004])
+    decide_round(cells, 1, BUDGET)
+    assert cells[0].decision == UNDECIDED and cells[0].p_adjusted(BUDGET.looks) == pytest.approx(0.012)
+    cells = _cells_with([0.003])
+    decide_round(cells, 1, BUDGET)
+    assert cells[0].decision == DIFFERENT
+
+
+def test_a_build_that_does_not_start_is_not_measured_and_a_regression_still_wins():
+    launcher = FakeLauncher({("B", "slow"): 0.7}, errors={("B", "broken", 1): "server 'broken' exited during start-up"})
+    cmp = run(selection("broken", "slow"), launcher)
+    assert all(c.error for c in cmp.cells if c.config == "broken")
+    assert cmp.not_measured()[0].startswith("broken: round 1, build B: server 'broken' exited")
+    assert cmp.exit_code() == 1  # slow's regression stands
+    launcher = FakeLauncher({}, errors={("A", "broken", 1): "boom"})
+    cmp = run(selection("broken", "fine"), launcher)
+    assert cmp.exit_code() == 3
+    assert [(r, c, b) for r, c, b in launcher.calls if c == "broken"] == [(1, "broken", "A")]  # B not launched
+
+
+def test_attach_mode_drops_a_configuration_a_server_does_not_serve():
+    sel = selection("ref", "spec", speculative=("spec",), references={"spec": "ref"})
+    cmp = run(sel, FakeLauncher({}, skipped={("A", "ref")}))
+    assert "ref" in cmp.dropped and not any(c.config == "ref" or c.gate == SPECULATION for c in cmp.cells)
+    assert cmp.exit_code() == 0
+
+
+def test_the_table_figures_are_the_decisions_locations_and_the_document_keeps_every_run():
+    cmp = run(selection("spec", speculative=("spec",)), FakeLauncher({("B", "spec"): 0.9}, launch_sd=0.01, seed=2))
+    doc = results_doc(cmp, [Build("A"), Build("B", server_args={"spec": ["--x"]})], suite_path="s.toml", mode="launch",
+                      argv=["ab"])
+    assert doc["schema"] == "specguard-ab" and doc["outcome"]["exit_code"] == 1
+    by_gate = {r["gate"]: r for r in doc["cells"]}
+    for row in by_gate.values():
+        assert row["b"] / row["a"] == pytest.approx(row["ratio"])  # B / A is the table's B/A
+        assert len(row["a_runs"]) == len(row["b_runs"]) == row["rounds"] == 2
+    assert by_gate[STEP_TIME]["a"] == pytest.approx(5.0, rel=0.02)  # 200 steps/s shown as 5 ms
+    assert by_gate[STEP_TIME]["ratio"] > 1 > by_gate[THROUGHPUT]["ratio"]
+    text = render_text(cmp, [Build("A"), Build("B")], "title")
+    assert "different (worse)" in text and text.endswith("-> exit 1")
+    assert not render_text(cmp, [Build("A"), Build("B")], "title", exit_code=False).endswith("-> exit 1")
+
+
+def test_launches_that_contradict_the_prior_replace_it():
+    steady = [[100.0, 100.1, 99.9], [100.2, 100.1, 100.0]]
+    jumpy = [[100.0, 100.1, 99.9], [112.0, 112.1, 111.9]]  # 12 % between launches, the prior says 1.2 %
+    calm = look_at(steady, steady, SPECS[THROUGHPUT], round_no=2, alpha_look=0.001, pass_confidence=0.95, prior_dof=16)
+    wild = look_at(steady, jumpy, SPECS[THROUGHPUT], round_no=2, alpha_look=0.001, pass_confidence=0.95, prior_dof=16)
+    assert calm.estimate.between_source.startswith("prior")
+    assert "both builds' launches" in wild.estimate.between_source and wild.estimate.between_sd > 0.03
+
+
+# -- builds and selection -----------------------------------------------------------------------
+def default_suite():
+    return load_suite(REPO / "perf_tests" / "suite.toml")
+
+
+CONFIGS = ["baseline", "eagle3", "mtp"]
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(a_urls=["http://127.0.0.1:1"], b_args=["eagle3=--x"]), "cannot be combined"),
+    (dict(a_urls=["http://127.0.0.1:1"]), "add --b-url"),
+    (dict(b_args=["nosuch=--x"]), "--b-server-args 'nosuch=--x': no configuration 'nosuch'"),
+    (dict(b_args=["--emulator-step-scale 1.03"]), "--b-server-args takes NAME="),
+    (dict(b_args=['eagle3="--x']), "No closing quotation"),
+    (dict(), "builds A and B are the same"),
+    (dict(b_python="/nonexistent/python"), "--b-python: '/nonexistent/python' is not an executable file"),
+])
+def test_bad_build_options_are_one_line_naming_the_flag(kwargs, message):
+    args = dict(a_python=None, b_python=None, a_args=[], b_args=[], a_urls=[], b_urls=[])
+    args.update(kwargs)
+    with pytest.raises(UsageError) as err:
+        ab_builds(configs=CONFIGS, **args)
+    assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_urls_bare_and_named():
+    assert parse_urls(["http://h:1/", "eagle3=http://h:2"], "--a-url", CONFIGS) == {None: "http://h:1",
+                                                                                   "eagle3": "http://h:2"}
+    with pytest.raises(UsageError, match="--a-url 'h:1' is not an http"):
+        parse_urls(["h:1"], "--a-url", CONFIGS)
+
+
+def test_selection_adds_references_and_attach_mode_needs_urls():
+    suite = default_suite()
+    a, b = Build("A"), Build("B", server_args={"eagle3": ["--x"]})
+    sel, notes = plan.select(suite, ["eagle3"], [a, b])
+    assert sel.configs == ["baseline", "eagle3"] and sel.references == {"eagle3": "baseline"}
+    assert notes == ["baseline: measured as the reference of eagle3 (its speculation ratio within each build)"]
+    a, b = Build("A", urls={"eagle3": "http://h:1"}), Build("B", urls={"eagle3": "http://h:2"})
+    sel, notes = plan.select(suite, [], [a, b])
+    assert sel.configs == ["eagle3"] and sel.references == {}
+    assert "its reference 'baseline' has no --a-url/--b-url" in notes[0]
+    with pytest.raises(UsageError, match="--a-url: no URL for configuration 'mtp'"):
+        plan.select(suite, ["mtp"], [a, b])
+    with pytest.raises(UsageError, match="--config nosuch: no configuration"):
+        plan.select(suite, ["nosuch"], [a, b])
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["ab", "--suite", "perf_tests/suite.toml"], "builds A and B are the same"),
+    (["ab", "--max-rounds", "0", "--b-server-args", "eagle3=--x"], "--max-rounds '0'"),
+    (["ab", "--concurrency", "1,x", "--b-server-args", "eagle3=--x"], "--concurrency '1,x'"),
+    (["ab", "--suite", "nosuch.toml", "--b-server-args", "eagle3=--x"], "nosuch.toml"),
+    (["ab", "--config", "nosuch", "--b-server-args", "eagle3=--x"], "--config nosuch: no configuration"),
+])
+def test_usage_errors_exit_4_with_one_line(argv, message, capsys, monkeypatch):
+    monkeypatch.chdir(REPO)
+    try:
+        code = main(argv)
+    except SystemExit as exc:  # argparse's own checks exit from the parser, with 4 (specguard.cli._Parser)
+        code = exc.code
+    assert code == 4
+    err = capsys.readouterr().err.strip().splitlines()
+    assert message in err[-1]
+
+
+# -- end to end on the emulator -----------------------------------------------------------------
+SMALL_SUITE = """
+[sweep]
+concurrency = [4]
+requests_per_worker = 4
+warmup = 1
+repeats = 3
+
+[workload]
+kind = "random-ids"
+input_len = 32
+output_len = 64
+
+# The default suite's launch spread (1.2 %) with a 5 % tolerance: "same" within one or two
+# launches per build on a shared 2-core machine, and a 25 % slower step "different" at once.
+[tolerances]
+throughput = 0.05
+accept_length = 0.05
+step_time = 0.05
+prior_between_sd = 0.012
+
+[advanced]
+read_timeout_s = 20
+run_timeout_s = 60
+
+[servers.baseline]
+engine = "emulator"
+model_path = "/models/specguard-fast"
+max_running_requests = 64
+args = ["--emulator-profile", "fast"]
+startup_timeout_s = 60
+
+[servers.eagle3]
+engine = "emulator"
+model_path = "/models/specguard-fast"
+speculative_algorithm = "EAGLE3"
+draft_model_path = "/models/specguard-fast-eagle3"
+num_steps = 3
+eagle_topk = 1
+num_draft_tokens = 4
+max_running_requests = 64
+reference = "baseline"
+args = ["--emulator-profile", "fast"]
+startup_timeout_s = 60
+"""
+
+
+def run_cli(tmp_path: Path, *argv: str, timeout_s: float = 240) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "specguard.cli", *argv], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=timeout_s)
+
+
+def ports_in_logs(log_dir: Path) -> list[int]:
+    return [int(p.stem.rsplit("-", 1)[1]) for p in log_dir.rglob("server-*.log")]
+
+
+def listening(port: int) -> bool:
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def decisions(doc: dict) -> dict[tuple[str, str], str]:
+    return {(c["config"], c["gate"]): (f"{c['decision']} ({c['direction']})" if c["direction"] else c["decision"])
+            for c in doc["cells"]}
+
+
+@pytest.mark.e2e
+def test_ab_launch_mode_finds_eagle3_slower_and_baseline_the_same(tmp_path):
+    (tmp_path / "suite.toml").write_text(SMALL_SUITE)
+    proc = run_cli(tmp_path, "ab", "--suite", "suite.toml", "--b-server-args", "eagle3=--emulator-step-scale 1.25",
+                   "--results-json", "r.json", "--report-dir", "rep", "--log-dir", "logs")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    doc = json.loads((tmp_path / "r.json").read_text())
+    assert doc["schema"] == "specguard-ab" and doc["mode"] == "launch"
+    got = decisions(doc)
+    assert got[("eagle3", "throughput")] == "different (worse)"
+    assert got[("eagle3", "step_time")] == "different (worse)"
+    assert got[("eagle3", "speculation")] == "different (worse)"
+    assert got[("eagle3", "accept_length")] == "same"
+    assert got[("baseline", "throughput")] == "same"
+    order = [(x["round"], x["config"], x["build"]) for x in doc["launches"]]
+    assert [b for r, c, b in order if c == "baseline"] == [b for r in sorted({r for r, c, _ in order if c == "baseline"})
+                                                           for b in abba_order(r)]
+    assert "different (worse)" in proc.stdout and "eagle3: --emulator-step-scale 1.25" in proc.stdout
+    assert "| eagle3 | c4 | tok/s |" in (tmp_path / "rep" / "summary.md").read_text()
+    ports = ports_in_logs(tmp_path / "logs")
+    assert len(ports) == len(doc["launches"]) and not any(listening(p) for p in ports)
+
+
+@pytest.mark.e2e
+def test_ab_attach_mode_interleaves_runs_on_two_running_servers(tmp_path, emulator):
+    (tmp_path / "suite.toml").write_text(SMALL_SUITE)
+    eagle = ("--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", "/models/specguard-fast-eagle3",
+             "--speculative-num-steps", "3", "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4",
+             "--max-running-requests", "64")
+    url_a = emulator(*eagle)
+    url_b = emulator(*eagle, "--emulator-step-scale", "1.25")
+    proc = run_cli(tmp_path, "ab", "--suite", "suite.toml", "--a-url", f"eagle3={url_a}", "--b-url", f"eagle3={url_b}",
+                   "--results-json", "r.json", "--max-rounds", "2")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    doc = json.loads((tmp_path / "r.json").read_text())
+    assert doc["mode"] == "attach" and doc["configs"] == ["eagle3"]
+    got = decisions(doc)
+    assert got[("eagle3", "throughput")] == "different (worse)" and ("eagle3", "speculation") not in got
+    assert "its reference 'baseline' has no --a-url/--b-url" in proc.stderr
+    port_a, port_b = (int(u.rsplit(":", 1)[1]) for u in (url_a, url_b))
+    assert listening(port_a) and listening(port_b)  # attached servers are the user's: they keep running
