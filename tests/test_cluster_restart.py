@@ -66,12 +66,25 @@ class Cluster:
         return len((self.root / f"{name}.count").read_text().split()) - 1
 
     def stop_all(self) -> None:
-        for name in self.scripts:
-            pid = int((self.root / f"{name}.pid").read_text())
-            try:
-                os.killpg(pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
+        """Every server the scripts started (their process groups): SIGTERM, then SIGKILL after 10 s."""
+        pids = [int((self.root / f"{name}.pid").read_text()) for name in self.scripts]
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            for pid in pids:
+                try:
+                    os.killpg(pid, sig)
+                except ProcessLookupError:
+                    pass
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline and any(_alive(pid) for pid in pids):
+                time.sleep(0.1)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
 
 
 @pytest.fixture
