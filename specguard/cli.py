@@ -5,26 +5,27 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
-from typing import TypeAlias
+from typing import Any, TypeAlias
 
 from specguard import ab, starter
 from specguard.config import ConfigError, ServerConfig, SweepConfig
 from specguard.decide.baselines import atomic_write_json
 from specguard.engines import get_engine
 from specguard.labels import ExitCode
+from specguard.measure.metrics import RunMetrics
 from specguard.measure.sweep import measure_cell
 from specguard.report import compare, export, recommend, results
 from specguard.report.publish import write_report_dir
 from specguard.report.results import ResultsError
 from specguard.research import calibrate, study
 from specguard.research.tune import cli as tune_cli
-from specguard.server import ServerStartError, attach, launch, stop
+from specguard.server import ServerHandle, ServerStartError, attach, launch, stop
 from specguard.session import api_key_from
 from specguard.slo import SLOError, parse_slo
 from specguard.timeline import cli as history_cli
-from specguard.workload import WORKLOAD_KINDS, WorkloadError, WorkloadSpec, build_workload
+from specguard.workload import WORKLOAD_KINDS, Workload, WorkloadError, WorkloadSpec, build_workload
 
 # What add_subparsers() returns: each command adds its parser to it
 Subcommands: TypeAlias = "argparse._SubParsersAction[_Parser]"
@@ -105,64 +106,75 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if args.burstiness <= 0 or args.max_concurrency <= 0:
         print("specguard bench: --burstiness and --max-concurrency must be > 0", file=sys.stderr)
         return ExitCode.USAGE
-    per_worker = 4
-    sweep = SweepConfig(concurrency=args.concurrency, requests_per_worker=per_worker, warmup=args.warmup,
-                        repeats=args.repeats, api=args.api, read_timeout_s=args.read_timeout)
-    engine = get_engine("emulator" if args.emulator else "sglang")
-    handle = None
     try:
-        if args.emulator:
-            cfg = ServerConfig(name="bench", engine="emulator", model_path=f"/models/{args.emulator}",
-                               speculative_algorithm=args.speculative_algorithm,
-                               draft_model_path="/models/draft" if args.speculative_algorithm else None,
-                               args=["--emulator-profile", args.emulator, *args.emulator_arg], startup_timeout_s=60)
-            handle = launch(cfg, engine, log_dir=Path(".specguard/logs"), api_key=api_key_from(args.api_key))
-        else:
-            handle = attach("bench", args.url, engine, api_key=api_key_from(args.api_key), flag="--url")
+        handle = _bench_server(args)
     except ServerStartError as exc:
         text = str(exc)
         print(f"specguard bench: {text}", file=sys.stderr)
         return ExitCode.USAGE if "is not an http(s) URL" in text else ExitCode.NOT_MEASURED
-    rows = []
     try:
-        eff = handle.effective
-        print(f"server {handle.base_url}: {eff.engine_version or '?'} model={eff.model_path} "
-              f"spec={eff.speculative_algorithm or 'none'} steps={eff.num_steps} topk={eff.eagle_topk} "
-              f"draft_tokens={eff.num_draft_tokens} max_running_requests={eff.max_running_requests}")
-        print(f"{'C':>5} {'ok':>5} {'fail':>4} {'tok/s':>10} {'req/s':>7} {'accept':>6} {'TTFT p50':>9} {'TTFT p99':>9} "
-              f"{'ITL p50':>8} {'ITL p99':>8} {'TPOT p50':>9}")
-        levels = [(None, c) for c in args.concurrency] if args.request_rate is None else \
-            [(rate, args.max_concurrency) for rate in args.request_rate]
-        for rate, c in levels:
-            s = sweep if args.requests is None else SweepConfig(**{**asdict(sweep),
-                                                                   "requests_per_worker": max(1, args.requests // c)})
-            n = None if rate is None else (args.requests or max(16, round(rate * 8)))  # open loop: ~8 s of arrivals
-            cell = measure_cell(handle, workload, s, c, api=args.api, request_rate=rate, burstiness=args.burstiness,
-                                num_requests=n, slo_ms=args.slo)
-            for r in cell.runs:
-                lat = r.latency_ms
-                acc = f"{r.accept_length:.2f}" if r.accept_length else "-"
-                good = f" goodput {r.request_goodput:.2f} req/s ({r.slo_attainment:.0%} met SLO)" if args.slo else ""
-                print(f"{c:>5} {r.completed:>5} {r.failed:>4} {r.output_throughput:>10.1f} {r.request_throughput:>7.2f} "
-                      f"{acc:>6} {lat['median_ttft_ms']:>9.1f} {lat['p99_ttft_ms']:>9.1f} {lat['median_itl_ms']:>8.2f} "
-                      f"{lat['p99_itl_ms']:>8.2f} {lat['median_tpot_ms']:>9.2f}  {r.load_model}{good}")
-                for name, cs in r.categories.items():
-                    cacc = f"{cs.accept_length:.2f}" if cs.accept_length else "-"
-                    print(f"      {name:<14} {cs.completed:>5} ok {cs.output_throughput:>10.1f} tok/s "
-                          f"({cs.throughput_share:.0%})  accept {cacc}")
-                for w in r.warnings:
-                    print(f"      warning: {w}")
-            if cell.error:
-                print(f"      error: {cell.error}")
-            rows.append({"concurrency": c, "request_rate": rate, "load_model": cell.runs[0].load_model if cell.runs else "",
-                         "error": cell.error, "runs": [asdict(r) for r in cell.runs]})
+        rows = _bench_levels(args, handle, workload)
     finally:
-        if handle is not None and not handle.attached:
+        if not handle.attached:
             stop(handle)
     if args.json_path:
         atomic_write_json(Path(args.json_path), {"schema": "specguard-bench", "schema_version": 1,
                                                  "server": handle.effective.fingerprint_fields(), "levels": rows})
     return ExitCode.NOT_MEASURED if any(r["error"] for r in rows) else ExitCode.OK
+
+
+def _bench_server(args: argparse.Namespace) -> ServerHandle:
+    """The emulator launched for `--emulator PROFILE`, else the server at `--url`."""
+    engine = get_engine("emulator" if args.emulator else "sglang")
+    if not args.emulator:
+        return attach("bench", args.url, engine, api_key=api_key_from(args.api_key), flag="--url")
+    cfg = ServerConfig(name="bench", engine="emulator", model_path=f"/models/{args.emulator}",
+                       speculative_algorithm=args.speculative_algorithm,
+                       draft_model_path="/models/draft" if args.speculative_algorithm else None,
+                       args=["--emulator-profile", args.emulator, *args.emulator_arg], startup_timeout_s=60)
+    return launch(cfg, engine, log_dir=Path(".specguard/logs"), api_key=api_key_from(args.api_key))
+
+
+def _bench_levels(args: argparse.Namespace, handle: ServerHandle, workload: Workload) -> list[dict[str, Any]]:
+    """Measure each level (concurrency, or request rate under the in-flight cap), printing every run."""
+    sweep = SweepConfig(concurrency=args.concurrency, requests_per_worker=4, warmup=args.warmup,
+                        repeats=args.repeats, api=args.api, read_timeout_s=args.read_timeout)
+    eff = handle.effective
+    print(f"server {handle.base_url}: {eff.engine_version or '?'} model={eff.model_path} "
+          f"spec={eff.speculative_algorithm or 'none'} steps={eff.num_steps} topk={eff.eagle_topk} "
+          f"draft_tokens={eff.num_draft_tokens} max_running_requests={eff.max_running_requests}")
+    print(f"{'C':>5} {'ok':>5} {'fail':>4} {'tok/s':>10} {'req/s':>7} {'accept':>6} {'TTFT p50':>9} {'TTFT p99':>9} "
+          f"{'ITL p50':>8} {'ITL p99':>8} {'TPOT p50':>9}")
+    levels = [(None, c) for c in args.concurrency] if args.request_rate is None else \
+        [(rate, args.max_concurrency) for rate in args.request_rate]
+    rows = []
+    for rate, c in levels:
+        s = sweep if args.requests is None else replace(sweep, requests_per_worker=max(1, args.requests // c))
+        n = None if rate is None else (args.requests or max(16, round(rate * 8)))  # open loop: ~8 s of arrivals
+        cell = measure_cell(handle, workload, s, c, api=args.api, request_rate=rate, burstiness=args.burstiness,
+                            num_requests=n, slo_ms=args.slo)
+        for r in cell.runs:
+            _print_bench_run(c, r, bool(args.slo))
+        if cell.error:
+            print(f"      error: {cell.error}")
+        rows.append({"concurrency": c, "request_rate": rate, "load_model": cell.runs[0].load_model if cell.runs else "",
+                     "error": cell.error, "runs": [asdict(r) for r in cell.runs]})
+    return rows
+
+
+def _print_bench_run(c: int, r: RunMetrics, slo: bool) -> None:
+    lat = r.latency_ms
+    acc = f"{r.accept_length:.2f}" if r.accept_length else "-"
+    good = f" goodput {r.request_goodput:.2f} req/s ({r.slo_attainment:.0%} met SLO)" if slo else ""
+    print(f"{c:>5} {r.completed:>5} {r.failed:>4} {r.output_throughput:>10.1f} {r.request_throughput:>7.2f} "
+          f"{acc:>6} {lat['median_ttft_ms']:>9.1f} {lat['p99_ttft_ms']:>9.1f} {lat['median_itl_ms']:>8.2f} "
+          f"{lat['p99_itl_ms']:>8.2f} {lat['median_tpot_ms']:>9.2f}  {r.load_model}{good}")
+    for name, cs in r.categories.items():
+        cacc = f"{cs.accept_length:.2f}" if cs.accept_length else "-"
+        print(f"      {name:<14} {cs.completed:>5} ok {cs.output_throughput:>10.1f} tok/s "
+              f"({cs.throughput_share:.0%})  accept {cacc}")
+    for w in r.warnings:
+        print(f"      warning: {w}")
 
 
 def _emulate_parser(sub: Subcommands) -> None:
