@@ -1031,3 +1031,63 @@ def test_replicas_fold_a_verify_into_the_slot_of_the_largest_replica_batch(tmp_p
     s.complete(s.next_step(0.0), 1.0)
     s.complete(s.next_step(1.0), 2.0)
     assert s.running_per_rank == [1, 1] and (s.adaptive.slots[1].batches, s.adaptive.slots[2].batches) == (1, 0)
+
+
+# -- complete(): one bookkeeping loop per step kind; the closed loop's driver and its summary -----
+from specguard.emulator.model import Step, _closed_loop_result, _ClosedLoopRun, _drive_closed_loop  # noqa: E402
+from specguard.emulator.profile import _category_probabilities, _default_params, _probabilities  # noqa: E402
+
+
+def test_each_step_kind_books_its_own_tokens():
+    s = lin_scheduler(SpecRequest("EAGLE3", 2, 1, 3), 8)
+    a, b, gone = GenRequest(10, 4), GenRequest(10, 1), GenRequest(10, 4)
+    for r in (a, b, gone):
+        s.submit(r, 0.0)
+    gone.aborted = True
+    prefill = Step("prefill", [a, b, gone], [1, 1, 1], 1.0)
+    s.running = [a, b, gone]
+    s.running_per_rank = [3]
+    assert s.complete(prefill, 1.0) == [b]  # b wanted one token: the prefill's
+    assert (a.first_token_ms, a.verify_ct, gone.completion_tokens) == (1.0, 0, 0) and s.stats.prefill_steps == 1
+    assert s.running_per_rank == [2] and s.running == [a, gone]
+    verify = Step("decode", [a, gone], [3, 2], 1.0, 2, 3)
+    assert s.complete(verify, 2.0) == [a]
+    assert (a.completion_tokens, a.verify_ct, a.accepted_drafts, a.correct_hist) == (4, 1, 2, [0, 0, 1])
+    assert a.first_token_ms == 1.0 and gone.correct_hist == [] and s.stats.decode_steps == 1
+    assert s.stats._interval_correct == 2  # only the live request's accepted drafts
+    plain = lin_scheduler(cap=8)
+    c = GenRequest(10, 2)
+    plain.submit(c, 0.0)
+    plain.complete(plain.next_step(0.0), 1.0)
+    assert plain.complete(plain.next_step(1.0), 2.0) == [c]
+    assert (c.verify_ct, c.accepted_drafts, c.correct_hist) == (1, 0, [])
+
+
+def test_closed_loop_driver_refills_each_finished_client_and_the_summary_measures_it():
+    p = linear_profile(forward=((1, 3.0),), prefill=0.0, attention=0.0)
+    sched = BatchScheduler(SchedulerConfig(p, resolve_settings(p, None, 8), jitter_pct=0.0, drift_pct=0.0))
+    run = _drive_closed_loop(sched, 2, 3, 10, 2, same_prompt=False)
+    # two clients: both requests finish at 6 ms (prefill + decode); the third runs from 6 to 12 ms
+    assert [r.finish_ms for r in run.done] == [6.0, 6.0, 12.0] and [r.arrival_ms for r in run.done] == [0.0, 0.0, 6.0]
+    assert (run.end_ms, run.decode_steps, run.prefill_steps) == (12.0, 2, 2)
+    assert [r.prompt_key for r in run.done] == [0, 1, 2]
+    r = _closed_loop_result(sched, 2, 3, run)
+    assert (r.completion_tokens, r.duration_s, r.mean_ttft_ms, r.mean_itl_ms, r.mean_e2e_ms) == (6, 0.012, 3.0, 3.0, 6.0)
+    empty = _closed_loop_result(sched, 1, 1, _ClosedLoopRun(run.done[:1], 0.0, 0, 0))
+    assert empty.output_throughput == 0.0 and empty.accept_length is None
+
+
+def test_profile_probability_and_default_param_checks():
+    assert _probabilities((0.0, 1.0), "x") == (0.0, 1.0)
+    for bad in ((), (1.01,), (0.5, -0.1)):
+        with pytest.raises(ValueError, match="^x: need one or more probabilities in"):
+            _probabilities(bad, "x")
+    assert _category_probabilities({"code": [1, 0.5]}, "d") == {"code": (1.0, 0.5)}
+    with pytest.raises(ValueError, match=r"^d.accept_prob_by_category.math: need one or more"):
+        _category_probabilities({"math": 0.5}, "d")
+    with pytest.raises(ValueError, match="a table of category"):
+        _category_probabilities([0.5], "d")
+    assert _default_params(["3", 1.0, 4], "d") == (3, 1, 4)
+    for bad in ([3, 1], [3, 0, 4], [3, 1, 4, 5]):
+        with pytest.raises(ValueError, match=r"^d.default_params: need \[num_steps"):
+            _default_params(bad, "d")

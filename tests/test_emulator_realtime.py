@@ -38,3 +38,37 @@ def test_late_steps_still_reach_the_handler_one_at_a_time():
     batches = asyncio.run(main())
     assert sum(batches) == 20  # prefill (first token) + 19 decode steps
     assert max(batches) == 1, f"marks per wake-up: {batches}"
+
+
+def test_step_start_follows_the_previous_end_unless_idle_or_far_behind(caplog):
+    from specguard.emulator.realtime import MAX_LAG_MS
+
+    profile = load_profile("fast")
+    sched = BatchScheduler(SchedulerConfig(profile, resolve_settings(profile, None, 8), 0))
+
+    async def main() -> tuple[float, float, float, float]:
+        engine = RealtimeEngine(sched)
+        now = engine.now_ms()
+        return (engine._step_start_ms(None), engine._step_start_ms(now - 5.0),
+                engine._step_start_ms(now - MAX_LAG_MS - 50.0), now)
+
+    with caplog.at_level("WARNING", logger="specguard.emulator"):
+        idle, behind, lost, now = asyncio.run(main())
+    assert idle >= now and behind == now - 5.0  # a little behind: catch up back to back
+    assert lost >= now and "ms behind real time (CPU overloaded); resynchronising" in caplog.text
+
+
+def test_deliver_marks_live_requests_and_wakes_their_handlers():
+    from specguard.emulator.model import Step
+    from specguard.emulator.realtime import RequestProgress, _deliver
+
+    async def main() -> None:
+        live, gone, untracked = GenRequest(10, 5), GenRequest(10, 5), GenRequest(10, 5)
+        live.tag, gone.tag = RequestProgress(live), RequestProgress(gone)
+        live.completion_tokens, live.verify_ct, live.accepted_drafts = 4, 2, 1
+        gone.aborted = True
+        _deliver(Step("decode", [live, gone, untracked], [2, 2, 2], 1.0))
+        assert live.tag.marks == [(4, 2, 1)] and live.tag.event.is_set()
+        assert gone.tag.marks == [] and not gone.tag.event.is_set()
+
+    asyncio.run(main())

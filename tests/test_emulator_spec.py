@@ -368,3 +368,135 @@ def test_adaptive_unsupported_falls_back_to_static_params_with_a_warning():
         "Falling back to static speculative params.")
     s = resolve_settings(profile(), SpecRequest("EAGLE3", 2, 1, 3, adaptive=True), 8, attn_dp_size=2)
     assert s.adaptive is None and s.warnings[0].startswith("speculative_adaptive disabled: attention DP")
+
+
+# -- the steps of resolve_settings, one SGLang handler each --------------------------------------
+from specguard.emulator.spec import (  # noqa: E402
+    _acceptance,
+    _check_parallelism,
+    _check_params,
+    _explicit_params,
+    _handle_dflash,
+    _handle_eagle_family,
+    _handle_ngram,
+    _init_adaptive,
+)
+
+
+def test_handle_ngram_takes_topk_from_the_bfs_breadth_and_steps_from_the_window():
+    warnings: list[str] = []
+    assert _handle_ngram((None, 4, None), 10, 1, warnings) == (1, 10, 12)  # the given topk 4 is ignored
+    assert warnings == [NGRAM_DEFAULT, NGRAM_CHUNKED]
+    warnings.clear()
+    assert _handle_ngram((5, None, 8), 3, 1, warnings) == (5, 3, 8) and warnings == [NGRAM_CHUNKED]
+    with pytest.raises(ValueError, match="must be >= 1, got 0"):
+        _handle_ngram((None, None, 8), 0, 1, [])
+    with pytest.raises(ValueError, match="ngram speculative decoding does not support dp attention"):
+        _handle_ngram((None, None, None), 10, 2, [])
+
+
+def test_handle_dflash_forces_one_step_and_topk_one_and_defaults_the_block():
+    warnings: list[str] = []
+    assert _handle_dflash((3, 2, None), "draft", warnings) == (1, 1, 16)
+    assert [w.split(";")[0] for w in warnings] == [
+        "DFLASH only supports speculative_num_steps == 1", "DFLASH only supports speculative_eagle_topk == 1",
+        "speculative_num_draft_tokens is not set"]
+    warnings.clear()
+    assert _handle_dflash((1, 1, 8), "draft", warnings) == (1, 1, 8) and warnings == []
+    with pytest.raises(ValueError, match="requires setting --speculative-draft-model-path"):
+        _handle_dflash((1, 1, 8), None, [])
+
+
+def test_handle_eagle_family_returns_the_drafter_and_rewrites_topk_one():
+    p = profile()
+    warnings: list[str] = []
+    draft, resolved = _handle_eagle_family(p, "NEXTN", (2, 1, 7), 1, warnings)
+    assert draft is p.drafts["EAGLE"]  # NEXTN falls back to EAGLE's section
+    assert resolved == (2, 1, 3) and warnings == [ADJUSTED]
+    warnings.clear()
+    assert _handle_eagle_family(p, "EAGLE3", (None, None, None), 1, warnings)[1] == (3, 1, 4)
+    assert warnings == [AUTO.format(3, 1, 4, "Qwen3ForCausalLM")]
+    with pytest.raises(ValueError, match="standalone speculative decoding does not support dp attention"):
+        _handle_eagle_family(p, "STANDALONE", (3, 1, 4), 2, [])
+
+
+def test_explicit_params_and_the_emulators_floor():
+    assert _explicit_params("UNO", (2, 1, 3)) == (2, 1, 3)
+    with pytest.raises(ValueError, match="models DSPARK only with"):
+        _explicit_params("DSPARK", (2, None, 3))
+    _check_params((0, 1, 1), min_steps=0)
+    for bad, floor in (((0, 1, 1), 1), ((1, 0, 2), 0), ((1, 1, 0), 0)):
+        with pytest.raises(ValueError, match="must be >= 1"):
+            _check_params(bad, floor)
+
+
+def test_init_adaptive_fixes_the_params_or_falls_back_with_a_warning():
+    warnings: list[str] = []
+    adaptive, given = _init_adaptive(SpecRequest("EAGLE3", adaptive=True), "EAGLE3", (None, None, 9), False, warnings)
+    assert adaptive is not None and given == (3, 1, 4) and warnings == []  # middle of 0, 1, 3, 5, 7; draft = steps + 1
+    adaptive, given = _init_adaptive(SpecRequest("EAGLE3", adaptive=True), "EAGLE3", (3, 4, 8), False, warnings)
+    assert adaptive is None and given == (3, 4, 8) and warnings[0].startswith("speculative_adaptive disabled: ")
+    assert _init_adaptive(SpecRequest("EAGLE3"), "EAGLE3", (3, 4, 8), True, []) == (None, (3, 4, 8))
+
+
+def test_acceptance_is_the_profiles_or_a_forced_uniform_mean():
+    draft = DraftProfile(MS, (0.9, 0.8), accept_prob_by_category={"math": (0.5,), "code": (0.7, 0.6)})
+    warnings: list[str] = []
+    probs, by_category = _acceptance(draft, 2, 3, None, warnings)
+    assert probs == (0.9, 0.8, 0.8) and by_category == (("code", (0.7, 0.6, 0.6)), ("math", (0.5, 0.5, 0.5)))
+    probs, by_category = _acceptance(draft, 2, 3, 1.75, warnings)
+    assert probs == (pytest.approx(0.5, abs=1e-15),) * 3 and by_category == () and warnings == []
+    probs, _ = _acceptance(draft, 2, 2, 9.0, warnings)
+    assert probs == (1.0, 1.0) and warnings == ["accept length 9.0 clamped to 3.0 (2 draft positions)"]
+
+
+def test_parallelism_sizes_sglang_refuses():
+    _check_parallelism(2, 1)
+    _check_parallelism(1, 4)
+    for dp, attn, what in ((0, 1, "--dp-size must be positive"), (1, 0, "--attn-dp-size must be positive"),
+                           (2, 2, "replicas combined with attention data parallelism")):
+        with pytest.raises(ValueError, match=what):
+            _check_parallelism(dp, attn)
+
+
+# -- launch_server: flags to the request and the parallel layout ---------------------------------
+from specguard.emulator import launch_server  # noqa: E402
+
+
+def test_deprecated_dp_attention_becomes_attention_dp_and_splits_chunked_prefill(caplog):
+    parse = launch_server.build_arg_parser().parse_args
+    assert launch_server.resolve_parallelism(parse([])) == (1, 1, 8192)
+    assert launch_server.resolve_parallelism(parse(["--dp-size", "3"])) == (3, 1, 8192)  # replicas
+    args = parse(["--dp-size", "2", "--enable-dp-attention", "--tp-size", "4", "--chunked-prefill-size", "1000"])
+    with caplog.at_level("WARNING", logger="specguard.emulator"):
+        assert launch_server.resolve_parallelism(args) == (1, 2, 500)
+    assert "chunked prefill size is adjusted from 1000 to 500." in caplog.text
+    with pytest.raises(ValueError, match="--tp-size 3 is not a multiple of the attention-DP size 2"):
+        launch_server.resolve_parallelism(parse(["--attn-dp-size", "2", "--tp-size", "3"]))
+
+
+def test_forced_accept_length_flag_wins_over_sglangs_environment_variable(monkeypatch):
+    monkeypatch.delenv(launch_server.ACCEPT_LENGTH_ENV, raising=False)
+    assert launch_server.forced_accept_length(None) is None
+    monkeypatch.setenv(launch_server.ACCEPT_LENGTH_ENV, "2.5")
+    assert launch_server.forced_accept_length(None) == 2.5 and launch_server.forced_accept_length(3.0) == 3.0
+    monkeypatch.setenv(launch_server.ACCEPT_LENGTH_ENV, "")
+    assert launch_server.forced_accept_length(None) is None
+
+
+def test_server_args_groups_are_disjoint_and_keep_sglangs_order(monkeypatch):
+    monkeypatch.delenv(launch_server.ACCEPT_LENGTH_ENV, raising=False)
+    argv = ["--random-seed", "1", "--speculative-algorithm", "EAGLE3", "--speculative-num-steps", "2",
+            "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "3"]
+    args = launch_server.build_arg_parser().parse_args(argv)
+    assert launch_server.spec_request(args) == SpecRequest("EAGLE3", 2, 1, 3)
+    settings = launch_server.build_settings(args, argv)
+    serving, prof = settings.scheduler_config.settings, settings.scheduler_config.profile
+    groups = [launch_server._model_server_args(args, prof, serving, 8192),
+              launch_server._runtime_server_args(args, prof.model_path, 1, 1, 1),
+              launch_server._speculative_server_args(args, serving)]
+    keys = [k for g in groups for k in g]
+    assert len(keys) == len(set(keys))  # a key in two groups would be overwritten silently
+    assert list(settings.server_args) == [*keys, "launch_command"]
+    assert list(settings.server_args)[:2] == ["model_path", "tokenizer_path"]
+    assert settings.server_args["speculative_num_draft_tokens"] == 3

@@ -21,15 +21,16 @@ import secrets
 import shlex
 import sys
 import time
+from typing import Any
 
 from specguard.emulator import categories
 from specguard.emulator.adaptive import AdaptiveConfigError
 from specguard.emulator.categories import parse_category_factors
 from specguard.emulator.faults import add_fault_arguments, fault_settings_from_args
 from specguard.emulator.model import ACCEPTANCE_MODES, PER_REQUEST, SchedulerConfig
-from specguard.emulator.profile import load_profile
+from specguard.emulator.profile import EmulatorProfile, load_profile
 from specguard.emulator.server import ServerSettings, serve
-from specguard.emulator.spec import SPEC_ALGORITHMS, SpecRequest, resolve_settings
+from specguard.emulator.spec import SPEC_ALGORITHMS, ServingSettings, SpecRequest, resolve_settings
 
 DEFAULT_PROFILE = "fast"
 ACCEPT_LENGTH_ENV = "SGLANG_SIMULATE_ACC_LEN"
@@ -44,7 +45,14 @@ def build_arg_parser() -> argparse.ArgumentParser:
         prog="python -m specguard.emulator.launch_server",
         description="SGLang-compatible emulator with a performance model of speculative decoding.",
     )
-    g = p.add_argument_group("SGLang flags")
+    _add_sglang_flags(p.add_argument_group("SGLang flags"))
+    _add_emulator_flags(p.add_argument_group("emulator flags"))
+    add_fault_arguments(p)
+    return p
+
+
+def _add_sglang_flags(g: argparse._ArgumentGroup) -> None:
+    """SGLang 0.5.23's launch flags the emulator reads or reports (others are accepted with a warning)."""
     g.add_argument("--model-path", "--model", default=None, help="reported model path (default: the profile's)")
     g.add_argument("--tokenizer-path", default=None)
     g.add_argument("--served-model-name", default=None)
@@ -90,7 +98,10 @@ def build_arg_parser() -> argparse.ArgumentParser:
     g.add_argument("--speculative-ngram-max-trie-depth", type=int, default=18)
     g.add_argument("--speculative-ngram-capacity", type=int, default=10 * 1000 * 1000)
 
-    e = p.add_argument_group("emulator flags")
+
+
+def _add_emulator_flags(e: argparse._ArgumentGroup) -> None:
+    """The ``--emulator-*`` flags: profile, speed, acceptance, noise, start-up, firehose."""
     e.add_argument("--emulator-profile", default=DEFAULT_PROFILE, help="profile name or TOML path")
     e.add_argument("--emulator-speed-factor", type=float, default=1.0, help="divide all modelled times by X")
     e.add_argument("--emulator-step-scale", type=float, default=1.0, help="multiply step times (1.111 = ~10%% slower)")
@@ -106,8 +117,6 @@ def build_arg_parser() -> argparse.ArgumentParser:
     e.add_argument("--emulator-startup-s", type=float, default=0.0, help="answer 503 on /health* this long")
     e.add_argument("--emulator-firehose", type=int, default=0, metavar="N",
                    help="stream as fast as possible, N events per write, skipping the model (client benchmarks)")
-    add_fault_arguments(p)
-    return p
 
 
 def build_settings(args: argparse.Namespace, argv: list[str]) -> ServerSettings:
@@ -115,17 +124,75 @@ def build_settings(args: argparse.Namespace, argv: list[str]) -> ServerSettings:
     profile = load_profile(args.emulator_profile)
     if args.emulator_speed_factor <= 0 or args.emulator_step_scale <= 0:
         raise ValueError("--emulator-speed-factor and --emulator-step-scale must be > 0")
-    accept_length = args.emulator_accept_length
-    if accept_length is None and os.environ.get(ACCEPT_LENGTH_ENV):
-        accept_length = float(os.environ[ACCEPT_LENGTH_ENV])
-        log.info("%s=%s: forcing the mean accept length", ACCEPT_LENGTH_ENV, accept_length)
-    requested = SpecRequest(
+    accept_length = forced_accept_length(args.emulator_accept_length)
+    dp_size, attn_dp_size, chunked_prefill_size = resolve_parallelism(args)
+    try:
+        serving = resolve_settings(profile, spec_request(args), args.max_running_requests, accept_length,
+                                   dp_size=dp_size, attn_dp_size=attn_dp_size)
+    except AdaptiveConfigError as exc:
+        raise ValueError(str(exc)) from None
+    for message in serving.warnings:
+        log.warning(message)
+    cuda_graph_bs = decode_cuda_graph_bs(args, serving.rank_cap, serving.spec is not None)
+
+    seed = args.random_seed if args.random_seed is not None else secrets.randbelow(1 << 30)
+    jitter = profile.jitter_pct if args.emulator_jitter_pct is None else args.emulator_jitter_pct
+    drift = profile.drift_pct if args.emulator_drift_pct is None else args.emulator_drift_pct
+    config = SchedulerConfig(
+        profile, serving, seed, args.emulator_step_scale, args.emulator_speed_factor, jitter, drift,
+        args.decode_log_interval, cuda_graph_bs,
+        category_accept_factor=parse_category_factors(args.emulator_category_accept),
+        acceptance=args.emulator_acceptance,
+    )
+    categories.warm()
+    model_args = _model_server_args(args, profile, serving, chunked_prefill_size)
+    server_args = {
+        **model_args,
+        **_runtime_server_args(args, model_args["model_path"], seed, dp_size, attn_dp_size),
+        **_speculative_server_args(args, serving),
+        "launch_command": shlex.join(argv),
+    }
+    return ServerSettings(
+        scheduler_config=config,
+        server_args=server_args,
+        host=args.host,
+        port=args.port,
+        api_key=args.api_key,
+        enable_metrics=args.enable_metrics,
+        incremental_streaming_output=args.incremental_streaming_output,
+        stream_default_include_usage=args.stream_response_default_include_usage,
+        startup_s=args.emulator_startup_s,
+        emulator_info=_emulator_info(args, profile, serving, jitter, drift),
+        faults=fault_settings_from_args(args),
+        firehose_events_per_write=args.emulator_firehose,
+        launched_monotonic_s=LAUNCHED_MONOTONIC_S,
+    )
+
+
+def forced_accept_length(flag: float | None) -> float | None:
+    """The mean accept length to force: ``--emulator-accept-length``, else SGLang's own
+    ``SGLANG_SIMULATE_ACC_LEN`` from the environment, else None (the profile's acceptance)."""
+    if flag is None and os.environ.get(ACCEPT_LENGTH_ENV):
+        flag = float(os.environ[ACCEPT_LENGTH_ENV])
+        log.info("%s=%s: forcing the mean accept length", ACCEPT_LENGTH_ENV, flag)
+    return flag
+
+
+def spec_request(args: argparse.Namespace) -> SpecRequest:
+    """The speculative flags as given, for ``resolve_settings``."""
+    return SpecRequest(
         args.speculative_algorithm, args.speculative_num_steps, args.speculative_eagle_topk,
         args.speculative_num_draft_tokens, adaptive=args.speculative_adaptive,
         adaptive_config=args.speculative_adaptive_config,
         ngram_max_bfs_breadth=args.speculative_ngram_max_bfs_breadth,
         draft_model_path=args.speculative_draft_model_path,
     )
+
+
+def resolve_parallelism(args: argparse.Namespace) -> tuple[int, int, int]:
+    """(dp_size, attn_dp_size, chunked_prefill_size) after SGLang's rewrites: the deprecated
+    ``--dp-size N --enable-dp-attention`` becomes ``--attn-dp-size N``, and attention DP needs
+    ``tp_size`` to be a multiple of it and divides the chunked-prefill size by it (with a warning)."""
     dp_size, attn_dp_size = args.dp_size, args.attn_dp_size
     if args.enable_dp_attention and attn_dp_size == 1:  # parallel_hook.handle_deprecated_dp_attention
         dp_size, attn_dp_size = 1, args.dp_size
@@ -139,29 +206,16 @@ def build_settings(args: argparse.Namespace, argv: list[str]) -> ServerSettings:
         log.warning("DP attention is enabled. chunked prefill size is adjusted from %d to %d.",
                     chunked_prefill_size, chunked_prefill_size // attn_dp_size)
         chunked_prefill_size //= attn_dp_size
-    try:
-        serving = resolve_settings(profile, requested, args.max_running_requests, accept_length,
-                                   dp_size=dp_size, attn_dp_size=attn_dp_size)
-    except AdaptiveConfigError as exc:
-        raise ValueError(str(exc)) from None
-    for message in serving.warnings:
-        log.warning(message)
-    spec = serving.spec
-    cuda_graph_bs = decode_cuda_graph_bs(args, serving.rank_cap, spec is not None)
+    return dp_size, attn_dp_size, chunked_prefill_size
 
-    seed = args.random_seed if args.random_seed is not None else secrets.randbelow(1 << 30)
-    jitter = profile.jitter_pct if args.emulator_jitter_pct is None else args.emulator_jitter_pct
-    drift = profile.drift_pct if args.emulator_drift_pct is None else args.emulator_drift_pct
-    config = SchedulerConfig(
-        profile, serving, seed, args.emulator_step_scale, args.emulator_speed_factor, jitter, drift,
-        args.decode_log_interval, cuda_graph_bs,
-        category_accept_factor=parse_category_factors(args.emulator_category_accept),
-        acceptance=args.emulator_acceptance,
-    )
-    categories.warm()
+
+def _model_server_args(
+    args: argparse.Namespace, profile: EmulatorProfile, serving: ServingSettings, chunked_prefill_size: int,
+) -> dict[str, Any]:
+    """/server_info's model, memory and scheduling fields (the first of its groups, in SGLang's order)."""
     model_path = args.model_path or profile.model_path
     context_length = args.context_length or profile.context_length
-    server_args = {
+    return {
         "model_path": model_path,
         "tokenizer_path": args.tokenizer_path or model_path,
         "tokenizer_mode": "auto",
@@ -182,6 +236,14 @@ def build_settings(args: argparse.Namespace, argv: list[str]) -> ServerSettings:
         "page_size": 1,
         "disable_radix_cache": args.disable_radix_cache,
         "disaggregation_mode": "null",  # a server argument: top level and in every internal state
+    }
+
+
+def _runtime_server_args(
+    args: argparse.Namespace, model_path: str, seed: int, dp_size: int, attn_dp_size: int,
+) -> dict[str, Any]:
+    """/server_info's parallelism, network, logging and CUDA-graph fields."""
+    return {
         "tp_size": args.tp_size,
         "pp_size": 1,
         "dp_size": dp_size,
@@ -212,6 +274,13 @@ def build_settings(args: argparse.Namespace, argv: list[str]) -> ServerSettings:
         "disable_overlap_schedule": False,
         "attention_backend": None,
         "enable_deterministic_inference": False,
+    }
+
+
+def _speculative_server_args(args: argparse.Namespace, serving: ServingSettings) -> dict[str, Any]:
+    """/server_info's ``speculative_*`` fields: the resolved values (None without speculation)."""
+    spec = serving.spec
+    return {
         "speculative_algorithm": spec.reported_algorithm if spec else None,
         "speculative_draft_model_path": args.speculative_draft_model_path if spec else None,
         "speculative_num_steps": spec.num_steps if spec else None,
@@ -229,9 +298,15 @@ def build_settings(args: argparse.Namespace, argv: list[str]) -> ServerSettings:
         "speculative_ngram_capacity": args.speculative_ngram_capacity,
         "enable_multi_layer_eagle": False,
         "enable_two_batch_overlap": False,
-        "launch_command": shlex.join(argv),
     }
-    emulator_info = {
+
+
+def _emulator_info(
+    args: argparse.Namespace, profile: EmulatorProfile, serving: ServingSettings, jitter: float, drift: float,
+) -> dict[str, object]:
+    """/server_info's ``specguard_emulator`` section: the profile and the model's knobs."""
+    spec = serving.spec
+    return {
         "profile": profile.name,
         "profile_path": profile.source,
         "description": profile.description,
@@ -245,21 +320,6 @@ def build_settings(args: argparse.Namespace, argv: list[str]) -> ServerSettings:
         "architecture": profile.architecture,
         "adaptive_candidate_steps": serving.adaptive.candidates if serving.adaptive else None,
     }
-    return ServerSettings(
-        scheduler_config=config,
-        server_args=server_args,
-        host=args.host,
-        port=args.port,
-        api_key=args.api_key,
-        enable_metrics=args.enable_metrics,
-        incremental_streaming_output=args.incremental_streaming_output,
-        stream_default_include_usage=args.stream_response_default_include_usage,
-        startup_s=args.emulator_startup_s,
-        emulator_info=emulator_info,
-        faults=fault_settings_from_args(args),
-        firehose_events_per_write=args.emulator_firehose,
-        launched_monotonic_s=LAUNCHED_MONOTONIC_S,
-    )
 
 
 def decode_cuda_graph_bs(args: argparse.Namespace, rank_cap: int, speculative: bool) -> list[int] | None:

@@ -23,7 +23,7 @@ import math
 from collections import OrderedDict, deque
 from collections.abc import Hashable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -437,30 +437,14 @@ class BatchScheduler:
 
     def complete(self, step: Step, now_ms: float) -> list[GenRequest]:
         """Apply a step that ended at ``now_ms``; returns the requests it finished."""
-        finished = []
         decode = step.kind == "decode"
-        spec = decode and self.spec is not None
-        correct_all: list[int] = []
-        for req, grant in zip(step.requests, step.grants):
-            if req.aborted:
-                continue
-            req.completion_tokens += grant
-            if decode:
-                req.verify_ct += 1
-                if spec:
-                    correct = grant - 1
-                    req.accepted_drafts += correct
-                    hist = req.correct_hist
-                    while len(hist) <= correct:
-                        hist.append(0)
-                    hist[correct] += 1
-                    correct_all.append(correct)
-            elif req.first_token_ms is None:
-                req.first_token_ms = now_ms
-            if req.remaining <= 0:
-                req.finish_ms = now_ms
-                finished.append(req)
-                self._count_finished(req)
+        correct_all: list[int] = []  # accepted drafts of each request a verify step served
+        if not decode:
+            finished = self._grant_prefill(step, now_ms)
+        elif self.spec is None:
+            finished = self._grant_decode(step, now_ms)
+        else:
+            finished = self._grant_verify(step, now_ms, correct_all)
         if finished:
             self.running = [r for r in self.running if not r.finished]
             for req in finished:
@@ -473,6 +457,59 @@ class BatchScheduler:
             self._log_decode_step(step, now_ms, sum(correct_all))
         else:
             self.stats.prefill_steps += 1
+        return finished
+
+    # The three loops below are the per-step hot path: each request's tokens, then, where it has all
+    # it asked for, its finish (counted in request order, as the histograms' sums depend on it).
+    def _grant_prefill(self, step: Step, now_ms: float) -> list[GenRequest]:
+        """A prefill gives each admitted request its first token."""
+        finished = []
+        for req, grant in zip(step.requests, step.grants):
+            if req.aborted:
+                continue
+            req.completion_tokens += grant
+            if req.first_token_ms is None:
+                req.first_token_ms = now_ms
+            if req.remaining <= 0:
+                req.finish_ms = now_ms
+                finished.append(req)
+                self._count_finished(req)
+        return finished
+
+    def _grant_decode(self, step: Step, now_ms: float) -> list[GenRequest]:
+        """A decode step without speculation: one token per request."""
+        finished = []
+        for req, grant in zip(step.requests, step.grants):
+            if req.aborted:
+                continue
+            req.completion_tokens += grant
+            req.verify_ct += 1
+            if req.remaining <= 0:
+                req.finish_ms = now_ms
+                finished.append(req)
+                self._count_finished(req)
+        return finished
+
+    def _grant_verify(self, step: Step, now_ms: float, correct_all: list[int]) -> list[GenRequest]:
+        """A verify step: each request's accepted drafts plus the bonus token; its accepted-draft
+        count goes to its histogram and to ``correct_all`` (in request order)."""
+        finished = []
+        for req, grant in zip(step.requests, step.grants):
+            if req.aborted:
+                continue
+            req.completion_tokens += grant
+            req.verify_ct += 1
+            correct = grant - 1
+            req.accepted_drafts += correct
+            hist = req.correct_hist
+            while len(hist) <= correct:
+                hist.append(0)
+            hist[correct] += 1
+            correct_all.append(correct)
+            if req.remaining <= 0:
+                req.finish_ms = now_ms
+                finished.append(req)
+                self._count_finished(req)
         return finished
 
     # -- statistics --------------------------------------------------------------------------
@@ -619,6 +656,23 @@ def run_closed_loop(
     """Drive an existing scheduler through a closed-loop run in virtual time."""
     if concurrency < 1 or num_requests < 1:
         raise ValueError("concurrency and num_requests must be >= 1")
+    run = _drive_closed_loop(scheduler, concurrency, num_requests, input_len, output_len, same_prompt)
+    return _closed_loop_result(scheduler, concurrency, num_requests, run)
+
+
+class _ClosedLoopRun(NamedTuple):
+    done: list[GenRequest]  # in the order they finished
+    end_ms: float  # virtual time when the last one finished
+    decode_steps: int
+    prefill_steps: int
+
+
+def _drive_closed_loop(
+    scheduler: BatchScheduler, concurrency: int, num_requests: int, input_len: int, output_len: int,
+    same_prompt: bool,
+) -> _ClosedLoopRun:
+    """Step the scheduler until ``num_requests`` requests have finished; each client sends its next
+    request the moment its previous one finishes."""
     now_ms = 0.0
     issued = 0
     done: list[GenRequest] = []
@@ -646,7 +700,14 @@ def run_closed_loop(
             done.append(req)
             if issued < num_requests:
                 issue()
+    return _ClosedLoopRun(done, now_ms, decode_steps, prefill_steps)
 
+
+def _closed_loop_result(
+    scheduler: BatchScheduler, concurrency: int, num_requests: int, run: _ClosedLoopRun,
+) -> SimulationResult:
+    """What a client measures over a closed-loop run."""
+    done, now_ms = run.done, run.end_ms
     tokens = sum(r.completion_tokens for r in done)
     verifies = sum(r.verify_ct for r in done)
     first_ms = [known_ms(r.first_token_ms, "first token") for r in done]
@@ -668,6 +729,6 @@ def run_closed_loop(
         mean_ttft_ms=float(np.mean(ttft)),
         mean_itl_ms=float(np.mean(itl)) if itl else 0.0,
         mean_e2e_ms=float(np.mean([finish - r.arrival_ms for finish, r in zip(finish_ms, done)])),
-        decode_steps=decode_steps,
-        prefill_steps=prefill_steps,
+        decode_steps=run.decode_steps,
+        prefill_steps=run.prefill_steps,
     )

@@ -184,26 +184,38 @@ def _draft_from_dict(section: dict[str, Any], what: str) -> DraftProfile:
         raise ValueError(f"{what}: unknown keys {sorted(unknown)}")
     if "draft_ms" not in section or "accept_prob" not in section:
         raise ValueError(f"{what}: needs draft_ms and accept_prob")
-    accept_prob = tuple(float(p) for p in section["accept_prob"])
-    if not accept_prob or any(not 0.0 <= p <= 1.0 for p in accept_prob):
-        raise ValueError(f"{what}.accept_prob: need one or more probabilities in [0, 1]")
-    by_category = {}
-    table = section.get("accept_prob_by_category", {})
-    if not isinstance(table, dict):
-        raise ValueError(f"{what}.accept_prob_by_category: a table of category = [probabilities]")
-    for category, probs in table.items():
-        values = tuple(float(p) for p in probs) if isinstance(probs, list) else ()
-        if not values or any(not 0.0 <= p <= 1.0 for p in values):
-            raise ValueError(f"{what}.accept_prob_by_category.{category}: need one or more probabilities in [0, 1]")
-        by_category[str(category)] = values
-    params = None
-    if "default_params" in section:
-        params = tuple(int(v) for v in section["default_params"])
-        if len(params) != 3 or min(params) < 1:
-            raise ValueError(f"{what}.default_params: need [num_steps, topk, num_draft_tokens] >= 1")
+    accept_prob = _probabilities(tuple(float(p) for p in section["accept_prob"]), f"{what}.accept_prob")
+    by_category = _category_probabilities(section.get("accept_prob_by_category", {}), what)
+    params = _default_params(section["default_params"], what) if "default_params" in section else None
     return DraftProfile(
         draft_ms=PiecewiseLinear.from_pairs(section["draft_ms"], f"{what}.draft_ms"),
         accept_prob=accept_prob,
-        default_params=params,  # type: ignore[arg-type]
+        default_params=params,
         accept_prob_by_category=by_category,
     )
+
+
+def _probabilities(values: tuple[float, ...], what: str) -> tuple[float, ...]:
+    """``values`` when it is one or more probabilities in [0, 1]."""
+    if not values or any(not 0.0 <= p <= 1.0 for p in values):
+        raise ValueError(f"{what}: need one or more probabilities in [0, 1]")
+    return values
+
+
+def _category_probabilities(table: object, what: str) -> dict[str, tuple[float, ...]]:
+    """``accept_prob_by_category``: category -> its conditional acceptance per draft position."""
+    if not isinstance(table, dict):
+        raise ValueError(f"{what}.accept_prob_by_category: a table of category = [probabilities]")
+    by_category = {}
+    for category, probs in table.items():
+        values = tuple(float(p) for p in probs) if isinstance(probs, list) else ()
+        by_category[str(category)] = _probabilities(values, f"{what}.accept_prob_by_category.{category}")
+    return by_category
+
+
+def _default_params(value: Any, what: str) -> tuple[int, int, int]:
+    """``default_params``: [num_steps, topk, num_draft_tokens], each >= 1."""
+    params = tuple(int(v) for v in value)
+    if len(params) != 3 or min(params) < 1:
+        raise ValueError(f"{what}.default_params: need [num_steps, topk, num_draft_tokens] >= 1")
+    return params

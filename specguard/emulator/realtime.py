@@ -13,7 +13,7 @@ import logging
 import threading
 import time
 
-from specguard.emulator.model import BatchScheduler, GenRequest
+from specguard.emulator.model import BatchScheduler, GenRequest, Step
 
 # Falling further behind real time than this means the machine cannot keep up; stop catching up.
 MAX_LAG_MS = 1000.0
@@ -156,38 +156,57 @@ class RealtimeEngine:
         end_ms: float | None = None  # absolute end of the previous step; None after idling
         while True:
             if not scheduler.has_work():
-                self._idle.set()
-                self._wake.clear()
-                await self._wake.wait()
+                await self._wait_for_work()
                 end_ms = None
-            now = self.now_ms()
-            if end_ms is None:
-                end_ms = now
-            elif now - end_ms > MAX_LAG_MS:
-                log.warning("emulator is %.0f ms behind real time (CPU overloaded); resynchronising", now - end_ms)
-                end_ms = now
+            end_ms = self._step_start_ms(end_ms)
             adaptive = scheduler.adaptive
             before = adaptive.active_steps if adaptive is not None else None
             step = scheduler.next_step(end_ms)
             assert step is not None  # there is work, so there is a prefill or a decode to run
             end_ms += step.duration_ms
-            if end_ms > self.now_ms():
-                assert self._timer is not None
-                await self._timer.sleep_until(end_ms / 1000.0)
-            else:
-                # Late: still yield, or two steps' tokens would go out in one write and the
-                # client would see a 0 ms and a two-step gap instead of two step-long gaps.
-                await asyncio.sleep(0)
+            await self._sleep_until(end_ms)
             scheduler.complete(step, end_ms)
             self.last_output_ms = self.now_ms()
             if adaptive is not None and before is not None and adaptive.active_steps != before:
                 # EAGLEWorkerV2.apply_runtime_state logs this on every switch
                 log.info("Switch adaptive runtime state: steps %d -> %d, draft_tokens %d -> %d",
                          before, adaptive.active_steps, before + 1, adaptive.active_steps + 1)
-            for req in step.requests:
-                progress = req.tag
-                if progress is not None and not req.aborted:
-                    progress.marks.append((req.completion_tokens, req.verify_ct, req.accepted_drafts))
-                    progress.event.set()
+            _deliver(step)
             if step.kind == "decode" and scheduler.stats.decode_steps % scheduler.config.decode_log_interval == 0:
                 log.info(scheduler.decode_log_line())
+
+    async def _wait_for_work(self) -> None:
+        """Idle until a request is submitted."""
+        self._idle.set()
+        self._wake.clear()
+        await self._wake.wait()
+
+    def _step_start_ms(self, end_ms: float | None) -> float:
+        """When the next step starts: where the previous one ended, or now after idling or when more
+        than ``MAX_LAG_MS`` behind (the machine cannot keep up; it resynchronises with a warning)."""
+        now = self.now_ms()
+        if end_ms is None:
+            return now
+        if now - end_ms > MAX_LAG_MS:
+            log.warning("emulator is %.0f ms behind real time (CPU overloaded); resynchronising", now - end_ms)
+            return now
+        return end_ms
+
+    async def _sleep_until(self, end_ms: float) -> None:
+        """Wait for a step's end on the precise timer; a late step still yields once."""
+        if end_ms > self.now_ms():
+            assert self._timer is not None
+            await self._timer.sleep_until(end_ms / 1000.0)
+        else:
+            # Late: still yield, or two steps' tokens would go out in one write and the
+            # client would see a 0 ms and a two-step gap instead of two step-long gaps.
+            await asyncio.sleep(0)
+
+
+def _deliver(step: Step) -> None:
+    """One progress mark per live request of the step, and a wake-up for its handler."""
+    for req in step.requests:
+        progress = req.tag
+        if progress is not None and not req.aborted:
+            progress.marks.append((req.completion_tokens, req.verify_ct, req.accepted_drafts))
+            progress.event.set()

@@ -28,8 +28,15 @@ from specguard.emulator import metrics_catalog, vocab
 from specguard.emulator.categories import category_of_messages, category_of_text
 from specguard.emulator.faults import BAD_COUNT, CUT, ERROR, MALFORMED, NO_COUNT, STALL, FaultPlan, FaultSettings
 from specguard.emulator.firehose import Firehose
-from specguard.emulator.model import BatchScheduler, GenRequest, LatencyHistogram, SchedulerConfig, acceptance_key
-from specguard.emulator.realtime import RealtimeEngine
+from specguard.emulator.model import (
+    BatchScheduler,
+    GenRequest,
+    LatencyHistogram,
+    SchedulerConfig,
+    SchedulerStats,
+    acceptance_key,
+)
+from specguard.emulator.realtime import RealtimeEngine, RequestProgress
 from specguard.emulator.responses import (
     SSE_DONE,
     ChatFormat,
@@ -120,6 +127,48 @@ class BadRequest(Exception):
 
 def _json_response(obj: object, status: int = 200) -> web.Response:
     return web.Response(text=json.dumps(obj, separators=(",", ":")), status=status, content_type="application/json")
+
+
+class _MetricsText:
+    """/metrics families in SGLang's text format and label style, appended to ``lines``."""
+
+    def __init__(self, model: str, stats: SchedulerStats) -> None:
+        self.model = model
+        self.stats = stats
+        self.gauge_labels = f'engine_type="unified",model_name="{model}",moe_ep_rank="0",pp_rank="0",tp_rank="0"'
+        self.lines: list[str] = []
+
+    def metric(self, name: str, kind: str, help_text: str, samples: list[tuple[str, float]]) -> None:
+        self.lines.append(f"# HELP sglang:{name} {help_text}")
+        self.lines.append(f"# TYPE sglang:{name} {kind}")
+        self.lines.extend(f"sglang:{suffix} {float(value)!r}" for suffix, value in samples)
+
+    def gauge(self, name: str, help_text: str, value: float) -> None:
+        self.metric(name, "gauge", help_text, [(f"{name}{{{self.gauge_labels}}}", value)])
+
+    def by_streaming(self, name: str, help_text: str, attr: str) -> None:
+        """A counter of ``TokenCounters.attr``, one sample per ``is_streaming`` value."""
+        model, counters = self.model, self.stats.counters
+        self.metric(name, "counter", help_text, [
+            (f'{name}{{engine_type="unified",is_streaming="{str(k).lower()}",model_name="{model}"}}',
+             getattr(counters[k], attr))
+            for k in (True, False)
+        ])
+
+    def histogram(self, name: str, help_text: str, attr: str) -> None:
+        """The latency histogram ``TokenCounters.attr``, per ``is_streaming`` value."""
+        model = self.model
+        samples = []
+        for k in (True, False):
+            h: LatencyHistogram = getattr(self.stats.counters[k], attr)
+            stream = str(k).lower()
+            labels = f'engine_type="unified",is_streaming="{stream}"'
+            samples.append((f'{name}_sum{{{labels},model_name="{model}"}}', h.sum_s))
+            for bound, n in zip(h.bounds_s, h.cumulative):
+                samples.append((f'{name}_bucket{{{labels},le="{bound}",model_name="{model}"}}', n))
+            samples.append((f'{name}_bucket{{{labels},le="+Inf",model_name="{model}"}}', h.count))
+            samples.append((f'{name}_count{{{labels},model_name="{model}"}}', h.count))
+        self.metric(name, "histogram", help_text, samples)
 
 
 class EmulatorServer:
@@ -347,80 +396,63 @@ class EmulatorServer:
         return web.Response(text=self._render_metrics(), content_type="text/plain", charset="utf-8")
 
     def _render_metrics(self) -> str:
-        sched = self.scheduler
-        s = sched.stats
         model = self.settings.served_model_name
-        gauge_labels = f'engine_type="unified",model_name="{model}",moe_ep_rank="0",pp_rank="0",tp_rank="0"'
-        lines: list[str] = []
-
-        def metric(name: str, kind: str, help_text: str, samples: list[tuple[str, float]]) -> None:
-            lines.append(f"# HELP sglang:{name} {help_text}")
-            lines.append(f"# TYPE sglang:{name} {kind}")
-            lines.extend(f"sglang:{suffix} {float(value)!r}" for suffix, value in samples)
-
-        def gauge(name: str, help_text: str, value: float) -> None:
-            metric(name, "gauge", help_text, [(f"{name}{{{gauge_labels}}}", value)])
-
-        def by_streaming(name: str, help_text: str, attr: str) -> None:
-            metric(name, "counter", help_text, [
-                (f'{name}{{engine_type="unified",is_streaming="{str(k).lower()}",model_name="{model}"}}',
-                 getattr(s.counters[k], attr))
-                for k in (True, False)
-            ])
-
-        def histogram(name: str, help_text: str, attr: str) -> None:
-            samples = []
-            for k in (True, False):
-                h: LatencyHistogram = getattr(s.counters[k], attr)
-                stream = str(k).lower()
-                labels = f'engine_type="unified",is_streaming="{stream}"'
-                samples.append((f'{name}_sum{{{labels},model_name="{model}"}}', h.sum_s))
-                for bound, n in zip(h.bounds_s, h.cumulative):
-                    samples.append((f'{name}_bucket{{{labels},le="{bound}",model_name="{model}"}}', n))
-                samples.append((f'{name}_bucket{{{labels},le="+Inf",model_name="{model}"}}', h.count))
-                samples.append((f'{name}_count{{{labels},model_name="{model}"}}', h.count))
-            metric(name, "histogram", help_text, samples)
-
-        by_streaming("prompt_tokens_total", "Number of prefill tokens processed.", "prompt_tokens")
-        by_streaming("generation_tokens_total", "Number of generation tokens processed.", "generation_tokens")
-        by_streaming("num_requests_total", "Number of requests processed.", "num_requests")
-        metric("cached_tokens_total", "counter", "Number of cached prompt tokens by source (device/host/storage).", [
-            (f'cached_tokens_total{{cache_source="device",engine_type="unified",model_name="{model}"}}',
-             s.counters[True].cached_tokens + s.counters[False].cached_tokens),
-        ])
-        histogram("time_to_first_token_seconds", "Histogram of time to first token in seconds.", "ttft")
-        histogram("e2e_request_latency_seconds", "Histogram of End-to-end request latency in seconds", "e2e")
-        gauge("num_running_reqs", "The number of running requests.", len(sched.running))
-        gauge("num_queue_reqs", "The number of requests in the waiting queue.", len(sched.waiting))
-        gauge("num_grammar_queue_reqs", "The number of requests in the grammar waiting queue.", 0)
-        gauge("cache_hit_rate", "The prefix cache hit rate.", 0.0)
-        gauge("token_usage", "The token usage.", 0.0)
-        gauge("num_used_tokens", "The number of used tokens.", 0)
-        gauge("context_len", "The context length.", self.settings.context_length)
-        gauge("gen_throughput", "The generation throughput (token/s).", s.gen_throughput)
-        gauge("max_total_num_tokens", "Maximum total number of tokens in the KV cache pool.",
-              self.settings.server_args["max_total_tokens"])
-        gauge("spec_accept_length",
-              "Mean acceptance length of speculative decoding (accepted drafts + bonus token per forward).",
-              s.spec_accept_length)
-        gauge("spec_accept_rate", "Speculative acceptance rate (`accepted drafts / proposed drafts` in batch).",
-              s.spec_accept_rate)
-        # sampled at the decode-log fold (MetricsReporter.log_decode_stats): 0 before the first
-        gauge("spec_cap_length", "DSPARK/ragged-verify cap length (0 here).", 0.0)
-        gauge("spec_block_accept_length", "DSPARK/ragged-verify block accept length (0 here).", 0.0)
-        gauge("spec_num_steps", "Currently active speculative_num_steps.", s.spec_num_steps)
-        gauge("spec_num_draft_tokens",
-              "Currently active speculative_num_draft_tokens (decouples from steps under topk>1).",
-              s.spec_num_draft_tokens)
-        if s.counters[True].spec_requests + s.counters[False].spec_requests:  # inc()ed by finished spec requests
-            metric("spec_verify_calls_total", "counter", "Number of speculative verify calls, summed over requests.", [
-                (f'spec_verify_calls_total{{engine_type="unified",model_name="{model}"}}',
-                 s.counters[True].verify_calls + s.counters[False].verify_calls),
-            ])
-        lines.extend(metrics_catalog.render(  # every other family of a real 0.5.23 server (metrics_catalog.py)
+        out = _MetricsText(model, self.scheduler.stats)
+        self._request_metrics(out)
+        self._load_metrics(out)
+        self._spec_metrics(out)
+        out.lines.extend(metrics_catalog.render(  # every other family of a real 0.5.23 server (metrics_catalog.py)
             {"engine_type": "unified", "model_name": model, "moe_ep_rank": "0", "pp_rank": "0", "tp_rank": "0",
              "pid": str(os.getpid())}, self._catalog_values()))
-        return "\n".join(lines) + "\n"
+        return "\n".join(out.lines) + "\n"
+
+    def _request_metrics(self, out: _MetricsText) -> None:
+        """Finished requests: token and request counters, TTFT and end-to-end latency histograms."""
+        s = self.scheduler.stats
+        out.by_streaming("prompt_tokens_total", "Number of prefill tokens processed.", "prompt_tokens")
+        out.by_streaming("generation_tokens_total", "Number of generation tokens processed.", "generation_tokens")
+        out.by_streaming("num_requests_total", "Number of requests processed.", "num_requests")
+        out.metric("cached_tokens_total", "counter", "Number of cached prompt tokens by source (device/host/storage).", [
+            (f'cached_tokens_total{{cache_source="device",engine_type="unified",model_name="{out.model}"}}',
+             s.counters[True].cached_tokens + s.counters[False].cached_tokens),
+        ])
+        out.histogram("time_to_first_token_seconds", "Histogram of time to first token in seconds.", "ttft")
+        out.histogram("e2e_request_latency_seconds", "Histogram of End-to-end request latency in seconds", "e2e")
+
+    def _load_metrics(self, out: _MetricsText) -> None:
+        """The scheduler's load gauges (those a stand-in cannot know are 0)."""
+        sched = self.scheduler
+        out.gauge("num_running_reqs", "The number of running requests.", len(sched.running))
+        out.gauge("num_queue_reqs", "The number of requests in the waiting queue.", len(sched.waiting))
+        out.gauge("num_grammar_queue_reqs", "The number of requests in the grammar waiting queue.", 0)
+        out.gauge("cache_hit_rate", "The prefix cache hit rate.", 0.0)
+        out.gauge("token_usage", "The token usage.", 0.0)
+        out.gauge("num_used_tokens", "The number of used tokens.", 0)
+        out.gauge("context_len", "The context length.", self.settings.context_length)
+        out.gauge("gen_throughput", "The generation throughput (token/s).", sched.stats.gen_throughput)
+        out.gauge("max_total_num_tokens", "Maximum total number of tokens in the KV cache pool.",
+                  self.settings.server_args["max_total_tokens"])
+
+    def _spec_metrics(self, out: _MetricsText) -> None:
+        """Speculative decoding: accept-length gauges, the steps in use, verify calls (0 without it)."""
+        s = self.scheduler.stats
+        out.gauge("spec_accept_length",
+                  "Mean acceptance length of speculative decoding (accepted drafts + bonus token per forward).",
+                  s.spec_accept_length)
+        out.gauge("spec_accept_rate", "Speculative acceptance rate (`accepted drafts / proposed drafts` in batch).",
+                  s.spec_accept_rate)
+        # sampled at the decode-log fold (MetricsReporter.log_decode_stats): 0 before the first
+        out.gauge("spec_cap_length", "DSPARK/ragged-verify cap length (0 here).", 0.0)
+        out.gauge("spec_block_accept_length", "DSPARK/ragged-verify block accept length (0 here).", 0.0)
+        out.gauge("spec_num_steps", "Currently active speculative_num_steps.", s.spec_num_steps)
+        out.gauge("spec_num_draft_tokens",
+                  "Currently active speculative_num_draft_tokens (decouples from steps under topk>1).",
+                  s.spec_num_draft_tokens)
+        if s.counters[True].spec_requests + s.counters[False].spec_requests:  # inc()ed by finished spec requests
+            out.metric("spec_verify_calls_total", "counter", "Number of speculative verify calls, summed over requests.", [
+                (f'spec_verify_calls_total{{engine_type="unified",model_name="{out.model}"}}',
+                 s.counters[True].verify_calls + s.counters[False].verify_calls),
+            ])
 
     def _startup_phases(self, tokenizer: bool) -> dict[str, float | dict[str, float]]:
         """internal_states[i].startup_time / top-level startup_time: seconds per start-up phase."""
@@ -548,9 +580,7 @@ class EmulatorServer:
         """
         if self.firehose is not None and stream and max_new_tokens > 0:
             return await self.firehose.serve(request, self.firehose.writes(make_format, prompt_tokens, max_new_tokens, model))
-        fault = self.faults.next_request() if self.settings.faults.any else None
-        if self.faults.should_crash():
-            _die(f"fault injection: crashing after {self.settings.faults.crash_after_requests} requests", 134)
+        fault = self._draw_fault()
         if fault == ERROR:
             status = self.settings.faults.error_status
             return _json_response({"object": "error", "message": "injected server error", "code": status}, status=status)
@@ -558,12 +588,7 @@ class EmulatorServer:
         if prompt_tokens + max_new_tokens > self.settings.context_length:
             message = context_error_message(self.settings.context_length, prompt_tokens, max_new_tokens)
         if message is not None:
-            if not (stream and native):
-                raise BadRequest(message)
-            resp = web.StreamResponse(headers=SSE_HEADERS)
-            await resp.prepare(request)
-            await resp.write((sse(native_error(message)) + SSE_DONE).encode())
-            return resp
+            return await _reject(request, message, in_band=stream and native)
 
         if self.settings.server_args["disable_radix_cache"]:
             key = None
@@ -571,19 +596,43 @@ class EmulatorServer:
                          accept_key=accept_key)
         engine = self._started_engine()
         progress = engine.submit(req)
-        ctx = RequestContext(
-            rid=uuid.uuid4().hex, req=req, out=self.out, wall_s=engine.wall_s,
-            spec_draft_tokens=self.spec_draft_tokens, model=model, created_s=int(time.time()),
-            enable_metrics=self.settings.enable_metrics,
-            dp_rank=req.rank if self.scheduler.num_ranks > 1 else None,
-        )
-        fmt = make_format(ctx)
+        fmt = make_format(self._request_context(req, engine, model))
         try:
             if not stream:
                 await engine.wait_finished(progress)
                 last = (req.completion_tokens, req.verify_ct, req.accepted_drafts)
                 return web.Response(text=fmt.body(last), content_type="application/json")
-            resp = web.StreamResponse(headers=SSE_HEADERS)
+            return await self._stream(request, progress, fmt, fault)
+        finally:
+            if not req.finished:  # the client went away (or the stream was cut): free its slot
+                engine.abort(req)
+                self.aborted_requests += 1
+
+    def _draw_fault(self) -> str | None:
+        """The fault injected into this request (None: none); crashes the server when it is due."""
+        fault = self.faults.next_request() if self.settings.faults.any else None
+        if self.faults.should_crash():
+            _die(f"fault injection: crashing after {self.settings.faults.crash_after_requests} requests", 134)
+        return fault
+
+    def _request_context(self, req: GenRequest, engine: RealtimeEngine, model: str) -> RequestContext:
+        """What the response formats need to know about a queued request."""
+        return RequestContext(
+            rid=uuid.uuid4().hex, req=req, out=self.out, wall_s=engine.wall_s,
+            spec_draft_tokens=self.spec_draft_tokens, model=model, created_s=int(time.time()),
+            enable_metrics=self.settings.enable_metrics,
+            dp_rank=req.rank if self.scheduler.num_ranks > 1 else None,
+        )
+
+    async def _stream(
+        self, request: web.Request, progress: RequestProgress, fmt: NativeFormat | CompletionFormat,
+        fault: str | None,
+    ) -> web.StreamResponse:
+        """SSE events until the request finishes: one per wake-up, covering every step since the
+        last, then the closing event and [DONE]; an injected fault strikes when it is due."""
+        req = progress.req
+        resp = web.StreamResponse(headers=SSE_HEADERS)
+        try:
             await resp.prepare(request)
             sent = 0
             while not req.finished:
@@ -595,7 +644,7 @@ class EmulatorServer:
                     chunks.append(fmt.closing(mark))
                     chunks.append(SSE_DONE)
                 text = "".join(chunks)
-                if fault is not None and _fault_due(fault, req.finished, sent, max_new_tokens):
+                if fault is not None and _fault_due(fault, req.finished, sent, req.max_new_tokens):
                     injected = await self._inject(fault, text, req.finished, request)
                     if injected is None:
                         return resp
@@ -604,11 +653,18 @@ class EmulatorServer:
                 await resp.write(text.encode())
             return resp
         except ConnectionResetError:
-            return resp  # the client went away; the finally clause frees its slot
-        finally:
-            if not req.finished:
-                engine.abort(req)
-                self.aborted_requests += 1
+            return resp  # the client went away; _serve_generation frees its slot
+
+
+async def _reject(request: web.Request, message: str, in_band: bool) -> web.StreamResponse:
+    """A request error: HTTP 400 (raised as BadRequest), or ``in_band`` (a native /generate stream)
+    HTTP 200 with an error event, then [DONE]."""
+    if not in_band:
+        raise BadRequest(message)
+    resp = web.StreamResponse(headers=SSE_HEADERS)
+    await resp.prepare(request)
+    await resp.write((sse(native_error(message)) + SSE_DONE).encode())
+    return resp
 
 
 def _fault_due(fault: str, finished: bool, sent: int, max_new_tokens: int) -> bool:

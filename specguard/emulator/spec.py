@@ -47,6 +47,10 @@ NGRAM_DEFAULT_MAX_BFS_BREADTH = 10  # --speculative-ngram-max-bfs-breadth (field
 DFLASH_DEFAULT_BLOCK_SIZE = 16
 # _auto_choose_speculative_params: (num_steps, eagle_topk, num_draft_tokens) by target architecture.
 WIDE_TREE_ARCHITECTURES = ("LlamaForCausalLM", "Grok1ForCausalLM", "Grok1VForCausalLM")
+# (num_steps, eagle_topk, num_draft_tokens) as given on the command line (None = not given) ...
+GivenParams = tuple[int | None, int | None, int | None]
+# ... and as a handler has resolved them.
+SpecParams = tuple[int, int, int]
 
 
 @dataclass(frozen=True)
@@ -184,15 +188,7 @@ def resolve_settings(
     Raises ValueError where SGLang refuses to start (the message says which flag).
     ``accept_length`` replaces the profile's acceptance model by a uniform one with that mean.
     """
-    if dp_size < 1:
-        raise ValueError(f"--dp-size must be positive (got {dp_size}).")
-    if attn_dp_size < 1:
-        raise ValueError(f"--attn-dp-size must be positive (got {attn_dp_size}).")
-    if dp_size > 1 and attn_dp_size > 1:
-        raise ValueError(
-            f"--dp-size {dp_size} with --attn-dp-size {attn_dp_size}: data-parallel replicas combined with "
-            "attention data parallelism are not supported."
-        )
+    _check_parallelism(dp_size, attn_dp_size)
     warnings: list[str] = []
     adaptive_requested = bool(requested and requested.adaptive)
     if requested is None or requested.algorithm is None:
@@ -205,115 +201,195 @@ def resolve_settings(
     if launched not in SPEC_ALGORITHMS:
         raise ValueError(f"Unknown speculative algorithm name: {requested.algorithm}")
     algorithm = REPORTED_ALGORITHM.get(launched, launched)
-    steps, topk, draft_tokens = requested.num_steps, requested.topk, requested.num_draft_tokens
+    given = (requested.num_steps, requested.topk, requested.num_draft_tokens)
 
     # handle_speculative_decoding: adaptive is checked, then initialised, before the per-algorithm handler.
-    adaptive: AdaptiveSettings | None = None
-    if requested.adaptive:
-        reason = unsupported_reason(algorithm, topk, attn_dp_size > 1)
-        if reason is not None:
-            warnings.append(disabled_warning(reason))
-        else:
-            config, entries = load_adaptive_config(requested.adaptive_config)
-            candidates = candidate_union(entries)
-            topk = 1 if topk is None else topk
-            steps = initial_num_steps(candidates, steps)
-            draft_tokens = steps + 1
-            adaptive = AdaptiveSettings(requested.adaptive_config, config, entries, candidates, steps)
+    adaptive, given = _init_adaptive(requested, algorithm, given, attn_dp_size > 1, warnings)
 
     if launched not in NO_DEFAULT_CAP and max_running_requests is None:
         max_running_requests = SPEC_DEFAULT_MAX_RUNNING_REQUESTS
         warnings.append(CAP_RESET_WARNING)
 
-    chain = True
+    draft, (steps, topk, draft_tokens), chain = _handle_algorithm(
+        profile, requested, launched, given, attn_dp_size, adaptive is not None, warnings)
+
+    positions = steps if chain else draft_tokens - 1
+    max_positions = max(adaptive.candidates) if adaptive is not None else positions
+    probs, by_category = _acceptance(draft, positions, max_positions, accept_length, warnings)
+    spec = SpecConfig(launched, steps, topk, draft_tokens, probs, draft.draft_ms, chain, by_category)
+    return _with_ranks(spec, max_running_requests, profile, dp_size, attn_dp_size, warnings, adaptive,
+                       adaptive_requested)
+
+
+def _check_parallelism(dp_size: int, attn_dp_size: int) -> None:
+    """Sizes SGLang refuses: below 1, or replicas combined with attention DP (parallel_hook.py:287)."""
+    if dp_size < 1:
+        raise ValueError(f"--dp-size must be positive (got {dp_size}).")
+    if attn_dp_size < 1:
+        raise ValueError(f"--attn-dp-size must be positive (got {attn_dp_size}).")
+    if dp_size > 1 and attn_dp_size > 1:
+        raise ValueError(
+            f"--dp-size {dp_size} with --attn-dp-size {attn_dp_size}: data-parallel replicas combined with "
+            "attention data parallelism are not supported."
+        )
+
+
+def _init_adaptive(
+    requested: SpecRequest, algorithm: str, given: GivenParams, attn_dp: bool, warnings: list[str],
+) -> tuple[AdaptiveSettings | None, GivenParams]:
+    """``_maybe_disable_adaptive``, then ``_init_adaptive_speculative_params``: adaptive settings (None:
+    static steps, with SGLang's warning when it was asked for) and the params they fix: topk unset
+    becomes 1, steps the middle candidate unless given, draft tokens steps + 1."""
+    if not requested.adaptive:
+        return None, given
+    steps, topk, _ = given
+    reason = unsupported_reason(algorithm, topk, attn_dp)
+    if reason is not None:
+        warnings.append(disabled_warning(reason))
+        return None, given
+    config, entries = load_adaptive_config(requested.adaptive_config)
+    candidates = candidate_union(entries)
+    topk = 1 if topk is None else topk
+    steps = initial_num_steps(candidates, steps)
+    adaptive = AdaptiveSettings(requested.adaptive_config, config, entries, candidates, steps)
+    return adaptive, (steps, topk, steps + 1)
+
+
+def _handle_algorithm(
+    profile: EmulatorProfile, requested: SpecRequest, launched: str, given: GivenParams, attn_dp_size: int,
+    adaptive: bool, warnings: list[str],
+) -> tuple[DraftProfile, SpecParams, bool]:
+    """The per-algorithm handler of ``handle_speculative_decoding``, then the emulator's own checks:
+    (the drafter's profile section, (steps, topk, draft tokens), whether drafts chain).
+
+    Drafts chain (a verify accepts up to ``num_steps``) for the EAGLE family and the explicit-only
+    algorithms; NGRAM and DFLASH propose one window (up to ``num_draft_tokens - 1``).
+    """
+    algorithm = REPORTED_ALGORITHM.get(launched, launched)
     if algorithm in EAGLE_FAMILY:
-        if algorithm == "STANDALONE" and attn_dp_size > 1:
-            raise ValueError("Currently standalone speculative decoding does not support dp attention.")
-        draft = _find_draft(profile, launched)
-        if steps is None:  # never under adaptive, which has set steps above
-            if topk is not None or draft_tokens is not None:
-                # A bare `assert` in _handle_eagle_family: SGLang exits with an empty AssertionError.
-                raise ValueError(
-                    "--speculative-eagle-topk and --speculative-num-draft-tokens need --speculative-num-steps "
-                    "(SGLang 0.5.23 fails an assert in _handle_eagle_family)"
-                )
-            steps, topk, draft_tokens = draft.default_params or auto_spec_params(algorithm, profile.architecture)
-            warnings.append(
-                "Auto choose speculative_num_steps, speculative_eagle_topk, speculative_num_draft_tokens = "
-                f"({steps}, {topk}, {draft_tokens}) for {profile.architecture}"
-            )
-        if topk is None:
-            raise ValueError(
-                "--speculative-num-steps without --speculative-eagle-topk: SGLang 0.5.23 crashes at start-up "
-                "(TypeError comparing speculative_eagle_topk None > 1 in _handle_eagle_family); pass "
-                "--speculative-eagle-topk"
-            )
-        if topk == 1 and draft_tokens != steps + 1:
-            warnings.append(
-                "speculative_num_draft_tokens is adjusted to speculative_num_steps + 1 when speculative_eagle_topk == 1"
-            )
-            draft_tokens = steps + 1
-        if draft_tokens is None:
-            raise ValueError("--speculative-num-draft-tokens is required when --speculative-eagle-topk > 1")
-    elif algorithm == "NGRAM":
-        if attn_dp_size > 1:
-            raise ValueError("Currently ngram speculative decoding does not support dp attention.")
-        topk = requested.ngram_max_bfs_breadth  # always: a given --speculative-eagle-topk is ignored
-        if draft_tokens is None:
-            draft_tokens = NGRAM_DEFAULT_DRAFT_TOKENS
-            warnings.append(
-                "speculative_num_draft_tokens is set to 12 by default for ngram speculative decoding. You can "
-                "override this by explicitly setting --speculative-num-draft-tokens."
-            )
-        if steps is None:
-            if topk < 1:
-                raise ValueError(f"--speculative-ngram-max-bfs-breadth must be >= 1, got {topk}")
-            steps = draft_tokens // topk
-        warnings.append("The mixed chunked prefill are disabled because of using ngram speculative decoding.")
-        chain = False
+        draft, params = _handle_eagle_family(profile, launched, given, attn_dp_size, warnings)
+        _check_params(params, min_steps=0 if adaptive else 1)
+        return draft, params, True
+    if algorithm == "NGRAM":
+        params, chain = _handle_ngram(given, requested.ngram_max_bfs_breadth, attn_dp_size, warnings), False
     elif algorithm == "DFLASH":
-        if requested.draft_model_path is None:
-            raise ValueError("DFLASH speculative decoding requires setting --speculative-draft-model-path.")
-        if steps is not None and steps != 1:
-            warnings.append(
-                f"DFLASH only supports speculative_num_steps == 1; overriding speculative_num_steps={steps} to 1."
-            )
-        if topk is not None and topk != 1:
-            warnings.append(
-                f"DFLASH only supports speculative_eagle_topk == 1; overriding speculative_eagle_topk={topk} to 1."
-            )
-        steps, topk = 1, 1
-        if draft_tokens is None:
-            draft_tokens = DFLASH_DEFAULT_BLOCK_SIZE
-            warnings.append("speculative_num_draft_tokens is not set; defaulting to 16 for DFLASH.")
-        chain = False
+        params, chain = _handle_dflash(given, requested.draft_model_path, warnings), False
     else:  # EXPLICIT_PARAMS_ONLY
-        if steps is None or topk is None or draft_tokens is None:
+        params, chain = _explicit_params(algorithm, given), True
+    _check_params(params, min_steps=0 if adaptive or not chain else 1)
+    return _find_draft(profile, launched), params, chain
+
+
+def _handle_eagle_family(
+    profile: EmulatorProfile, launched: str, given: GivenParams, attn_dp_size: int, warnings: list[str],
+) -> tuple[DraftProfile, SpecParams]:
+    """``_handle_eagle_family`` (EAGLE, EAGLE3, NEXTN, STANDALONE): the drafter's section, and the
+    params: ``_auto_choose_speculative_params`` when steps are not given, the topk == 1 rewrite."""
+    algorithm = REPORTED_ALGORITHM.get(launched, launched)
+    if algorithm == "STANDALONE" and attn_dp_size > 1:
+        raise ValueError("Currently standalone speculative decoding does not support dp attention.")
+    draft = _find_draft(profile, launched)
+    steps, topk, draft_tokens = given
+    if steps is None:  # never under adaptive, which has set steps (_init_adaptive)
+        if topk is not None or draft_tokens is not None:
+            # A bare `assert` in _handle_eagle_family: SGLang exits with an empty AssertionError.
             raise ValueError(
-                f"the emulator models {algorithm} only with --speculative-num-steps, --speculative-eagle-topk and "
-                "--speculative-num-draft-tokens given"
+                "--speculative-eagle-topk and --speculative-num-draft-tokens need --speculative-num-steps "
+                "(SGLang 0.5.23 fails an assert in _handle_eagle_family)"
             )
-    if steps < (0 if adaptive is not None or not chain else 1) or min(topk, draft_tokens) < 1:
+        steps, topk, draft_tokens = draft.default_params or auto_spec_params(algorithm, profile.architecture)
+        warnings.append(
+            "Auto choose speculative_num_steps, speculative_eagle_topk, speculative_num_draft_tokens = "
+            f"({steps}, {topk}, {draft_tokens}) for {profile.architecture}"
+        )
+    if topk is None:
+        raise ValueError(
+            "--speculative-num-steps without --speculative-eagle-topk: SGLang 0.5.23 crashes at start-up "
+            "(TypeError comparing speculative_eagle_topk None > 1 in _handle_eagle_family); pass "
+            "--speculative-eagle-topk"
+        )
+    if topk == 1 and draft_tokens != steps + 1:
+        warnings.append(
+            "speculative_num_draft_tokens is adjusted to speculative_num_steps + 1 when speculative_eagle_topk == 1"
+        )
+        draft_tokens = steps + 1
+    if draft_tokens is None:
+        raise ValueError("--speculative-num-draft-tokens is required when --speculative-eagle-topk > 1")
+    return draft, (steps, topk, draft_tokens)
+
+
+def _handle_ngram(given: GivenParams, max_bfs_breadth: int, attn_dp_size: int, warnings: list[str]) -> SpecParams:
+    """``_handle_ngram``: topk is the BFS breadth, draft tokens default to 12, steps to draft // topk."""
+    if attn_dp_size > 1:
+        raise ValueError("Currently ngram speculative decoding does not support dp attention.")
+    steps, _, draft_tokens = given
+    topk = max_bfs_breadth  # always: a given --speculative-eagle-topk is ignored
+    if draft_tokens is None:
+        draft_tokens = NGRAM_DEFAULT_DRAFT_TOKENS
+        warnings.append(
+            "speculative_num_draft_tokens is set to 12 by default for ngram speculative decoding. You can "
+            "override this by explicitly setting --speculative-num-draft-tokens."
+        )
+    if steps is None:
+        if topk < 1:
+            raise ValueError(f"--speculative-ngram-max-bfs-breadth must be >= 1, got {topk}")
+        steps = draft_tokens // topk
+    warnings.append("The mixed chunked prefill are disabled because of using ngram speculative decoding.")
+    return steps, topk, draft_tokens
+
+
+def _handle_dflash(given: GivenParams, draft_model_path: str | None, warnings: list[str]) -> SpecParams:
+    """``_handle_dflash``: needs a draft model; steps and topk forced to 1; the block defaults to 16."""
+    if draft_model_path is None:
+        raise ValueError("DFLASH speculative decoding requires setting --speculative-draft-model-path.")
+    steps, topk, draft_tokens = given
+    if steps is not None and steps != 1:
+        warnings.append(
+            f"DFLASH only supports speculative_num_steps == 1; overriding speculative_num_steps={steps} to 1."
+        )
+    if topk is not None and topk != 1:
+        warnings.append(
+            f"DFLASH only supports speculative_eagle_topk == 1; overriding speculative_eagle_topk={topk} to 1."
+        )
+    if draft_tokens is None:
+        draft_tokens = DFLASH_DEFAULT_BLOCK_SIZE
+        warnings.append("speculative_num_draft_tokens is not set; defaulting to 16 for DFLASH.")
+    return 1, 1, draft_tokens
+
+
+def _explicit_params(algorithm: str, given: GivenParams) -> SpecParams:
+    """DSPARK, FROZEN_KV_MTP, UNO: modelled only with all three values given (no SGLang defaults)."""
+    steps, topk, draft_tokens = given
+    if steps is None or topk is None or draft_tokens is None:
+        raise ValueError(
+            f"the emulator models {algorithm} only with --speculative-num-steps, --speculative-eagle-topk and "
+            "--speculative-num-draft-tokens given"
+        )
+    return steps, topk, draft_tokens
+
+
+def _check_params(params: SpecParams, min_steps: int) -> None:
+    """The emulator's floor: steps >= min_steps (0 under adaptive or for a window drafter), topk and
+    draft tokens >= 1."""
+    steps, topk, draft_tokens = params
+    if steps < min_steps or min(topk, draft_tokens) < 1:
         raise ValueError("speculative num_steps, topk and num_draft_tokens must be >= 1")
 
-    if algorithm not in EAGLE_FAMILY:
-        draft = _find_draft(profile, launched)
-    max_positions = max(adaptive.candidates) if adaptive is not None else (steps if chain else draft_tokens - 1)
-    positions = steps if chain else draft_tokens - 1
+
+def _acceptance(
+    draft: DraftProfile, positions: int, max_positions: int, accept_length: float | None, warnings: list[str],
+) -> tuple[tuple[float, ...], tuple[tuple[str, tuple[float, ...]], ...]]:
+    """Conditional acceptance per draft position (``max_positions`` of them) and per category: the
+    profile's, or one uniform p giving the forced mean ``accept_length`` over ``positions``."""
     if accept_length is not None:
         reachable = min(max(accept_length, 1.0), positions + 1.0)
         if reachable != accept_length:
             warnings.append(f"accept length {accept_length} clamped to {reachable} ({positions} draft positions)")
-        probs = (uniform_accept_prob(reachable, positions),) * max_positions
-    else:
-        probs = positional_probs(draft.accept_prob, max_positions)
+        return (uniform_accept_prob(reachable, positions),) * max_positions, ()
+    probs = positional_probs(draft.accept_prob, max_positions)
     # Per category: the profile's own table (ignored when a mean accept length is forced).
-    by_category = () if accept_length is not None else tuple(
-        (c, positional_probs(p, max_positions)) for c, p in sorted(draft.accept_prob_by_category.items()))
-
-    spec = SpecConfig(launched, steps, topk, draft_tokens, probs, draft.draft_ms, chain, by_category)
-    return _with_ranks(spec, max_running_requests, profile, dp_size, attn_dp_size, warnings, adaptive,
-                       adaptive_requested)
+    by_category = tuple((c, positional_probs(p, max_positions)) for c, p in sorted(draft.accept_prob_by_category.items()))
+    return probs, by_category
 
 
 def _with_ranks(
