@@ -6,6 +6,7 @@ Nothing of this checkout is on the path: the repository holds only what init wro
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -26,7 +27,11 @@ def test_install_init_run_record_rerun_and_fail(tmp_path: Path) -> None:
 
     assert sh("git", "init", "-q").returncode == 0
     assert sh(sys.executable, "-m", "venv", str(venv)).returncode == 0
-    install = sh(str(venv / "bin" / "pip"), "install", "-q", str(REPO), timeout=900)
+    # a copy of the checkout: building a wheel writes build/ beside the sources
+    source = tmp_path / "specguard-src"
+    shutil.copytree(REPO, source, ignore=shutil.ignore_patterns(".git", ".venv", "build", "*.egg-info", "__pycache__",
+                                                                ".specguard", "baselines", "docs"))
+    install = sh(str(venv / "bin" / "pip"), "install", "-q", str(source), timeout=900)
     assert install.returncode == 0, install.stderr[-2000:]
     where = sh(str(venv / "bin" / "python"), "-c", "import specguard; print(specguard.__file__)")
     assert str(venv) in where.stdout, where.stdout  # the installed copy, not this checkout
