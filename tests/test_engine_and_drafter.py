@@ -9,7 +9,7 @@ from array import array
 from pathlib import Path
 
 import pytest
-from test_session import fake_server, make_suite
+from session_support import fake_server, make_suite
 
 from specguard.config import ConfigError, load_suite
 from specguard.decide.baselines import BaselineStore, RunSample, StoredSession

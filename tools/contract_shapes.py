@@ -6,7 +6,7 @@
 Sends the same requests to both servers and compares what comes back by shape, never by value:
 key sets and JSON types (int, float, str, bool, null, object, list), HTTP status codes, and the
 names and label-name sets of /metrics. Prints one line per difference, naming which side has
-what; exit status 1 when there is any. tests/test_real_sglang.py runs it between the real
+what; exit status 1 when there is any. tests/real/test_real_sglang.py runs it between the real
 SGLang 0.5.23 server and the emulator launched with the same flags.
 
 What is compared (the parts of the API specguard depends on):

@@ -4,7 +4,7 @@ Every prompt is built here from small hand-written templates and slot values (co
 so the sets are ours to license with the project (no dataset is copied or downloaded). Each
 category gets PER_CATEGORY distinct prompts: enough for a run of 256 concurrent requests (and
 twice that many requests) without a prompt repeating inside the run. Rerunning the script
-rewrites byte-identical files; tests/test_workload_categories.py checks that.
+rewrites byte-identical files; tests/config/test_workload_categories.py checks that.
 
     python tools/make_prompt_sets.py            # write the files
     python tools/make_prompt_sets.py --check    # exit 1 if the files differ from what it would write

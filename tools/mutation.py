@@ -29,26 +29,26 @@ REPO = Path(__file__).resolve().parent.parent
 
 # module (under specguard/) -> the test files that exercise it. Files missing in a tree (an
 # older snapshot) are skipped. e2e / real-engine tests are deselected: they start servers.
-# tests/test_properties.py (hypothesis fuzzing, ~30 s a run) is left out: with it a module of
+# tests/measure/test_properties.py (hypothesis fuzzing, ~30 s a run) is left out: with it a module of
 # 500 mutants takes hours on a shared 2-core machine. Scores are therefore what the example-based
 # tests kill, a lower bound of the whole suite's.
 MODULES: dict[str, list[str]] = {
-    "measure/sse.py": ["tests/test_sse.py", "tests/test_client.py"],
-    "measure/http1.py": ["tests/test_http1.py", "tests/test_client.py"],
-    "measure/metrics.py": ["tests/test_metrics.py", "tests/test_stats.py", "tests/test_report.py"],
+    "measure/sse.py": ["tests/measure/test_sse.py", "tests/measure/test_client.py"],
+    "measure/http1.py": ["tests/measure/test_http1.py", "tests/measure/test_client.py"],
+    "measure/metrics.py": ["tests/measure/test_metrics.py", "tests/test_stats.py", "tests/report/test_report.py"],
     "decide/stats.py": ["tests/test_stats.py", "tests/test_gates.py", "tests/test_gate_design.py"],
-    "decide/gates.py": ["tests/test_gates.py", "tests/test_stats.py", "tests/test_gate_design.py", "tests/test_report.py"],
-    "decide/crossover.py": ["tests/test_crossover.py", "tests/test_recommend.py", "tests/test_gate_design.py"],
-    "decide/baselines.py": ["tests/test_baselines.py"],
-    "report/recommend.py": ["tests/test_recommend.py", "tests/test_crossover.py"],
-    "emulator/model.py": ["tests/test_emulator_model.py"],
-    "emulator/spec.py": ["tests/test_emulator_spec.py", "tests/test_emulator_model.py"],
+    "decide/gates.py": ["tests/test_gates.py", "tests/test_stats.py", "tests/test_gate_design.py", "tests/report/test_report.py"],
+    "decide/crossover.py": ["tests/decide/test_crossover.py", "tests/report/test_recommend.py", "tests/test_gate_design.py"],
+    "decide/baselines.py": ["tests/decide/test_baselines.py"],
+    "report/recommend.py": ["tests/report/test_recommend.py", "tests/decide/test_crossover.py"],
+    "emulator/model.py": ["tests/emulator/test_emulator_model.py"],
+    "emulator/spec.py": ["tests/emulator/test_emulator_spec.py", "tests/emulator/test_emulator_model.py"],
 }
 # Tests left out of a module's run (pytest --deselect): the emulator's whole-sweep checks reach every
 # function of model.py and spec.py and cost ~10 s per mutant; the fast unit tests in the same files
 # (a hand-made linear profile, exact step costs) pin the same code at ~1 s per mutant. The sweep
-# checks still run in the normal suite; tests/test_calibrate.py (a sweep per table) likewise.
-_SWEEPS = [f"tests/test_emulator_model.py::{t}" for t in (
+# checks still run in the normal suite; tests/research/test_calibrate.py (a sweep per table) likewise.
+_SWEEPS = [f"tests/emulator/test_emulator_model.py::{t}" for t in (
     "test_seed_a_reproduces_table_a_within_15_percent", "test_seed_b_shape", "test_fast_profile_shape",
     "test_docs_emulator_tables_match_the_simulator")]
 DESELECT: dict[str, list[str]] = {"emulator/model.py": _SWEEPS, "emulator/spec.py": _SWEEPS}

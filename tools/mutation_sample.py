@@ -38,10 +38,10 @@ class Mutant:
 
 SAMPLE = (
     Mutant("sse-incremental-ids", "specguard/measure/sse.py", "if ids not in (total, last_new):", "if ids != total:",
-           ("tests/test_sse.py",), "breaks every --incremental-streaming-output stream (token count mismatch)"),
+           ("tests/measure/test_sse.py",), "breaks every --incremental-streaming-output stream (token count mismatch)"),
     Mutant("crossover-first-level", "specguard/decide/crossover.py",
            "next((c for c in reversed(levels) if c < first_behind), None)",
-           "next((c for c in levels if c < first_behind), None)", ("tests/test_crossover.py",),
+           "next((c for c in levels if c < first_behind), None)", ("tests/decide/test_crossover.py",),
            "names the first level instead of the one before the crossover"),
     Mutant("interval-level", "specguard/decide/gates.py", "return 1 - 2 * alpha_cell", "return 1 - alpha_cell",
            ("tests/test_gates.py",), "the CI no longer matches the one-sided test at the cell's alpha"),

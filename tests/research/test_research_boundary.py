@@ -12,7 +12,7 @@ import types
 from dataclasses import dataclass, field
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 GATE_PATH = ("specguard.plugin", "specguard.session", "specguard.config", "specguard.engines", "specguard.server",
              "specguard.measure", "specguard.decide", "specguard.report", "specguard.workload")
 # Imports every module of the gate path (each package walked), then lists specguard's loaded modules.

@@ -87,7 +87,7 @@ def test_missing_and_invalid_files(tmp_path):
 
 
 def test_default_suite_file_is_valid():
-    suite = load_suite(Path(__file__).parents[1] / "perf_tests" / "suite.toml")
+    suite = load_suite(Path(__file__).parents[2] / "perf_tests" / "suite.toml")
     assert {"baseline", "eagle3", "mtp"} <= set(suite.servers)
 
 

@@ -17,7 +17,7 @@ from specguard.ab.builds import Build, UsageError, parse_build, read_builds
 from specguard.ab.cli import bisect_config
 from specguard.config import load_suite
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 CONFIGS = ["baseline", "eagle3", "mtp"]
 
 

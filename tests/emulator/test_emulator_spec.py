@@ -3,7 +3,7 @@
 Fast unit tests on a hand-made profile (no simulation): each checks one rule of
 srt/arg_groups/speculative_hook.py (handle_speculative_decoding, _handle_eagle_family, _handle_ngram,
 _handle_dflash, _auto_choose_speculative_params) or the acceptance arithmetic, with exact values.
-The sweep-level checks live in tests/test_emulator_model.py.
+The sweep-level checks live in tests/emulator/test_emulator_model.py.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 `_Protocol` is driven directly with a recording transport (no sockets): every body framing an
 LLM server's streaming endpoint uses (fixed length, chunked with extensions and trailers,
 close-delimited), the status and keep-alive rules, and each malformed input's one-line error.
-The socket side (connect, reuse, retry) is covered end to end in tests/test_client.py.
+The socket side (connect, reuse, retry) is covered end to end in tests/measure/test_client.py.
 """
 
 from __future__ import annotations

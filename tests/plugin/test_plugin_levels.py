@@ -14,7 +14,7 @@ from specguard.config import load_suite
 from specguard.plugin.scheduling import _config_of_id
 from specguard.session.hints import exact_k
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def collect(tmp_path: Path, suite_text: str, *args: str) -> tuple[int, list[str]]:

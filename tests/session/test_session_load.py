@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from emulator_suite import emulator_suite_toml
-from test_session import fake_server, run
+from session_support import fake_server, run
 
 from specguard.config import ConfigError, load_suite
 from specguard.decide.gates import ERROR

@@ -46,7 +46,7 @@ import real_suite_runs
 from real_suite_runs import engine_python, tiny_models
 
 pytestmark = [pytest.mark.real_sglang, pytest.mark.real_engine]
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SUITE = REPO / "perf_tests" / "suites" / "sglang-cpu.toml"
 SPEC_SUITE = REPO / "perf_tests" / "suites" / "sglang-cpu-spec.toml"
 RUN_TIMEOUT_S = 600

@@ -20,7 +20,7 @@ import real_suite_runs
 from real_suite_runs import engine_python, tiny_models
 
 pytestmark = pytest.mark.real_engine
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SUITE = REPO / "perf_tests" / "suites" / "vllm-cpu.toml"
 MODELS = ("target", "draft-70", "draft-20")
 RUN_TIMEOUT_S = 900  # one suite session; the update run took 507 s on a busy 2-core machine

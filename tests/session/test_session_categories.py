@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from emulator_suite import emulator_suite_toml
-from test_session import fake_server
+from session_support import fake_server
 
 from specguard.config import load_suite
 from specguard.decide.baselines import BaselineStore, RunSample, StoredSession

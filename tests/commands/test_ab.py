@@ -37,7 +37,7 @@ from specguard.config import load_suite
 from specguard.decide.stats import RatioEstimate
 from specguard.labels import ACCEPT_LENGTH, SPECULATION, STEP_TIME, THROUGHPUT
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SPECS = {
     THROUGHPUT: GateSpec(THROUGHPUT, 0.05, 0.012, 1.0),
     STEP_TIME: GateSpec(STEP_TIME, 0.05, 0.012, 1.0, inverted=True),

@@ -22,12 +22,12 @@ from test_emulator_server import CAPTURES, EmulatorProcess
 from specguard.emulator import metrics_catalog
 from specguard.workload import WorkloadSpec, resolve_vocab_bound, vocab_size_from_server
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
 import contract_shapes  # noqa: E402
 
 pytestmark = pytest.mark.e2e
 
-# The flags of the live contract job (tests/test_real_sglang.py SERVER_FLAGS).
+# The flags of the live contract job (tests/real/test_real_sglang.py SERVER_FLAGS).
 REAL_FLAGS = ("--device", "cpu", "--attention-backend", "torch_native", "--disable-cuda-graph", "--enable-metrics",
               "--max-running-requests", "8", "--mem-fraction-static", "0.05", "--max-total-tokens", "65536",
               "--random-seed", "7", "--emulator-jitter-pct", "0", "--emulator-drift-pct", "0")

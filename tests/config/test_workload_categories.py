@@ -14,7 +14,7 @@ import pytest
 from specguard import datasets
 from specguard.workload import WorkloadError, WorkloadSpec, build_workload
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_shipped_sets_are_distinct_small_and_regenerate_identically():

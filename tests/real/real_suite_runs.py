@@ -1,4 +1,4 @@
-"""What the real-engine jobs (tests/test_real_engine.py: vLLM; tests/test_real_sglang.py: SGLang)
+"""What the real-engine jobs (tests/real/test_real_engine.py: vLLM; tests/real/test_real_sglang.py: SGLang)
 share: the engine venv's interpreter and tiny models from the environment, and one `pytest
 perf_tests` session run as a user runs it, in a subprocess, with its verdicts read back."""
 
@@ -16,7 +16,7 @@ from typing import Callable
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def engine_python(var: str, setup_script: str, run_script: str) -> str:
