@@ -73,9 +73,9 @@ import hashlib  # noqa: E402
 import os  # noqa: E402
 import signal  # noqa: E402
 import threading  # noqa: E402
-from pathlib import Path  # noqa: E402
 from dataclasses import asdict  # noqa: E402
 from datetime import datetime, timezone  # noqa: E402
+from pathlib import Path  # noqa: E402
 
 from specguard.decide import baselines as bl  # noqa: E402
 from specguard.decide.baselines import StagedWrite, validate_document  # noqa: E402

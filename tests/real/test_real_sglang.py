@@ -691,7 +691,7 @@ def test_speculative_greedy_output_is_token_identical_to_the_reference(spec_serv
     outputs = {}
     for name, server in spec_servers.items():
         with ThreadPoolExecutor(4) as pool:
-            outputs[name] = list(pool.map(lambda p: _generate(server.url, p, IDENTITY_TOKENS), prompts))
+            outputs[name] = list(pool.map(lambda p, url=server.url: _generate(url, p, IDENTITY_TOKENS), prompts))
     ref = [o["output_ids"] for o in outputs["reference"]]
     assert all(len(o) == IDENTITY_TOKENS for o in ref)
     identical = {}

@@ -7,8 +7,8 @@ import json
 import pytest
 from synthetic_results import seed_a_doc
 
-from specguard.labels import ExitCode
 from specguard import cli
+from specguard.labels import ExitCode
 from specguard.report.compare import compare, render_text
 from specguard.report.results import ResultsError, load
 

@@ -11,20 +11,29 @@ import pytest
 from synthetic_results import seed_a_doc
 
 from specguard import cli
-from specguard.report import plots
 from specguard.config import parse_suite
 from specguard.decide.gates import GateResult
-from specguard.report.html_page import render_html
+from specguard.decide.stats import RatioEstimate
 from specguard.measure.metrics import RunMetrics
-from specguard.report.publish import NO_PLOTS, write_report_dir
-from specguard.report.terminal import render_summary
+from specguard.measure.sweep import CellMeasurement
+from specguard.report import plots
+from specguard.report.html_page import render_html
 from specguard.report.markdown import render_markdown
-from specguard.report.results import (CELL_KEYS, REQUIRED_KEYS, SCHEMA, SCHEMA_VERSION, ResultsError, load, merge_documents,
-                               validate, write_results)
+from specguard.report.publish import NO_PLOTS, write_report_dir
+from specguard.report.results import (
+    CELL_KEYS,
+    REQUIRED_KEYS,
+    SCHEMA,
+    SCHEMA_VERSION,
+    ResultsError,
+    load,
+    merge_documents,
+    validate,
+    write_results,
+)
+from specguard.report.terminal import render_summary
 from specguard.session import GateSession, RunOptions
 from specguard.session.results import build_results
-from specguard.decide.stats import RatioEstimate
-from specguard.measure.sweep import CellMeasurement
 
 SUITE = {
     "sweep": {"concurrency": [1, 4], "repeats": 2},

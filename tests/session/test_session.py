@@ -24,7 +24,8 @@ from emulator_suite import write_emulator_suite
 from session_support import fake_cell, fake_server, make_session, make_suite, stored_session
 
 from specguard.decide.baselines import BaselineStage, BaselineStore, Fingerprint, commit_baseline_stages
-from specguard.decide.gates import ERROR, SKIP
+from specguard.decide.gates import ERROR, SKIP, GateResult
+from specguard.decide.stats import RatioEstimate
 from specguard.engines import EffectiveArgs
 from specguard.session import ConfigUnavailable, GateSession, PlannedTest
 from specguard.session.history import is_speculative_field
@@ -368,8 +369,6 @@ def test_a_suspicious_speculation_cell_relaunches_both_configurations_and_decide
 
 
 def _decision(gate: str, config: str, c: int, p: float, verdict: str, stage: int) -> GateResult:
-    from specguard.decide.gates import GateResult
-    from specguard.decide.stats import RatioEstimate
     est = RatioEstimate(ratio=0.95, low=0.90, high=1.002, threshold=0.97, p_value=p, dof=10.0, confidence=0.99,
                         between_sd=0.01, between_source="prior", test_at=1.0)
     return GateResult(gate, config, c, verdict, f"{gate} {config} c{c}", est, stage=stage)
