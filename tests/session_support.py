@@ -1,5 +1,5 @@
 """Sessions built by hand for the unit tests of the decisions: a suite, fake servers and cells
-(no process, no HTTP), used by tests/session/ and tests/test_engine_and_drafter.py."""
+(no process, no HTTP), used by tests/session/ and tests/session/test_engine_and_drafter.py."""
 
 from __future__ import annotations
 

@@ -15,9 +15,10 @@ import json
 import math
 import re
 import subprocess
+from collections.abc import Iterator
 from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
@@ -234,7 +235,7 @@ def _sentences(study: dict[str, Any]) -> list[tuple[str, list[Fig]]]:
     grid = study["studies"][study["headline_noise"]]["grid"]
     s, legacy = headline(study), headline(study, design="legacy")
     return [
-        (rf"\((\d+) s deciding (\d+) trials at (\d+) grid points",
+        (r"\((\d+) s deciding (\d+) trials at (\d+) grid points",
          [(study["studies"][study["headline_noise"]]["elapsed_s"], 1), (study["sessions"], 1), (len(grid), 1)]),
         (r"plus (\d+) s for the seed-A crossover study", [(cs["elapsed_s"], 1)]),
         (rf"\| day \(the machine's mood\) \| ({NUMBER}) % \|", [(noise["day_pct"], 1)]),
@@ -250,8 +251,8 @@ def _sentences(study: dict[str, Any]) -> list[tuple[str, list[Fig]]]:
          rf"(\d+) % with the earlier gates'",
          [(cs["true_crossover_c"], 1), (cs["sessions"], 1), (new["within_1_25x"], 100), (new["ci95"][0], 100),
           (new["ci95"][1], 100), (new["median_estimate"], 1), (old["within_1_25x"], 100)]),
-        (rf"the t quantile at alpha 0.01 / (\d+) / 2", [(study["gate_tests"], 1)]),
-        (rf"at alpha 0.01 / (\d+)\. The suite as a whole catches the 0.95x case (\d+) % of the time",
+        (r"the t quantile at alpha 0.01 / (\d+) / 2", [(study["gate_tests"], 1)]),
+        (r"at alpha 0.01 / (\d+)\. The suite as a whole catches the 0.95x case (\d+) % of the time",
          [(2 * study["gate_tests"], 1), (s["speculation 0.95x at c16"]["fail_rate"], 100)]),
         (rf"the speculation gate fails ({NUMBER}) of those sessions \(earlier ({NUMBER})\)",
          [(gate_rate(s["reference 7% faster"]), 1), (gate_rate(legacy["reference 7% faster"]), 1)]),

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import special
 
-from specguard.config import FAIL_RULES
+from specguard.config import FAIL_RULES, PRIOR_BETWEEN_DOF
 
 PASS, FAIL, INCONCLUSIVE = "pass", "fail", "inconclusive"
 
@@ -159,30 +159,59 @@ class SpreadEstimate:
     source: str = "history"
 
 
+class SessionRuns(list[float]):
+    """A stored session's runs in order (a list of floats, as every gate reads a session), with
+    the server launches they came from: ``launches`` holds each launch's runs. A session that was
+    relaunched is a session of L launches, as this session's own are, not one flat sample: its
+    launch offsets are between-launch spread, not run-to-run spread. A plain list is a session of
+    one launch."""
+
+    def __init__(self, launches: Sequence[Sequence[float]]) -> None:
+        kept = [[float(v) for v in launch] for launch in launches if len(launch)]
+        super().__init__(v for launch in kept for v in launch)
+        self.launches: tuple[tuple[float, ...], ...] = tuple(tuple(launch) for launch in kept)
+
+
+def session_launches(session: Sequence[float]) -> tuple[tuple[float, ...], ...]:
+    """A stored session's launches (``SessionRuns.launches``); a plain list is one launch."""
+    launches = getattr(session, "launches", None)
+    return launches if launches else (tuple(float(v) for v in session),)
+
+
 def history_spread(history: Sequence[Sequence[float]]) -> SpreadEstimate | None:
-    """Between-session variance of one cell's stored sessions (K - 1 dof), less the share the
-    runs' own spread explains; None with fewer than 2 sessions."""
-    try:
-        return _history_spread_cached(tuple(tuple(float(v) for v in s) for s in history))
-    except TypeError:  # not hashable after all: compute directly
-        return _history_spread(history)
+    """Between-session variance of one cell's stored sessions (K - 1 dof) as a one-launch
+    session's, less the share the runs' own spread explains; None with fewer than 2 sessions.
+    Sessions may hold several launches (``SessionRuns``)."""
+    return _history_spread_cached(tuple(session_launches(s) for s in history if len(s)))
 
 
 @functools.lru_cache(maxsize=4096)
-def _history_spread_cached(history: tuple[tuple[float, ...], ...]) -> SpreadEstimate | None:
+def _history_spread_cached(history: tuple[tuple[tuple[float, ...], ...], ...]) -> SpreadEstimate | None:
     """The study decides the same stored sessions many times (stages, gates, grid points)."""
     return _history_spread(history)
 
 
-def _history_spread(history: Sequence[Sequence[float]]) -> SpreadEstimate | None:
-    sessions = [_logs(s, "baseline") for s in history if len(s)]
+def _history_spread(history: Sequence[Sequence[Sequence[float]]]) -> SpreadEstimate | None:
+    """Sessions of launches. A session's location is the mean of its launches' medians, so
+    Var(location) = sd2 + sl2 / L + c sw2 / (n L) for a session of L launches (day sd2, launch
+    sl2, runs sw2); the one-launch variance sb2 = sd2 + sl2 adds back the launch share that
+    averaging L launches removed, sl2 (1 - mean 1/L), with sl2 from the launches' spread within
+    each relaunched session. With one launch per session this is var(locations) - c sw2 / n."""
+    sessions = [_launch_logs(s, "baseline") for s in history]
     if len(sessions) < 2:
         return None
-    sw2, _ = _robust_within_var(sessions)
-    n_h = float(np.mean([s.size for s in sessions]))
-    means = np.array([_loc(s) for s in sessions])
-    return SpreadEstimate(max(float(means.var(ddof=1)) - _loc_var_factor(n_h) * sw2 / n_h, 0.0), float(len(sessions) - 1),
-                          f"history of {len(sessions)} sessions")
+    sw2, _ = _robust_within_var([g for s in sessions for g in s])
+    n_h = _runs_per_launch(sessions)
+    c_n = _loc_var_factor(n_h) * sw2 / n_h
+    inv_l = float(np.mean([1 / len(s) for s in sessions]))
+    locations = np.array([_session_loc(s) for s in sessions])
+    var = float(locations.var(ddof=1)) - c_n * inv_l
+    relaunched = [s for s in sessions if len(s) > 1]
+    if relaunched:
+        ss = sum(float(((np.array([_loc(g) for g in s]) - _session_loc(s)) ** 2).sum()) for s in relaunched)
+        sl2 = max(ss / sum(len(s) - 1 for s in relaunched) - c_n, 0.0)
+        var += sl2 * (1 - inv_l)
+    return SpreadEstimate(max(var, 0.0), float(len(sessions) - 1), f"history of {len(sessions)} sessions")
 
 
 def pool_spreads(estimates: Sequence[SpreadEstimate | None], dof_cap: float | None = None) -> SpreadEstimate | None:
@@ -212,7 +241,25 @@ def between_variance(prior_sd: float, measured: SpreadEstimate | None, prior_dof
     return (prior_dof * p2 + measured.dof * measured.var) / dof, dof, f"prior + {measured.source}"
 
 
-PRIOR_CHECK_P = 0.05  # a history whose spread exceeds the prior's at this level contradicts the prior
+# A history whose spread exceeds the prior's at this level contradicts the prior. 1 %, not 5 %:
+# a contradicted prior is dropped (``between_estimate``) and a cell of K = 5 stored sessions then
+# has 4 dof, too few to fail anything at its alpha, so with a right prior the check disarms about
+# this share of cells. At 5 % that cost the engine-slowdown scenario 2-4 points of power per level;
+# at 1 % a prior at half the truth is caught in 51 % of cells instead of 67 % (docs/statistics.md).
+PRIOR_CHECK_P = 0.01
+
+
+def between_estimate(prior_sd: float, measured: SpreadEstimate | None, pool: SpreadEstimate | None,
+                     prior_dof: float, check_p: float = PRIOR_CHECK_P) -> tuple[float, float, str]:
+    """The between-session variance a comparison uses, its dof and its source: the prior pooled
+    with ``measured`` (``between_variance``), unless ``pool`` contradicts the prior
+    (``checked_prior``). Then the prior is dropped and the contradicting history stands alone,
+    with its own dof: raising the prior to the history's spread and still counting it as
+    ``prior_dof`` pseudo-observations would credit K - 1 sessions with prior_dof + K - 1 dof."""
+    raised_sd, _ = checked_prior(prior_sd, pool, check_p)
+    if raised_sd != prior_sd and pool is not None:
+        return pool.var, pool.dof, f"{pool.source} (the prior {prior_sd:.2%} contradicted, dropped)"
+    return between_variance(prior_sd, measured, prior_dof)
 
 
 def checked_prior(prior_sd: float, pool: SpreadEstimate | None, p: float = PRIOR_CHECK_P) -> tuple[float, str]:
@@ -223,8 +270,8 @@ def checked_prior(prior_sd: float, pool: SpreadEstimate | None, p: float = PRIOR
     down with its pseudo dof and fail unchanged code. Under "the prior is right" the history's
     statistic dof * S^2 / prior^2 is chi^2 with dof degrees of freedom; above its 1 - p quantile
     the prior is replaced by the history's estimate S (only ever raised, never lowered: the check
-    is one-sided). With a right prior this happens in about p of the sessions and only widens
-    their intervals."""
+    is one-sided; ``between_estimate`` then drops the prior's pseudo dof too). With a right prior
+    this happens in about p of the sessions and only widens their intervals."""
     if pool is None or pool.dof <= 0 or not math.isfinite(pool.dof) or pool.var <= prior_sd**2:
         return prior_sd, "prior"
     if prior_sd <= 0 or pool.dof * pool.var / prior_sd**2 > float(special.chdtri(pool.dof, p)):
@@ -284,6 +331,15 @@ def _launch_logs(launches: Sequence[Sequence[float]], what: str) -> list[np.ndar
     return out
 
 
+def _session_loc(launches: Sequence[np.ndarray]) -> float:
+    """A session's location: the mean of its launches' locations (as this session's launches pool)."""
+    return float(np.mean([_loc(g) for g in launches]))
+
+
+def _runs_per_launch(sessions: Sequence[Sequence[np.ndarray]]) -> float:
+    return float(np.mean([g.size for s in sessions for g in s]))
+
+
 def _launch_spread(groups: Sequence[np.ndarray], sw2: float) -> SpreadEstimate | None:
     """Launch-to-launch variance within one session from its L launches (L - 1 dof)."""
     if len(groups) < 2:
@@ -304,38 +360,39 @@ def _combine(a: tuple[float, float], b: SpreadEstimate | None) -> tuple[float, f
 
 def compare_launches(current: Sequence[Sequence[float]], history: Sequence[Sequence[float]], *, threshold: float,
                      prior_between_sd: float, prior_day_sd: float = 0.0, confidence: float,
-                     rule: str = "significant", spread: SpreadEstimate | None = None, prior_dof: float = 8.0,
-                     pass_confidence: float | None = None, pool: SpreadEstimate | None = None) -> RatioEstimate:
-    """This session's L launches (runs of each) against K stored sessions; the launch is the unit.
+                     rule: str = "significant", spread: SpreadEstimate | None = None,
+                     prior_dof: float = PRIOR_BETWEEN_DOF, pass_confidence: float | None = None,
+                     pool: SpreadEstimate | None = None, prior_check_p: float = PRIOR_CHECK_P) -> RatioEstimate:
+    """This session's L launches (runs of each) against K stored sessions; the launch is the unit,
+    in the stored sessions too (a relaunched one is a ``SessionRuns`` of L_k launches).
 
     The between-session variance sb2 (of a one-launch session) splits into a day part shared by
     every launch of a session (fraction prior_day_sd^2 / prior_between_sd^2) and a launch part
     that relaunching averages away:
 
-        Var(log ratio) = sd2 + sl2 / L + sw2 / n_c  +  (sb2 + sw2 / n_h) / K
+        Var(log ratio) = sd2 + sl2 / L + c sw2 / (n L)  +  mean_k(sd2 + sl2 / L_k + c sw2 / (n L_k)) / K
 
-    sb2 from ``between_variance`` (prior and the history's spread: ``spread`` where given, else
+    sb2 from ``between_estimate`` (prior and the history's spread: ``spread`` where given, else
     this cell's); sl2 also learns from the L launches' own spread. ``pool``: the history that
-    checks the prior (``checked_prior``; None: the prior is not checked).
+    checks the prior at ``prior_check_p`` (``checked_prior``; None: the prior is not checked).
     """
     cur = _launch_logs(current, "current")
-    sessions = [_logs(s, "baseline") for s in history if len(s)]
+    sessions = [_launch_logs(session_launches(s), "baseline") for s in history if len(s)]
     if not sessions:
         raise ValueError("no baseline sessions to compare with")
-    sw2, dof_w = _robust_within_var([*cur, *sessions])
+    sw2, dof_w = _robust_within_var([*cur, *(g for s in sessions for g in s)])
     measured = spread if spread is not None else history_spread(history)
     day_frac = min(prior_day_sd**2 / prior_between_sd**2, 1.0) if prior_between_sd > 0 else 0.0
-    prior_sd, checked = checked_prior(prior_between_sd, pool)
-    sb2, dof_b, source = between_variance(prior_sd, measured, prior_dof)
-    source = source.replace("prior", checked, 1)
+    sb2, dof_b, source = between_estimate(prior_between_sd, measured, pool, prior_dof, prior_check_p)
     sd2 = day_frac * sb2
     sl2, dof_l = _combine(((1 - day_frac) * sb2, dof_b), _launch_spread(cur, sw2))
     k, n_l = len(sessions), len(cur)
-    n_h = float(np.mean([s.size for s in sessions]))
+    inv_l = float(np.mean([1 / len(s) for s in sessions]))  # the stored sessions' mean 1 / L_k
+    n_h = _runs_per_launch(sessions)
     n_r = float(np.mean([g.size for g in cur]))
-    diff = float(np.mean([_loc(g) for g in cur]) - np.mean([_loc(s) for s in sessions]))
-    within = _loc_var_factor(n_r) * sw2 / (n_r * n_l) + _loc_var_factor(n_h) * sw2 / (n_h * k)
-    parts = [(within, dof_w), (sd2 * (1 + 1 / k) + sb2 * (1 - day_frac) / k, dof_b),
+    diff = float(np.mean([_loc(g) for g in cur]) - np.mean([_session_loc(s) for s in sessions]))
+    within = _loc_var_factor(n_r) * sw2 / (n_r * n_l) + _loc_var_factor(n_h) * sw2 * inv_l / (n_h * k)
+    parts = [(within, dof_w), (sd2 * (1 + 1 / k) + sb2 * (1 - day_frac) * inv_l / k, dof_b),
              (sl2 / n_l, dof_l)]
     src = source if n_l == 1 else f"{source}, {n_l} launches"
     return _finish(diff, parts, threshold, confidence, math.sqrt(sb2), src, null_ratio(threshold, rule),
@@ -344,8 +401,9 @@ def compare_launches(current: Sequence[Sequence[float]], history: Sequence[Seque
 
 def compare_launch_sets(a: Sequence[Sequence[float]], b: Sequence[Sequence[float]], *, threshold: float,
                         prior_between_sd: float, prior_day_sd: float = 0.0, confidence: float,
-                        rule: str = "significant", spread: SpreadEstimate | None = None, prior_dof: float = 8.0,
-                        pass_confidence: float | None = None, pool: SpreadEstimate | None = None) -> RatioEstimate:
+                        rule: str = "significant", spread: SpreadEstimate | None = None,
+                        prior_dof: float = PRIOR_BETWEEN_DOF, pass_confidence: float | None = None,
+                        pool: SpreadEstimate | None = None, prior_check_p: float = PRIOR_CHECK_P) -> RatioEstimate:
     """a / b for two configurations launched in the same session (La and Lb launches).
 
     The day part is shared by both and cancels; each launch carries its own offset (launch part
@@ -357,9 +415,7 @@ def compare_launch_sets(a: Sequence[Sequence[float]], b: Sequence[Sequence[float
     sw2a, dofa = _robust_within_var(la)
     sw2b, dofb = _robust_within_var(lb)
     day_frac = min(prior_day_sd**2 / prior_between_sd**2, 1.0) if prior_between_sd > 0 else 0.0
-    prior_sd, checked = checked_prior(prior_between_sd, pool)
-    sb2, dof_b, source = between_variance(prior_sd, spread, prior_dof)
-    source = source.replace("prior", checked, 1)
+    sb2, dof_b, source = between_estimate(prior_between_sd, spread, pool, prior_dof, prior_check_p)
     sl = ((1 - day_frac) * sb2, dof_b)
     sl = _combine(sl, _launch_spread(la, sw2a))
     sl2, dof_l = _combine(sl, _launch_spread(lb, sw2b))

@@ -5,11 +5,8 @@ the research commands still run, and trials cached by earlier versions of the st
 from __future__ import annotations
 
 import os
-import pickle
 import subprocess
 import sys
-import types
-from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -51,27 +48,3 @@ def test_the_research_commands_run_as_modules_and_through_specguard():
             main([command, "--help"])
         except SystemExit as exc:
             assert exc.code == 0, command
-
-
-@dataclass
-class _OldTrial:  # the shape of a trial pickled while the study lived in specguard/decide/study.py
-    history: list
-    current: dict
-    changed: dict
-    more: dict = field(default_factory=dict)
-    changed_more: dict = field(default_factory=dict)
-
-
-def test_a_trial_cached_by_the_study_before_it_moved_still_loads(tmp_path, monkeypatch):
-    from specguard.research.study.cache import load_trial
-    from specguard.research.study.simulate import Trial
-
-    old = types.ModuleType("specguard.decide.study")
-    _OldTrial.__module__, _OldTrial.__qualname__, _OldTrial.__name__ = "specguard.decide.study", "Trial", "Trial"
-    old.Trial = _OldTrial
-    monkeypatch.setitem(sys.modules, "specguard.decide.study", old)
-    path = tmp_path / "trial-old.pkl"
-    path.write_bytes(pickle.dumps(_OldTrial([{"b": {1: ([1.0], [])}}], {"b": {1: ([2.0], [])}}, {}, {"b": []})))
-    monkeypatch.delitem(sys.modules, "specguard.decide.study")
-    trial = load_trial(path)
-    assert isinstance(trial, Trial) and trial.current == {"b": {1: ([2.0], [])}} and trial.more == {"b": []}

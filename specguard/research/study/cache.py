@@ -19,6 +19,16 @@ DECISION_ONLY_SWEEP_NEW = ("max_launches",)  # added after the cache was keyed: 
 # Sweep fields added after the cache was keyed that the simulation does read: left out of the key
 # at the value that changes nothing (the behaviour before they existed), in it at any other.
 NEUTRAL_SWEEP: dict[str, Any] = {"min_requests_per_run": 0}
+# Server fields added after the cache was keyed that the simulation does not read: left out of the
+# key at their default, so a new field of the suite's servers does not orphan every kept trial.
+NEUTRAL_SERVER: dict[str, Any] = {"restart_command": None}
+
+
+def _sim_servers(suite: Any) -> list[tuple[str, dict[str, Any]]]:
+    """The servers as the key hashes them (``NEUTRAL_SERVER`` fields at their default left out)."""
+    servers: dict[str, dict[str, Any]] = asdict(suite)["servers"]
+    return sorted((name, {k: v for k, v in cfg.items() if not (k in NEUTRAL_SERVER and v == NEUTRAL_SERVER[k])})
+                  for name, cfg in servers.items())
 
 
 def _sim_sweep(sweep: Any) -> dict[str, Any]:
@@ -36,29 +46,25 @@ def _sim_sweep(sweep: Any) -> dict[str, Any]:
     return out
 
 
-class _TrialUnpickler(pickle.Unpickler):
-    """Reads trials kept by any version of the study: a trial pickled while the study lived in
-    specguard/decide/study.py names its class there."""
-
-    def find_class(self, module: str, name: str) -> Any:
-        if module == "specguard.decide.study" and name == "Trial":
-            return Trial
-        return super().find_class(module, name)
-
-
 def load_trial(path: Path) -> Trial:
     with open(path, "rb") as f:
-        trial: Trial = _TrialUnpickler(f).load()
+        trial: Trial = pickle.load(f)
     return trial
+
+
+# What a simulated run holds and the model behind it; trials kept under another format are not
+# found (issue 23: acceptance per request or per run, start_run per run, step rates per run).
+TRIAL_FORMAT = "tok/s, accept length, step rate; acceptance model"
 
 
 def trial_key(plan: StudyPlan, index: int, max_k: int, max_r: int, max_l: int) -> str:
     """The cache key of a simulated trial: what the simulation reads of the suite (its servers,
     sweep and workload; not its tolerances or the sweep's launch design, which only the
-    decisions read), the noise, the changes, seed, index, depth, repeats and launches."""
-    sim = repr((sorted(asdict(plan.suite)["servers"].items()), _sim_sweep(plan.suite.sweep), asdict(plan.suite.workload)))
+    decisions read), the noise, the changes, the acceptance model, seed, index, depth, repeats
+    and launches, and the trial format."""
+    sim = repr((_sim_servers(plan.suite), _sim_sweep(plan.suite.sweep), asdict(plan.suite.workload)))
     return hashlib.sha256(repr((sim, asdict(plan.noise), plan.changes, plan.seed, index, max_k, max_r,
-                                max_l)).encode()).hexdigest()[:24]
+                                max_l, TRIAL_FORMAT, plan.acceptance)).encode()).hexdigest()[:24]
 
 
 def cached_trial(plan: StudyPlan, index: int, max_k: int, max_r: int, max_l: int) -> Trial:
@@ -71,7 +77,8 @@ def cached_trial(plan: StudyPlan, index: int, max_k: int, max_r: int, max_l: int
         return rescale_trial(plan.suite, base, index, plan.seed, plan.sim_noise, plan.noise, plan.changes)
     cache_dir = plan.cache_dir
     if cache_dir is None:
-        return simulate_trial(plan.suite, index, plan.seed, max_k, max_r, plan.noise, plan.changes, max_l)
+        return simulate_trial(plan.suite, index, plan.seed, max_k, max_r, plan.noise, plan.changes, max_l,
+                              plan.acceptance)
 
     def path_of(launches: int) -> Path:
         return Path(cache_dir) / f"trial-{trial_key(plan, index, max_k, max_r, launches)}.pkl"
@@ -81,9 +88,11 @@ def cached_trial(plan: StudyPlan, index: int, max_k: int, max_r: int, max_l: int
         return load_trial(path)
     fewer = next((path_of(k) for k in range(max_l - 1, 0, -1) if path_of(k).exists()), None)
     if fewer is not None:
-        trial = extend_trial(plan.suite, load_trial(fewer), index, plan.seed, plan.noise, plan.changes, max_l)
+        trial = extend_trial(plan.suite, load_trial(fewer), index, plan.seed, plan.noise, plan.changes, max_l,
+                             plan.acceptance)
     else:
-        trial = simulate_trial(plan.suite, index, plan.seed, max_k, max_r, plan.noise, plan.changes, max_l)
+        trial = simulate_trial(plan.suite, index, plan.seed, max_k, max_r, plan.noise, plan.changes, max_l,
+                               plan.acceptance)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(f".tmp{index}")
     tmp.write_bytes(pickle.dumps(trial))

@@ -11,12 +11,13 @@ from typing import Any
 
 from specguard.config import FAIL_RULES, Suite, Tolerances, load_suite
 from specguard.decide.baselines import atomic_write_json
+from specguard.emulator.model import ACCEPTANCE_MODES, PER_REQUEST, PER_RUN
 from specguard.research import SubParsers
 from specguard.research.study.client_noise import measure_noise
 from specguard.research.study.crossover_study import crossover_study
 from specguard.research.study.noise import NOISE_PRESETS, Noise, preset, rescalable
-from specguard.research.study.plan import DEFAULT_DESIGN, DESIGNS, GateSettings, StudyPlan, gate_tests, settings_grid
-from specguard.research.study.report import headline, matches, render_table, summary_line
+from specguard.research.study.plan import ATTACH, DEFAULT_DESIGN, DESIGNS, GateSettings, StudyPlan, gate_tests, settings_grid
+from specguard.research.study.report import ATTACH_KEYS, headline, matches, render_levels, render_table, summary_line
 from specguard.research.study.run import run_study
 from specguard.research.study.simulate import scenarios
 
@@ -60,6 +61,10 @@ def add_parser(subparsers: SubParsers) -> argparse.ArgumentParser:
                       help=f"comma-separated: {', '.join(DESIGNS)} (default: the library's default design)")
     grid.add_argument("--prior-dof", type=_floats, help="weight of the prior spread in pseudo dof (inf: known)")
     p.add_argument("--cache", type=Path, help="keep simulated trials here and reuse them (they do not depend on the grid)")
+    p.add_argument("--acceptance", type=_names, default=[PER_REQUEST],
+                   help=f"comma-separated emulator acceptance models, the first gives the headline: {PER_REQUEST} "
+                        f"(SGLang at temperature 0: a greedy request accepts the same run after run), {PER_RUN} "
+                        f"(vLLM: fresh draws and a per-run offset, large at small batches)")
     p.add_argument("--crossover-suite", default="perf_tests/suites/seed-a.toml",
                    help="suite whose sweep scores the crossover estimate against the truth ('none': skip)")
     noise = p.add_argument_group("noise")
@@ -98,7 +103,7 @@ def _usage_error(args: argparse.Namespace, suite: Suite, config: str | None) -> 
     if config not in suite.servers or not suite.servers[config].speculative:
         return f"--config must name a speculative configuration of {args.suite}"
     for flag, given, known in (("--design", args.design, DESIGNS), ("--fail-rule", args.fail_rule, FAIL_RULES),
-                               ("--noise", args.noise, NOISE_PRESETS)):
+                               ("--noise", args.noise, NOISE_PRESETS), ("--acceptance", args.acceptance, ACCEPTANCE_MODES)):
         bad = [x for x in given or [] if x not in known]
         if bad:
             return f"unknown {flag} {', '.join(bad)}; use {', '.join(known)}"
@@ -124,15 +129,23 @@ def _measured_noise(args: argparse.Namespace, suite: Suite) -> tuple[Noise | Non
 
 
 def _study(name: str, args: argparse.Namespace, suite: Suite, config: str, grid: list[GateSettings],
-           measured: Noise | None) -> dict[str, Any]:
-    """One noise preset's study (GPU presets simulated at 1 % and rescaled where exact), its table printed."""
+           measured: Noise | None, acceptance: str) -> dict[str, Any]:
+    """One noise preset's study under one acceptance model (GPU presets simulated at 1 % and
+    rescaled where exact), its table printed."""
     noise = _noise(name, args, suite, measured)
     sim = _noise("gpu", args, suite, measured) if name.startswith("gpu") else None
     plan = StudyPlan(suite, grid, scenarios(suite, config, noise), noise, args.seed, args.cache,
-                     sim if sim is not None and rescalable(sim, noise) else None)
-    study = {"noise": asdict(noise), **run_study(plan, args.sessions, args.jobs)}
-    print(f"\nnoise {name}:\n{render_table(study)}")
+                     sim if sim is not None and rescalable(sim, noise) else None, acceptance)
+    study = {"noise": asdict(noise), "acceptance": acceptance, **run_study(plan, args.sessions, args.jobs)}
+    print(f"\nnoise {name}, acceptance {acceptance}:\n{render_table(study)}\n\n{render_levels(study)}")
     return study
+
+
+def _headlines(study: dict[str, Any], target: Tolerances, repeats: int, design: str) -> dict[str, Any]:
+    """The headline design's rates, and attach mode's (one launch, no relaunch) beside them as attach_*."""
+    head = headline(study, target, repeats, design)
+    attach = headline(study, target, repeats, ATTACH)
+    return {**head, **{f"attach_{k}": attach.get(k) for k in ATTACH_KEYS if attach}}
 
 
 def _crossover(args: argparse.Namespace, grid: list[GateSettings], target: Tolerances) -> dict[str, Any] | None:
@@ -166,21 +179,31 @@ def run(args: argparse.Namespace) -> int:
         return 2
     grid = _grid(args, suite)
     measured, noise_report = _measured_noise(args, suite)
-    studies = {name: _study(name, args, suite, config, grid, measured) for name in args.noise}
+    by_acceptance = {acc: {name: _study(name, args, suite, config, grid, measured, acc) for name in args.noise}
+                     for acc in args.acceptance}
     target = suite.tolerances if args.headline == "suite" else Tolerances()
     design = DEFAULT_DESIGN if DEFAULT_DESIGN in (args.design or [DEFAULT_DESIGN]) else (args.design or [DEFAULT_DESIGN])[0]
-    head = headline(studies[args.noise[0]], target, suite.sweep.repeats, design)
+    heads = {acc: _headlines(studies[args.noise[0]], target, suite.sweep.repeats, design)
+             for acc, studies in by_acceptance.items()}
+    head_acceptance = args.acceptance[0]
+    head = heads[head_acceptance]
     if not head:
         print(f"specguard study: the grid has no point with the {args.headline} tolerances at repeats="
               f"{suite.sweep.repeats}; the document gets no headline rates", file=sys.stderr)
     cross = _crossover(args, grid, target)
     seed_a = next((r["within_1_25x"] for r in (cross or {}).get("rows", []) if r["design"] == design), None)
-    doc = {"sessions": args.sessions, **head, "crossover_within_1_25x_seed_a": seed_a,
+    doc = {"sessions": args.sessions, "acceptance": head_acceptance, **head, "crossover_within_1_25x_seed_a": seed_a,
            "headline_noise": args.noise[0], "headline_of": args.headline, "headline_design": design,
            "suite": str(args.suite), "changed_config": config, "seed": args.seed, "gate_tests": gate_tests(suite),
-           "argv": sys.argv[1:], "noise_measurement": noise_report, "crossover_study": cross, "studies": studies}
+           "argv": sys.argv[1:], "noise_measurement": noise_report, "crossover_study": cross,
+           "studies": by_acceptance[head_acceptance],
+           "other_acceptance": {acc: {"acceptance": acc, "sessions": args.sessions, **heads[acc],
+                                      "studies": by_acceptance[acc]}
+                                for acc in args.acceptance[1:]}}
     if args.json_path:
         atomic_write_json(args.json_path, doc)
+    for other in doc["other_acceptance"].values():  # the headline's line comes last
+        print(summary_line(other))
     print(summary_line(doc))
     return 0
 

@@ -120,7 +120,7 @@ def _legacy_cells(suite: Suite, tol: Tolerances, cur: dict[str, Launch], hist: l
     results: list[GateResult] = []
     for name, cfg in suite.servers.items():
         for c in suite.sweep.concurrency:
-            tok, acc = cur[name][c]
+            tok, acc = cur[name][c][0], cur[name][c][1]
             results.append(history_gate("throughput", name, c, tok, [h[name][c][0] for h in hist],
                                         tolerance=tol.throughput, prior_between_sd=tol.prior_between_sd,
                                         alpha_cell=alpha_cell, rule=tol.fail_rule))
@@ -142,7 +142,7 @@ def decide_legacy_session(suite: Suite, settings: GateSettings, current: dict[st
     r = settings.repeats
     cur = {n: cut_repeats(launch, r) for n, launch in current.items()}
     hist = [{n: cut_repeats(session, r) for n, session in h.items()} for h in history[: tol.history_sessions]]
-    results = _legacy_cells(suite, tol, cur, hist, tol.family_alpha / gate_tests(suite))
+    results = _legacy_cells(suite, tol, cur, hist, tol.family_alpha / gate_tests(suite, step_time=False))
     failing = [g for g in results if counts_as_failure(g, tol)]
     failing += holm_failures(results, tol.family_alpha)
     enforced = [g for g in results if g.enforced]
@@ -209,7 +209,7 @@ def _halves_failures(final: Sequence[GateResult], tol: Tolerances, design: GateD
     return [r for r in final if counts_as_failure(r, tol)] + holm_failures(final, tol.family_alpha * R1_STAGE_ALPHA_SHARE)
 
 
-R1_RULES = DecisionRules(history_gate=unchecked_history_gate, must_win_gate=unchecked_must_win_gate,
+R1_RULES = DecisionRules(history_gate=unchecked_history_gate, must_win_gate=unchecked_must_win_gate, step_time=False,
                          stage_alpha_share=R1_STAGE_ALPHA_SHARE, failures=_halves_failures)
 
 __all__ = ["MIN_SESSIONS_FOR_SPREAD", "R1_RULES", "compare_to_history", "decide_legacy_session", "history_gate",

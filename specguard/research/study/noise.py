@@ -34,7 +34,7 @@ class Noise:
 # The default suite's real-time client on top of the model, measured by ``measure_noise`` from 8
 # real sessions (5 repeats each) of the shipped client on the 2-core machine, committed with their
 # manifests in docs/evidence/noise/<label>/ (`tools/measure_noise.py --label quiet|busy`, 30 Nov
-# 2026; tests/test_study.py checks these constants against the committed noise.json files).
+# 2026; tests/research/test_study.py checks these constants against the committed noise.json files).
 # Quiet: load average 0.5-1.7 (nothing else running). Busy: 2.1-2.7 (other sessions' jobs).
 EMULATOR_QUIET = Noise(
     within={1: 0.0, 4: 0.0, 16: 0.0016, 64: 0.0033}, between={1: 0.0109, 4: 0.0094, 16: 0.0, 64: 0.0061},

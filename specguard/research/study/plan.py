@@ -10,6 +10,7 @@ from typing import Any
 
 from specguard.config import Suite, Tolerances
 from specguard.decide.gates import GateDesign, family_alphas
+from specguard.emulator.model import PER_REQUEST
 from specguard.research.study.noise import Noise
 from specguard.research.study.simulate import Change
 
@@ -20,8 +21,9 @@ from specguard.research.study.simulate import Change
 # leans to a loss (GateDesign.reference_losing_p); on-suspicion-noref: the same, the reference
 # along only for a suspicious speculation cell; on-suspicion-max2: that with at most 2 launches
 # (the second issue-14 round's design); on-suspicion-r1: the first issue-14 design (legacy.py).
-DESIGNS = ("legacy", "launches=1", "launches=2", "on-suspicion", "on-suspicion-noref", "on-suspicion-max2",
+DESIGNS = ("legacy", "attach", "launches=1", "launches=2", "on-suspicion", "on-suspicion-noref", "on-suspicion-max2",
            "on-suspicion-r1")
+ATTACH = "attach"  # attach mode: the server is not ours to relaunch, one launch decided at the whole alpha
 DEFAULT_DESIGN = "on-suspicion" if GateDesign().sequential else f"launches={GateDesign().launches}"
 LEGACY = "legacy"
 R1 = "on-suspicion-r1"
@@ -70,7 +72,7 @@ class GateSettings:
     def gate_design(self) -> GateDesign:
         """The decide/ design this grid point runs (``legacy`` has none: the earlier gates)."""
         t = self.tolerances
-        fixed = {"launches=1": 1, "launches=2": 2, "launches=3": 3}.get(self.design, 1)
+        fixed = {ATTACH: 1, "launches=1": 1, "launches=2": 2, "launches=3": 3}.get(self.design, 1)
         design = GateDesign(launches=fixed, relaunch="on-suspicion" if self.design.startswith("on-suspicion") else "off",
                             prior_day_sd=t.prior_day_sd, prior_dof=t.prior_between_dof, pass_confidence=t.pass_confidence)
         return replace(design, **{**DESIGN_FIELDS.get(self.design, {}), **dict(self.overrides)})
@@ -108,21 +110,25 @@ def settings_grid(suite: Suite, repeats: Sequence[int], history: Sequence[int], 
             if not (design == LEGACY and dof != dofs[0])]
 
 
-def gate_tests(suite: Suite) -> int:
-    """Number of gate tests in a full run: throughput per cell, accept length and speculation per
-    speculative cell (what the plugin counts to set alpha per cell)."""
+def gate_tests(suite: Suite, step_time: bool = True) -> int:
+    """Number of gate tests in a full run: throughput and step time per cell, accept length and
+    speculation per speculative cell (what the plugin counts to set alpha per cell);
+    ``step_time=False``: the family before the step_time gate existed (the retired designs')."""
     levels = len(suite.sweep.concurrency)
     spec = sum(1 for s in suite.servers.values() if s.speculative)
-    return levels * (len(suite.servers) + 2 * spec)
+    return levels * ((2 if step_time else 1) * len(suite.servers) + 2 * spec)
 
 
-def suite_alphas(suite: Suite, family_alpha: float, design: GateDesign) -> dict[str, float]:
+def suite_alphas(suite: Suite, family_alpha: float, design: GateDesign, step_time: bool = True) -> dict[str, float]:
     """Gate -> per-test alpha of a full run (``gates.family_alphas`` over every gate test, as the
-    session splits it), with "speculation, report only" for levels where speculation need not win."""
+    session splits it), with "speculation, report only" for levels where speculation need not win;
+    ``step_time=False``: without the step_time tests (the retired designs' family)."""
     tests: list[tuple[str, bool]] = []
     for cfg in suite.servers.values():
         for c in suite.sweep.concurrency:
             tests.append(("throughput", True))
+            if step_time:
+                tests.append(("step_time", True))
             if cfg.speculative:
                 limit = cfg.speculation_must_win_up_to
                 tests += [("accept_length", True), ("speculation", limit is not None and c <= limit)]
@@ -145,6 +151,7 @@ class StudyPlan:
     seed: int
     cache_dir: Path | None = None  # simulated trials are kept here and reused (they do not depend on the grid)
     sim_noise: Noise | None = None  # simulate under this noise and rescale to ``noise`` (``rescale_trial``)
+    acceptance: str = PER_REQUEST  # the emulator's acceptance model (SchedulerConfig.acceptance)
 
 
 def max_launches(grid: Sequence[GateSettings]) -> int:

@@ -7,12 +7,16 @@ from typing import Any
 
 from specguard.config import Tolerances
 from specguard.research.study.plan import LEGACY, R1, R1_PRIOR_DOF
+from specguard.research.study.simulate import ACCEPTANCE_DROP, ENGINE_SLOWDOWN
 
 # Headline rates are the worst over the studied history depths of at least this many stored
 # sessions (a suite stores 3-5).
 DEEP_HISTORY = 3
-HEADLINE_KEYS = ("sessions", "false_fail_rate", "power_tok_s_5pct", "power_accept_10pct", "power_speculation_5pct",
-                 "launches_per_config")
+# attach mode's rates (one launch, decided at the whole alpha), beside the headline's as attach_*
+ATTACH_KEYS = ("false_fail_rate", "false_fail_rate_half_prior", "power_tok_s_5pct", "suite_power_tok_s_5pct",
+               "power_tok_s_10pct", "power_step_5pct_c1", "power_step_5pct_by_level")
+HEADLINE_KEYS = ("acceptance", "sessions", "false_fail_rate", "power_tok_s_5pct", "power_accept_10pct",
+                 "power_speculation_5pct", "launches_per_config", "power_step_5pct_c1", "attribution_correct")
 
 
 def matches(settings: dict[str, Any], target: Tolerances, repeats: int, design: str | None = None) -> bool:
@@ -31,10 +35,35 @@ def _spec_scenario(rows: list[dict[str, Any]]) -> str:
     return next((s["scenario"] for g in rows for s in g["scenarios"] if s["scenario"].startswith("speculation 0.95x")), "")
 
 
+def _level_rates(rows: list[dict[str, Any]], name: str, gate: str) -> dict[str, float]:
+    """Level -> the worst over ``rows`` of the share of sessions whose changed cell at that level
+    failed by ``gate`` ("throughput", "step_time" or "either")."""
+    per: dict[str, list[float]] = {}
+    for g in rows:
+        for s in g["scenarios"]:
+            if s["scenario"] == name:
+                for level, rates in s.get("level_fail_rates", {}).items():
+                    per.setdefault(level, []).append(rates[gate])
+    return {level: min(v) for level, v in per.items()}
+
+
+def _step_rates(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The engine slowdown caught per level (by throughput or step_time, and by step_time alone),
+    and attribution: the worst over ``rows``."""
+    either = _level_rates(rows, ENGINE_SLOWDOWN, "either")
+    correct = [g["attribution_correct"] for g in rows if g.get("attribution_correct") is not None]
+    return {"power_step_5pct_c1": either.get("c1"), "power_step_5pct_by_level": either,
+            "power_step_5pct_step_time_by_level": _level_rates(rows, ENGINE_SLOWDOWN, "step_time"),
+            "power_tok_s_5pct_by_level": _level_rates(rows, "tok/s -5%", "throughput"),
+            "attribution_correct": min(correct) if correct else None,
+            "engine_slowdown_named_drafter": _rate(rows, ENGINE_SLOWDOWN, "wrong_half_rate"),
+            "acceptance_drop_named_engine": _rate(rows, ACCEPTANCE_DROP, "wrong_half_rate")}
+
+
 def _rates(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """The headline rates of some grid points (worst over them; powers: the isolated gate's own)."""
     spec = _spec_scenario(rows)
-    return {"false_fail_rate": _rate(rows, "A/A"),
+    return {**_step_rates(rows), "false_fail_rate": _rate(rows, "A/A"),
             "power_tok_s_5pct": _rate(rows, "tok/s -5%", "throughput_fail_rate", min),
             "power_tok_s_10pct": _rate(rows, "tok/s -10%", "throughput_fail_rate", min),
             "power_accept_10pct": _rate(rows, "accept -10%", "accept_length_fail_rate", min),
@@ -110,6 +139,32 @@ def render_table(result: dict[str, Any]) -> str:
     head = [*TABLE_HEAD, *[f"P({c['scenario']})" for c in changes]]
     lines = ["| " + " | ".join(head) + " |", "|" + "---:|" * len(head)]
     lines += [_table_row(g, changes) for g in result["grid"]]
+    return "\n".join(lines)
+
+
+def render_levels(result: dict[str, Any], scenario: str = ENGINE_SLOWDOWN) -> str:
+    """One markdown row per grid point: under ``scenario``, the share of sessions whose changed
+    cell at each level failed by throughput or step_time, and in brackets by step_time alone;
+    then how often a tok/s verdict named the wrong half of a one-half change, and the share of
+    sessions where neither did (``attribution_correct``)."""
+    changed = [s for s in result["grid"][0]["scenarios"] if s["scenario"] == scenario]
+    if not changed:
+        return ""
+    levels = list(changed[0]["level_fail_rates"])
+    head = ["design", "prior", *[f"{level} caught (step_time)" for level in levels],
+            f"{ENGINE_SLOWDOWN} read as drafter", f"{ACCEPTANCE_DROP} read as engine", "attribution right"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---:|" * len(head)]
+    for g in result["grid"]:
+        rows = {s["scenario"]: s for s in g["scenarios"]}
+        if scenario not in rows or "wrong_half_rate" not in rows.get(ENGINE_SLOWDOWN, {}):
+            continue
+        per = rows[scenario]["level_fail_rates"]
+        right = g.get("attribution_correct")
+        cells = [g["settings"].get("design", LEGACY), f"{g['settings']['prior_between_sd']:g}",
+                 *[f"{per[level]['either']:.3f} ({per[level]['step_time']:.3f})" for level in levels],
+                 f"{rows[ENGINE_SLOWDOWN]['wrong_half_rate']:.3f}", f"{rows[ACCEPTANCE_DROP]['wrong_half_rate']:.3f}",
+                 "-" if right is None else f"{right:.3f}"]
+        lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 

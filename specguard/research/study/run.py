@@ -11,7 +11,7 @@ from specguard.config import Suite
 from specguard.research.study.cache import cached_trial
 from specguard.research.study.plan import StudyPlan, max_launches
 from specguard.research.study.session_decisions import decide_session
-from specguard.research.study.simulate import Change, Trial
+from specguard.research.study.simulate import ACCEPTANCE_DROP, ENGINE_SLOWDOWN, Change, Trial
 from specguard.research.study.truth import CROSSOVER_FACTOR, level_distance, true_crossover_c, true_crossovers, within_factor
 from specguard.research.study.verdict import SessionVerdict
 
@@ -28,6 +28,8 @@ def _trial_outcomes(plan: StudyPlan, index: int) -> list[list[Outcome]]:
 def _outcome(v: SessionVerdict, runs_per_launch: int) -> Outcome:
     launches = sum(v.launches.values())
     return {"failed": v.failed, "gates": sorted({g.gate for g in v.failing}),
+            "failed_cells": sorted({f"{g.gate} {g.config} c{g.concurrency}" for g in v.failing}),
+            "attributions": dict(v.attributions),
             "inconclusive": v.inconclusive, "enforced": v.enforced, "crossovers": v.crossovers,
             "crossover_c": {n: e.estimate for n, e in v.crossover_estimates.items()},
             "launches": launches, "configs": len(v.launches), "runs": launches * runs_per_launch,
@@ -66,12 +68,36 @@ def _share(hits: list[bool]) -> float | None:
     return sum(hits) / len(hits) if hits else None
 
 
+LEVEL_GATES = ("throughput", "step_time")  # the gates whose failing cell at a level catches a slowdown there
+
+
+def _level_fail_rates(change: Change, levels: list[int], rows: list[Outcome]) -> dict[str, dict[str, float]]:
+    """The changed configuration's cells: per level, the share of sessions where the cell failed
+    by throughput, by step_time, and by either."""
+    n = len(rows)
+    out: dict[str, dict[str, float]] = {}
+    for c in levels:
+        by = {g: [f"{g} {change.config} c{c}" in r.get("failed_cells", ()) for r in rows] for g in LEVEL_GATES}
+        out[f"c{c}"] = {**{g: sum(hits) / n for g, hits in by.items()},
+                        "either": sum(any(h) for h in zip(*by.values())) / n}
+    return out
+
+
+def _names_wrongly(change: Change, outcome: Outcome) -> bool:
+    """A one-half change whose failing or inconclusive tok/s verdict on the changed configuration
+    names the other half ("both" included): a step-only change read as the drafter's, an
+    acceptance-only one as the engine's."""
+    wrong = ("drafter", "both") if change.gate == "step_time" else ("engine", "both")
+    prefix = f"{change.config} c"
+    return any(half in wrong for cell, half in outcome.get("attributions", {}).items() if cell.startswith(prefix))
+
+
 def _fail_rates(change: Change, rows: list[Outcome]) -> dict[str, Any]:
     n = len(rows)
     fails = sum(r["failed"] for r in rows)
     out: dict[str, Any] = {"scenario": change.name, "isolates": change.gate, "sessions": n, "fail_rate": fails / n,
                            "fail_ci95": wilson(fails, n)}
-    for gate in ("throughput", "accept_length", "speculation"):
+    for gate in ("throughput", "accept_length", "step_time", "speculation"):
         out[f"{gate}_fail_rate"] = sum(gate in r["gates"] for r in rows) / n
     enforced = sum(r["enforced"] for r in rows)
     out["inconclusive_rate"] = sum(r["inconclusive"] for r in rows) / enforced if enforced else 0.0
@@ -103,11 +129,28 @@ def _crossover_scores(suite: Suite, rows: list[Outcome], truth: dict[str, int | 
 
 def _summarise(suite: Suite, change: Change, rows: list[Outcome], truth: dict[str, int | None],
                truth_c: dict[str, float | None]) -> dict[str, Any]:
-    """One scenario at one grid point: fail rates, cost, and on A/A the crossover's scores."""
+    """One scenario at one grid point: fail rates, cost, on A/A the crossover's scores, under a
+    change the changed configuration's cells per level, and under a one-half change (step time
+    or acceptance alone) how often a tok/s verdict named the wrong half."""
     out = {**_fail_rates(change, rows), **_cost(rows)}
     if change.is_null:
         out.update(_crossover_scores(suite, rows, truth, truth_c))
+    else:
+        out["level_fail_rates"] = _level_fail_rates(change, suite.sweep.concurrency, rows)
+    if change.name in (ENGINE_SLOWDOWN, ACCEPTANCE_DROP):
+        out["wrong_half_rate"] = sum(_names_wrongly(change, r) for r in rows) / len(rows)
     return out
+
+
+def _attribution_correct(changes: list[Change], per_trial: list[list[list[Outcome]]], g: int) -> float | None:
+    """Share of sessions where neither one-half change named the wrong half (both scenarios decided
+    on the same trial): the engine slowdown never read as the drafter's, the acceptance drop never
+    as the engine's."""
+    pair = [(s, ch) for s, ch in enumerate(changes) if ch.name in (ENGINE_SLOWDOWN, ACCEPTANCE_DROP)]
+    if len(pair) != 2 or not per_trial:
+        return None
+    right = [not any(_names_wrongly(ch, t[g][s]) for s, ch in pair) for t in per_trial]
+    return sum(right) / len(right)
 
 
 def summarise(plan: StudyPlan, per_trial: list[list[list[Outcome]]]) -> list[dict[str, Any]]:
@@ -116,6 +159,7 @@ def summarise(plan: StudyPlan, per_trial: list[list[list[Outcome]]]) -> list[dic
     truth_c = {n: true_crossover_c(plan.suite, n, plan.noise.bias) for n in truth}
     return [{"settings": settings.settings_record(),
              "label": settings.label(),
+             "attribution_correct": _attribution_correct(plan.changes, per_trial, g),
              "scenarios": [_summarise(plan.suite, ch, [t[g][s] for t in per_trial], truth, truth_c)
                            for s, ch in enumerate(plan.changes)]}
             for g, settings in enumerate(plan.grid)]

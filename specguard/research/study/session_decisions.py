@@ -13,8 +13,17 @@ from dataclasses import dataclass, field
 
 from specguard.config import ServerConfig, Suite
 from specguard.decide.crossover import estimate_crossover
-from specguard.decide.gates import GateDesign, GateResult, final_results, relaunch_plan
-from specguard.decide.stats import INCONCLUSIVE, PASS
+from specguard.decide.gates import (
+    ATTRIBUTION_CONFIDENCE,
+    GateDesign,
+    GateResult,
+    attribution,
+    final_results,
+    launch_history_gate,
+    relaunch_plan,
+    step_time_gate,
+)
+from specguard.decide.stats import FAIL, INCONCLUSIVE, PASS, RatioEstimate
 from specguard.research.study.legacy import R1_RULES, decide_legacy_session
 from specguard.research.study.plan import LEGACY, R1, GateSettings, suite_alphas
 from specguard.research.study.simulate import Launch, reference_of
@@ -64,7 +73,8 @@ def _start(suite: Suite, settings: GateSettings, launches: dict[str, list[Launch
     tol = settings.tolerances
     design = settings.gate_design()
     rules = decision_rules(settings)
-    alpha = {g: a * rules.stage_alpha_share for g, a in suite_alphas(suite, tol.family_alpha, design).items()}
+    alpha = {g: a * rules.stage_alpha_share
+             for g, a in suite_alphas(suite, tol.family_alpha, design, rules.step_time).items()}
     r = settings.repeats
     hist = [{n: cut_repeats(session, r) for n, session in h.items()} for h in history[: tol.history_sessions]]
     most = max(design.launches, design.max_launches) if design.sequential else design.launches
@@ -134,9 +144,11 @@ def _verdict(state: _SessionState) -> SessionVerdict:
     failing = state.rules.failures(final, state.settings.tolerances, state.design)
     enforced = [g for g in final if g.enforced]
     estimates = {n: estimate_crossover(rt) for n, rt in speculation_ratios(final).items()}
+    halves = {f"{g.config} c{g.concurrency}": g.attribution for g in final
+              if g.gate == "throughput" and g.verdict in (FAIL, INCONCLUSIVE) and state.suite.servers[g.config].speculative}
     return SessionVerdict(bool(failing), failing, sum(g.verdict == INCONCLUSIVE for g in enforced), len(enforced),
                           {n: e.first_behind for n, e in estimates.items()}, state.used, state.relaunched, estimates,
-                          {g.gate: True for g in failing})
+                          {g.gate: True for g in failing}, halves)
 
 
 def _decide_cells(state: _SessionState, launches: dict[str, list[Launch]], stage: int,
@@ -150,17 +162,46 @@ def _decide_cells(state: _SessionState, launches: dict[str, list[Launch]], stage
             continue
         for c in state.suite.sweep.concurrency:
             tok = [launch[c][0] for launch in launches[name]]
-            out.append(rules.history_gate("throughput", name, c, tok, [h[name][c][0] for h in hist],
-                                          tolerance=tol.throughput, prior_between_sd=tol.prior_between_sd,
-                                          alpha_cell=alpha["throughput"], rule=tol.fail_rule, design=design, stage=stage))
+            throughput = rules.history_gate("throughput", name, c, tok, [h[name][c][0] for h in hist],
+                                            tolerance=tol.throughput, prior_between_sd=tol.prior_between_sd,
+                                            alpha_cell=alpha["throughput"], rule=tol.fail_rule, design=design,
+                                            stage=stage)
+            out.append(throughput)
+            if rules.step_time:
+                out.append(step_time_gate(name, c, [launch[c][2] for launch in launches[name]],
+                                          [h[name][c][2] for h in hist], tolerance=tol.step_time,
+                                          prior_between_sd=tol.prior_between_sd, alpha_cell=alpha["step_time"],
+                                          rule=tol.fail_rule, design=design, stage=stage))
             if not cfg.speculative:
                 continue
+            if rules.step_time and throughput.estimate is not None:
+                throughput.attribution = _attribution(state, name, c, launches)
             out.append(rules.history_gate("accept_length", name, c, [launch[c][1] for launch in launches[name]],
                                           [h[name][c][1] for h in hist], tolerance=tol.accept_length,
                                           prior_between_sd=tol.prior_between_sd_accept, alpha_cell=alpha["accept_length"],
                                           rule=tol.fail_rule, design=design, prior_day_sd=0.0, stage=stage))
             out.append(_must_win(state, name, cfg, c, tok, launches, stage))
     return out
+
+
+def _attribution(state: _SessionState, name: str, c: int, launches: dict[str, list[Launch]]) -> str:
+    """The half a speculative cell's tok/s verdict names, as the session's ``CellGates._attribute``
+    finds it: the step-rate and accept-length estimates against the cell's history at
+    ATTRIBUTION_CONFIDENCE (tolerance 0: an estimate, not a decision), then ``gates.attribution``."""
+    tol, design, hist = state.settings.tolerances, state.design, state.hist
+    one_sided = (1 - ATTRIBUTION_CONFIDENCE) / 2
+
+    def estimate(index: int, gate: str, sd: float, day: float | None) -> RatioEstimate | None:
+        runs = [launch[c][index] for launch in launches[name]]
+        history = [s for s in (h[name][c][index] for h in hist) if s]
+        if not history or sum(len(r) for r in runs) < 2:
+            return None
+        return launch_history_gate(gate, name, c, runs, history, tolerance=0.0, prior_between_sd=sd,
+                                   alpha_cell=one_sided, rule=tol.fail_rule, design=design, prior_day_sd=day).estimate
+
+    step = estimate(2, "step_time", tol.prior_between_sd, None)
+    accept = estimate(1, "accept_length", tol.prior_between_sd_accept, 0.0)
+    return attribution(step, accept)[0] if step is not None or accept is not None else ""
 
 
 def _must_win(state: _SessionState, name: str, cfg: ServerConfig, c: int, tok: list[list[float]],

@@ -15,13 +15,21 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from specguard.config import ServerConfig, Suite
-from specguard.emulator.model import BatchScheduler, SchedulerConfig, run_closed_loop
+from specguard.emulator.model import PER_REQUEST, BatchScheduler, GenRequest, SchedulerConfig, Step, run_closed_loop
 from specguard.emulator.profile import EmulatorProfile, load_profile
 from specguard.emulator.spec import SpecRequest, resolve_settings
 from specguard.research.study.noise import Noise, rescalable
 
-Runs = tuple[list[float], list[float]]  # (tok/s per run, accept length per run; empty without speculation)
+# (tok/s per run, accept length per run (empty without speculation), step rate per run: 1000 / the
+# engine's step time in ms, as RunSeries.step_rates gives the step_time gate)
+Runs = tuple[list[float], list[float], list[float]]
 Launch = dict[int, Runs]  # concurrency -> runs of one server launch
+
+
+# The two halves of a speculative configuration's speed, each moved alone (``scenarios``): the
+# engine's step time (step_scale 1.053: every step 5.3 % longer, step rate -5 %) and the drafter's
+# acceptance (accept length x 0.92); the study scores which half each tok/s verdict names.
+ENGINE_SLOWDOWN, ACCEPTANCE_DROP = "engine slowdown 5%", "acceptance -8%"
 
 
 @dataclass(frozen=True)
@@ -65,7 +73,37 @@ def reference_of(cfg: ServerConfig) -> str:
     return cfg.reference
 
 
-def _scheduler(cfg: ServerConfig, seed: int, noise: Noise | None, change: Change | None) -> BatchScheduler:
+class _StepTimingScheduler(BatchScheduler):
+    """The emulator's scheduler, keeping the requests each run finishes: the step time the client
+    measures (measure/metrics.py ``step_time_ms``) needs their first-token and finish times and
+    verify steps, which ``SimulationResult`` does not carry."""
+
+    def __init__(self, config: SchedulerConfig) -> None:
+        super().__init__(config)
+        self.finished: list[GenRequest] = []
+
+    def complete(self, step: Step, now_ms: float) -> list[GenRequest]:
+        done = super().complete(step, now_ms)
+        self.finished.extend(done)
+        return done
+
+    def take_step_time_ms(self) -> float | None:
+        """The run's step time (summed decode time over summed decode steps of the requests with
+        two or more tokens, as ``step_time_ms`` computes it from the client's records), and a
+        fresh list for the next run."""
+        decode_ms = 0.0
+        steps = 0
+        for r in self.finished:
+            if r.completion_tokens < 2 or r.first_token_ms is None or r.finish_ms is None:
+                continue
+            decode_ms += r.finish_ms - r.first_token_ms
+            steps += r.verify_ct  # a decode step per verify (speculative) or per token after the first
+        self.finished = []
+        return decode_ms / steps if steps else None
+
+
+def _scheduler(cfg: ServerConfig, seed: int, noise: Noise | None, change: Change | None,
+               acceptance: str = PER_REQUEST) -> _StepTimingScheduler:
     profile = profile_of(cfg)
     spec = spec_request(cfg)
     accept = None
@@ -75,31 +113,38 @@ def _scheduler(cfg: ServerConfig, seed: int, noise: Noise | None, change: Change
             raise ValueError(f"{cfg.name}: the emulator resolves no speculation for {spec}")
         accept = natural.expected_accept_length * change.accept_factor
     settings = resolve_settings(profile, spec, cfg.max_running_requests, accept)
-    return BatchScheduler(SchedulerConfig(
+    return _StepTimingScheduler(SchedulerConfig(
         profile, settings, seed=seed, step_scale=change.step_scale if change else 1.0,
-        jitter_pct=0.0 if noise is None else noise.jitter_pct, drift_pct=0.0 if noise is None else noise.drift_pct))
+        jitter_pct=0.0 if noise is None else noise.jitter_pct, drift_pct=0.0 if noise is None else noise.drift_pct,
+        acceptance=acceptance))
 
 
 def simulate_launch(suite: Suite, name: str, seed: int, repeats: int, noise: Noise | None,
-                    change: Change | None = None, day_offset: float = 0.0) -> Launch:
+                    change: Change | None = None, day_offset: float = 0.0, acceptance: str = PER_REQUEST) -> Launch:
     """One server launch measured at every concurrency, runs in sequence as ``measure_cell`` does.
 
-    Warmup runs are not simulated: in virtual time they start from the same empty scheduler as
-    every measured run (the prefix cache is flushed before each run), so they change nothing.
-    ``noise=None`` gives the noise-free truth.
+    Each run starts as the server's does after /flush_cache: the prefix cache cleared and
+    ``start_run()`` (a run's own acceptance offset where ``acceptance`` has one). Warmup runs are
+    not simulated: in virtual time they start from the same flushed scheduler as every measured
+    run, so they change nothing but the draws. ``noise=None`` gives the noise-free truth (no run
+    offset: the model's expected acceptance). The time factors (day, launch, run, stall, a
+    level's slowdown) divide the step time as they divide tok/s: they are the clock's.
     """
     cfg = suite.servers[name]
-    sched = _scheduler(cfg, seed, noise, change)
+    sched = _scheduler(cfg, seed, noise, change, acceptance)
     rng = np.random.default_rng([seed, 7])
     same_prompt = suite.workload.kind == "repeated-id"
     out: Launch = {}
     for c in suite.sweep.concurrency:
         offset = rng.normal(0.0, noise.between.get(c, 0.0)) if noise else 0.0
-        tok, acc = [], []
+        tok, acc, rate = [], [], []
         for _ in range(repeats):
             sched.prefix_cache.clear()
+            if noise is not None:
+                sched.start_run()
             r = run_closed_loop(sched, c, suite.sweep.num_requests(c), suite.workload.input_len,
                                 suite.workload.output_len, same_prompt)
+            step_ms = sched.take_step_time_ms()
             factor = math.exp(day_offset)
             if change is not None and c in change.levels:
                 factor *= change.level_factor
@@ -110,7 +155,9 @@ def simulate_launch(suite: Suite, name: str, seed: int, repeats: int, noise: Noi
             tok.append(r.output_throughput * factor)
             if r.accept_length is not None:
                 acc.append(r.accept_length)
-        out[c] = (tok, acc)
+            if step_ms is not None:
+                rate.append(1e3 / step_ms * factor)
+        out[c] = (tok, acc, rate)
     return out
 
 
@@ -139,17 +186,20 @@ def _day_offsets(noise: Noise | None, base_seed: int, index: int, k: int) -> np.
 
 
 def simulate_trial(suite: Suite, index: int, base_seed: int, max_history: int, repeats: int, noise: Noise,
-                   changes: Sequence[Change], max_launches: int = 1) -> Trial:
+                   changes: Sequence[Change], max_launches: int = 1, acceptance: str = PER_REQUEST) -> Trial:
     """K stored sessions (one launch per configuration each, a day offset per session) and the
     current session: ``max_launches`` launches per configuration sharing the session's day. A
-    changed configuration's launches reuse the unchanged ones' seeds (common random numbers)."""
+    changed configuration's launches reuse the unchanged ones' seeds (common random numbers).
+    ``acceptance``: the emulator's acceptance model (``SchedulerConfig.acceptance``)."""
     names = list(suite.servers)
     days = _day_offsets(noise, base_seed, index, max_history)
-    hist = [{n: simulate_launch(suite, n, seed_of(base_seed, index, 1, k, j), repeats, noise, day_offset=float(days[k + 1]))
+    hist = [{n: simulate_launch(suite, n, seed_of(base_seed, index, 1, k, j), repeats, noise, day_offset=float(days[k + 1]),
+                                acceptance=acceptance)
              for j, n in enumerate(names)} for k in range(max_history)]
 
     def launches(n: str, j: int, ch: Change | None) -> list[Launch]:
-        return [simulate_launch(suite, n, seed_of(base_seed, index, 2, k, j), repeats, noise, ch, float(days[0]))
+        return [simulate_launch(suite, n, seed_of(base_seed, index, 2, k, j), repeats, noise, ch, float(days[0]),
+                                acceptance)
                 for k in range(max_launches)]
 
     cur = {n: launches(n, j, None) for j, n in enumerate(names)}
@@ -159,7 +209,7 @@ def simulate_trial(suite: Suite, index: int, base_seed: int, max_history: int, r
 
 
 def extend_trial(suite: Suite, trial: Trial, index: int, base_seed: int, noise: Noise, changes: Sequence[Change],
-                 max_launches: int) -> Trial:
+                 max_launches: int, acceptance: str = PER_REQUEST) -> Trial:
     """``trial`` with launches added up to ``max_launches`` per configuration, exactly as
     ``simulate_trial(..., max_launches)`` would have simulated them: the same seeds per launch
     index, the session's day offset, each changed configuration's launch with its change. Lets a
@@ -176,7 +226,7 @@ def extend_trial(suite: Suite, trial: Trial, index: int, base_seed: int, noise: 
     def add(n: str, ch: Change | None, got: list[Launch]) -> list[Launch]:
         j = names.index(n)
         return [*got[: have - 1], *(simulate_launch(suite, n, seed_of(base_seed, index, 2, k, j), repeats, noise, ch,
-                                                    float(days[0])) for k in range(have, max_launches))]
+                                                    float(days[0]), acceptance) for k in range(have, max_launches))]
 
     more = {n: add(n, None, trial.more.get(n, [])) for n in trial.current}
     changed_more = {c: add(by_name[c].config, by_name[c], trial.changed_more.get(c, [])) for c in trial.changed}
@@ -190,8 +240,8 @@ def rescale_trial(suite: Suite, trial: Trial, index: int, base_seed: int, frm: N
     Exact, not an approximation: a launch's drift is the first draw of its scheduler's noise
     stream (``BatchScheduler``: exp(N(-d^2/2, d)), d = drift_pct / 100), every step's cost is
     multiplied by it and the closed loop in virtual time has no other clock, so tok/s scales by
-    drift_frm / drift_to; the day offsets are day_pct / 100 times one stream of standard normals.
-    Accept lengths do not depend on either. The tests check it against direct simulation. This
+    drift_frm / drift_to, and so does the step rate; the day offsets are day_pct / 100 times one
+    stream of standard normals. Accept lengths do not depend on either. The tests check it against direct simulation. This
     is what lets the study measure 0.5 %, 1 % and 2 % launch spread on one simulation."""
     if not rescalable(frm, to):
         raise ValueError("rescale_trial: the noises differ in more than drift and day")
@@ -226,7 +276,7 @@ def _launch_rescaler(frm: Noise, to: Noise) -> Callable[[Launch, int, float], La
     def scaled(launch: Launch, seed: int, day_z: float) -> Launch:
         z = float(np.random.default_rng([seed, 2]).standard_normal())
         f = math.exp((-da * da / 2 + da * z) - (-db * db / 2 + db * z) + (to.day_pct - frm.day_pct) / 100 * day_z)
-        return {c: ([t * f for t in tok], list(acc)) for c, (tok, acc) in launch.items()}
+        return {c: ([t * f for t in tok], list(acc), [r * f for r in rate]) for c, (tok, acc, rate) in launch.items()}
 
     return scaled
 
@@ -235,7 +285,10 @@ def scenarios(suite: Suite, config: str, noise: Noise | None = None) -> list[Cha
     """A/A, then injected changes, each isolating one gate where it can.
 
     tok/s -5 % / -10 % (every step of ``config`` longer: the throughput gate), accept length -10 %
-    (the accept-length gate; tok/s drops with it), "speculation 0.95x at cN": ``config`` slowed at
+    (the accept-length gate; tok/s drops with it), ENGINE_SLOWDOWN (every step 5.3 % longer: the
+    step_time gate at every level, and a tok/s verdict that must name the engine) and
+    ACCEPTANCE_DROP (accept length -8 %, steps unchanged: a tok/s verdict that must not name the
+    engine), "speculation 0.95x at cN": ``config`` slowed at
     its highest must-win level N only, to 0.95x its reference there (the speculation gate; the
     throughput gate sees that cell drop too), and "reference 7% faster": the reference sped up,
     the speculative configurations unchanged (the speculation gate, where the true gain is < 7 %;
@@ -245,6 +298,8 @@ def scenarios(suite: Suite, config: str, noise: Noise | None = None) -> list[Cha
     out = [Change("A/A")]
     out += [Change(f"tok/s -{p}%", config, step_scale=1 / (1 - p / 100), gate="throughput") for p in (5, 10)]
     out += [Change("accept -10%", config, accept_factor=0.9, gate="accept_length")]
+    out += [Change(ENGINE_SLOWDOWN, config, step_scale=1.053, gate="step_time"),
+            Change(ACCEPTANCE_DROP, config, accept_factor=0.92, gate="accept_length")]
     must_win = [c for c in suite.sweep.concurrency
                 if cfg.speculation_must_win_up_to is not None and c <= cfg.speculation_must_win_up_to]
     if must_win and cfg.reference:

@@ -23,11 +23,14 @@ class SessionVerdict:
     relaunched: dict[str, list[str]] = field(default_factory=dict)  # configuration -> why (sequential design)
     crossover_estimates: dict[str, CrossoverEstimate] = field(default_factory=dict)
     gates_failed: dict[str, bool] = field(default_factory=dict)  # gate -> some cell of it failed
+    # "config cN" -> the half a speculative cell's failing or inconclusive tok/s verdict names
+    # ("engine", "drafter", "both" or ""; gates.attribution), from each test's final decision
+    attributions: dict[str, str] = field(default_factory=dict)
 
 
 def cut_repeats(launch: Launch, repeats: int) -> Launch:
     """A launch with its first ``repeats`` runs per level (the grid point's repeats)."""
-    return {c: (tok[:repeats], acc[:repeats]) for c, (tok, acc) in launch.items()}
+    return {c: (tok[:repeats], acc[:repeats], rate[:repeats]) for c, (tok, acc, rate) in launch.items()}
 
 
 def speculation_ratios(results: Sequence[GateResult]) -> dict[str, dict[int, RatioEstimate]]:
@@ -50,6 +53,9 @@ class DecisionRules:
 
     history_gate: Callable[..., GateResult] = launch_history_gate
     must_win_gate: Callable[..., GateResult] = must_win_gate
+    # the engine's step time and the attribution of a speculative cell's tok/s verdict (issue 23);
+    # False for designs that predate them
+    step_time: bool = True
     stage_alpha_share: float = 1.0  # of each test's alpha, spent at every stage
     # the session's failures from each test's final decision
     failures: Callable[[Sequence[GateResult], Tolerances, GateDesign], list[GateResult]] = _final_failures

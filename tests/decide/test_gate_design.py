@@ -1,8 +1,9 @@
 """The gate design: launches as units, relaunch on suspicion, the must-win speculation gate, the
 history's spread with its degrees of freedom, and the one crossover estimator (its edges:
-tests/test_crossover.py)."""
+tests/decide/test_crossover.py)."""
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -253,7 +254,116 @@ def test_the_cell_prior_check_raises_a_prior_its_history_contradicts_and_names_i
     kw = dict(tolerance=0.03, prior_between_sd=0.005, alpha_cell=0.001, rule="significant")
     checked = launch_history_gate("throughput", "b", 4, [[99.0, 99.1, 98.9]], hist, **kw)
     off = unchecked_history_gate("throughput", "b", 4, [[99.0, 99.1, 98.9]], hist, **kw)
-    assert "prior raised to the history's spread (history of 5 sessions)" in checked.estimate.between_source
+    assert checked.estimate.between_source == "history of 5 sessions (the prior 0.50% contradicted, dropped)"
     assert checked.estimate.between_sd > 2 * off.estimate.between_sd  # 16 pseudo dof at 0.5 % no longer drown 3 %
     right = launch_history_gate("throughput", "b", 4, [[99.0, 99.1, 98.9]], hist, **{**kw, "prior_between_sd": 0.03})
     assert "raised" not in right.estimate.between_source  # a prior the history agrees with stands
+
+
+# -- the statistics audit (issue 23) -------------------------------------------------------------
+def _relaunched_history(rng, sessions, launches_of, day=0.005, launch=0.00866, run=0.003):
+    """Stored sessions of day + launch + run noise: each a SessionRuns of launches_of(k) launches."""
+    from specguard.decide.stats import SessionRuns
+
+    out = []
+    for k in range(sessions):
+        d = rng.normal(0, day)
+        out.append(SessionRuns([list(100 * np.exp(d + rng.normal(0, launch) + rng.normal(0, run, 3)))
+                                for _ in range(launches_of(k))]))
+    return out
+
+
+def test_a_relaunched_stored_session_counts_as_its_launches_not_one_flat_sample():
+    # Half the stored sessions were relaunched (3 launches). Read flat, a session's location
+    # averages three launch offsets and its runs' spread absorbs them, so the history's spread
+    # reads low; read as launches, it is the one-launch spread sb = 1 % (day 0.5 % + launch 0.87 %).
+    rng = np.random.default_rng(11)
+    hist = _relaunched_history(rng, 600, lambda k: 3 if k % 2 else 1)
+    by_launch = history_spread(hist)
+    flat = history_spread([list(s) for s in hist])
+    assert math.sqrt(by_launch.var) == pytest.approx(0.01, rel=0.1) and by_launch.dof == 599
+    assert math.sqrt(flat.var) < 0.9 * math.sqrt(by_launch.var)  # 0.82 %: a third of the variance lost
+    single = _relaunched_history(np.random.default_rng(12), 5, lambda k: 1)
+    assert history_spread(single) == history_spread([list(s) for s in single])  # one launch: as before
+
+
+def test_comparisons_with_relaunched_stored_sessions_keep_their_false_fail_rate():
+    rng = np.random.default_rng(13)
+    alpha, n, fails = 0.05, 1200, 0
+    for _ in range(n):
+        hist = _relaunched_history(rng, 5, lambda k: 1 + 2 * (k % 2))
+        cur = _relaunched_history(rng, 1, lambda k: 1)[0].launches
+        est = compare_launches(cur, hist, threshold=1.0, prior_between_sd=0.01, prior_day_sd=0.005,
+                               confidence=1 - 2 * alpha, rule="significant", pool=history_spread(hist))
+        fails += est.p_value < alpha
+    assert 0.025 < fails / n < 0.075  # calibrated with the launch as the unit in the history too
+
+
+def test_the_history_reader_groups_a_stored_sessions_runs_by_launch():
+    from specguard.decide.baselines import RunSample, StoredSession
+    from specguard.session.history import _by_launch
+
+    runs = [RunSample(i, lid, tok, 100, 1.0, 4, 0, None, 0, step_time_ms=ms)
+            for i, (lid, tok, ms) in enumerate([("L1", 100.0, 5.0), ("L1", 101.0, 5.1), ("L2", 97.0, None),
+                                                  ("L2", 98.0, 5.2), ("L3", 99.0, 4.9)])]
+    session = StoredSession("s", "2026-12-01", {}, runs)
+    tok = _by_launch(session, "throughputs")
+    assert list(tok) == [100.0, 101.0, 97.0, 98.0, 99.0] and tok.launches == ((100.0, 101.0), (97.0, 98.0), (99.0,))
+    rates = _by_launch(session, "step_rates")  # a run without a step time leaves its launch, not the session
+    assert rates.launches == ((200.0, 1e3 / 5.1), (1e3 / 5.2,), (1e3 / 4.9,))
+    one = _by_launch(StoredSession("t", "2026-12-01", {}, runs[:2]), "throughputs")
+    assert one.launches == ((100.0, 101.0),)
+
+
+def test_a_contradicted_prior_is_dropped_not_credited_with_its_pseudo_dof():
+    # Before: the prior raised to the history's S and still counted as 16 pseudo dof, so 5 stored
+    # sessions (4 dof) entered with 20. Now the contradicting history stands alone, with its 4.
+    from specguard.decide.stats import between_estimate
+
+    hist = SpreadEstimate(0.024**2, 4.0, "history of 5 sessions")
+    var, dof, source = between_estimate(0.012 / 2, hist, hist, 16.0)  # 4 * 16 = 64 > chi2(4) 95 % = 9.49
+    assert (var, dof) == (pytest.approx(0.024**2), 4.0) and "contradicted" in source
+    agrees = SpreadEstimate(0.011**2, 4.0, "history of 5 sessions")
+    var, dof, source = between_estimate(0.01, agrees, agrees, 16.0)
+    assert dof == 20.0 and var == pytest.approx((16 * 0.01**2 + 4 * 0.011**2) / 20) and source.startswith("prior + ")
+
+
+def test_the_prior_weight_has_one_default():
+    import inspect
+
+    from specguard.config import PRIOR_BETWEEN_DOF
+
+    for fn in (compare_launches, compare_launch_sets):
+        assert inspect.signature(fn).parameters["prior_dof"].default == PRIOR_BETWEEN_DOF
+    assert GateDesign().prior_dof == Tolerances().prior_between_dof == PRIOR_BETWEEN_DOF
+
+
+def test_inconclusive_fail_warns_once_on_one_line_where_the_suite_sets_it(tmp_path, capsys):
+    from specguard.config import load_suite
+
+    text = (Path(__file__).resolve().parents[2] / "perf_tests" / "suite.toml").read_text()
+    path = tmp_path / "suite.toml"
+    path.write_text(text.replace('inconclusive = "pass"', 'inconclusive = "fail"'))
+    load_suite(path)
+    load_suite(path)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"specguard: warning: {path}: advanced.inconclusive = 'fail': an ")
+    assert "family_alpha no longer bounds false fails" in err[0]
+    quiet = tmp_path / "quiet.toml"
+    quiet.write_text(text)
+    load_suite(quiet)
+    assert capsys.readouterr().err == ""
+
+
+def test_the_prior_check_level_is_a_design_parameter():
+    # A history whose statistic (K - 1) S^2 / prior^2 lies between chi2(4)'s 95 % and 99 %
+    # quantiles (9.49, 13.28): contradicted at 5 %, not at the default 1 %.
+    hist = [[100.0 * math.exp(x)] * 3 for x in (-0.022, -0.01, 0.0, 0.01, 0.022)]  # statistic 11.7
+    own = history_spread(hist)
+    assert 9.49 < own.dof * own.var / 0.01**2 < 13.28
+    kw = dict(tolerance=0.03, prior_between_sd=0.01, alpha_cell=0.001, rule="significant")
+    default = launch_history_gate("throughput", "b", 4, [[99.0, 99.1, 98.9]], hist, **kw)
+    looser = launch_history_gate("throughput", "b", 4, [[99.0, 99.1, 98.9]], hist, design=GateDesign(prior_check_p=0.05),
+                                 **kw)
+    assert "contradicted" not in default.estimate.between_source and default.estimate.dof > 16
+    assert "contradicted" in looser.estimate.between_source and looser.estimate.dof < default.estimate.dof

@@ -1,7 +1,7 @@
 """The statistics behind the gates: coverage, false alarms and power on simulated data.
 
 The retired one-launch comparison (``compare_to_history``) is tested with the study's legacy
-design, tests/test_study_legacy.py."""
+design, tests/research/test_study_legacy.py."""
 
 import math
 
@@ -131,7 +131,7 @@ def test_unknown_rule_message_lists_the_rules():
     assert str(info.value) == "fail rule 'maybe'; use one of significant, beyond-tolerance"
 
 
-# -- the launch-level helpers (issue 14; their statistics are tested in tests/test_gate_design.py)
+# -- the launch-level helpers (issue 14; their statistics are tested in tests/decide/test_gate_design.py)
 from specguard.decide.stats import SpreadEstimate, between_variance, pool_spreads  # noqa: E402
 
 
@@ -230,18 +230,22 @@ def test_weighted_holm_keeps_the_family_error_under_the_global_null():
 def test_checked_prior_is_raised_only_when_the_pooled_history_contradicts_it():
     assert checked_prior(0.01, None) == (0.01, "prior")
     assert checked_prior(0.01, SpreadEstimate(0.8e-4, 12.0)) == (0.01, "prior")  # quieter: never lowered
-    assert checked_prior(0.01, SpreadEstimate(1.5e-4, 12.0))[0] == 0.01  # 12 * 1.5 = 18 < chi2(12) 95 % = 21.0
-    sd, source = checked_prior(0.005, SpreadEstimate(1e-4, 12.0))  # prior at half: 12 * 4 = 48 > 21.0
+    assert checked_prior(0.01, SpreadEstimate(2.1e-4, 12.0))[0] == 0.01  # 12 * 2.1 = 25.2 < chi2(12) 99 % = 26.2
+    sd, source = checked_prior(0.005, SpreadEstimate(1e-4, 12.0))  # prior at half: 12 * 4 = 48 > 26.2
     assert sd == pytest.approx(0.01) and "raised to the history's spread" in source
-    # one dof: the statistic 1 * S^2 / prior^2 against chi2(1) 95 % = 3.84
-    assert checked_prior(0.005, SpreadEstimate(0.95e-4, 1.0))[0] == 0.005  # 3.8 < 3.84
-    assert checked_prior(0.005, SpreadEstimate(0.97e-4, 1.0))[0] == pytest.approx(math.sqrt(0.97e-4))  # 3.88 > 3.84
+    # one dof: the statistic 1 * S^2 / prior^2 against chi2(1) 99 % = 6.63
+    assert checked_prior(0.005, SpreadEstimate(1.65e-4, 1.0))[0] == 0.005  # 6.6 < 6.63
+    assert checked_prior(0.005, SpreadEstimate(1.67e-4, 1.0))[0] == pytest.approx(math.sqrt(1.67e-4))  # 6.68 > 6.63
+    assert checked_prior(0.005, SpreadEstimate(0.97e-4, 1.0), p=0.05)[0] == pytest.approx(math.sqrt(0.97e-4))  # 3.84
 
 
 def test_checked_prior_false_alarm_rate_is_its_level_when_the_prior_is_right():
     rng = np.random.default_rng(9)
-    raised = sum(checked_prior(0.01, SpreadEstimate(1e-4 * rng.chisquare(12) / 12, 12.0))[0] > 0.01 for _ in range(4000))
-    assert abs(raised / 4000 - 0.05) < 3 * math.sqrt(0.05 * 0.95 / 4000)
+    draws = [SpreadEstimate(1e-4 * rng.chisquare(12) / 12, 12.0) for _ in range(8000)]
+    for p in (_st.PRIOR_CHECK_P, 0.05):
+        raised = sum(checked_prior(0.01, d, p)[0] > 0.01 for d in draws)
+        assert abs(raised / 8000 - p) < 3 * math.sqrt(p * (1 - p) / 8000)
+    assert _st.PRIOR_CHECK_P == 0.01
 
 
 def test_a_half_prior_checked_against_the_pool_keeps_false_fails_at_alpha():
@@ -271,14 +275,14 @@ def test_history_spread_subtracts_the_runs_share_and_never_goes_below_zero():
     sw2 = sum(float(((g - g.mean()) ** 2).sum()) for g in logs) / 6  # no stall: every run kept
     means = np.array([np.median(g) for g in logs])
     want = float(means.var(ddof=1)) - 1.35 * sw2 / 3
-    for fn in (_st.history_spread, _st._history_spread):
-        est = fn(hist)
+    one_launch = [[h] for h in hist]  # _history_spread reads sessions of launches
+    for est in (_st.history_spread(hist), _st._history_spread(one_launch)):
         assert est.var == pytest.approx(want, rel=1e-12) and est.dof == 2 and est.source == "history of 3 sessions"
     same = [[100.0, 101.0, 99.0]] * 3  # identical sessions: all the spread is the runs' own
-    assert _st._history_spread(same).var == 0.0 and _st.history_spread(same).var == 0.0
-    assert _st._history_spread([[100.0]]) is None
+    assert _st._history_spread([[h] for h in same]).var == 0.0 and _st.history_spread(same).var == 0.0
+    assert _st._history_spread([[[100.0]]]) is None
     with pytest.raises(ValueError, match="baseline samples must be positive"):
-        _st._history_spread([[100.0, -1.0], [100.0, 100.0]])
+        _st._history_spread([[[100.0, -1.0]], [[100.0, 100.0]]])
 
 
 def test_median_of_one_two_three_and_none():
@@ -336,3 +340,22 @@ def test_launch_sets_name_an_empty_side():
         _st.compare_launch_sets([[100.0, 101.0]], [[]], threshold=1.0, prior_between_sd=0.01, confidence=0.99)
     with pytest.raises(ValueError, match="no a samples"):
         _st.compare_launch_sets([[]], [[100.0, 101.0]], threshold=1.0, prior_between_sd=0.01, confidence=0.99)
+
+
+def test_only_beyond_tolerance_bounds_fails_of_a_drop_inside_the_tolerance():
+    # The tolerance is the drop the *estimate* must pass under "significant", not a guarantee: a
+    # true 2 % drop (inside 3 %) fails far more often than the cell's alpha there, which bounds
+    # false fails of unchanged code only; "beyond-tolerance" tests H0 "ratio >= 1 - tolerance"
+    # itself, so its alpha bounds fails of every drop within the tolerance (docs/statistics.md).
+    rng = np.random.default_rng(21)
+    alpha, n = 0.01, 600
+    fails = {"significant": 0, "beyond-tolerance": 0}
+    for _ in range(n):
+        hist = [list(100 * np.exp(rng.normal(0, 0.01) + rng.normal(0, 0.003, 3))) for _ in range(5)]
+        cur = [list(98 * np.exp(rng.normal(0, 0.01) + rng.normal(0, 0.003, 3)))]
+        for rule in fails:
+            est = compare_launches(cur, hist, threshold=0.97, prior_between_sd=0.01, confidence=1 - 2 * alpha,
+                                   rule=rule, pool=_st.history_spread(hist))
+            fails[rule] += est.outcome() == FAIL
+    assert fails["significant"] / n > 5 * alpha
+    assert fails["beyond-tolerance"] / n <= alpha

@@ -379,5 +379,5 @@ def test_the_unchecked_must_win_gate_keeps_the_prior_the_pairs_histories_contrad
     kw = dict(must_win=True, tol=Tolerances(prior_between_sd=0.005), alpha_cell=0.001,
               design=GateDesign(prior_day_sd=0.0025), pair_histories=(spec_hist, ref_hist))
     checked, unchecked = must_win_gate(*args, **kw), unchecked_must_win_gate(*args, **kw)
-    assert "prior raised" in checked.estimate.between_source and "prior raised" not in unchecked.estimate.between_source
+    assert "contradicted" in checked.estimate.between_source and "contradicted" not in unchecked.estimate.between_source
     assert checked.estimate.between_sd > 1.5 * unchecked.estimate.between_sd  # the launch part of the raised prior

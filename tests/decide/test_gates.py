@@ -3,8 +3,8 @@
 Each test pins one behaviour a plausible one-line bug would break (docs/mutation.md lists the
 mutants these were written against): the interval level a cell's alpha maps to, which verdicts
 count as failures, and which results Holm adds. Where speculation stops paying is
-tests/test_crossover.py; the retired one-launch gates the study still compares against are
-tests/test_study_legacy.py.
+tests/decide/test_crossover.py; the retired one-launch gates the study still compares against are
+tests/research/test_study_legacy.py.
 """
 
 from __future__ import annotations
@@ -118,7 +118,7 @@ def test_holm_estimate_exactly_at_the_threshold_is_not_beyond_it():
 
 
 # -- launches as units (fields and wiring only; the statistics are tested in
-# tests/test_gate_design.py) ------------------------------------------------------------------
+# tests/decide/test_gate_design.py) ------------------------------------------------------------------
 
 
 def test_design_of_reads_every_key_the_suite_declares():
@@ -179,3 +179,29 @@ def test_the_suite_file_sets_the_pass_level_of_the_design(tmp_path):
     suite.write_text('[advanced]\npass_confidence = 0.9\n\n[servers.baseline]\nengine = "emulator"\n'
                      'model_path = "/models/m"\n')
     assert design_of(load_suite(suite)).pass_confidence == 0.9
+
+
+def test_every_test_of_the_default_suite_has_its_pinned_share_of_the_family_alpha():
+    """The session's plan of the default suite (12 throughput, 12 step-time, 8 accept-length, 6
+    must-win and 2 report-only speculation tests): weights 1, 1, 0.25, 2 and 0, so 38 shares.
+    A report-only test spends nothing (it cannot fail) but reports at the smallest enforced
+    level; the enforced alphas sum to the family alpha exactly."""
+    from specguard.config import load_suite
+    from specguard.session.options import RunOptions
+    from specguard.session.plan import PlannedTest, Planner
+
+    suite = load_suite(Path(__file__).resolve().parents[2] / "perf_tests" / "suite.toml")
+    gates = {"baseline": ("throughput", "step_time"),
+             "eagle3": ("throughput", "step_time", "accept_length", "speculation"),
+             "mtp": ("throughput", "step_time", "accept_length", "speculation")}
+    tests = [PlannedTest(n, c, g) for n, gs in gates.items() for c in suite.sweep.concurrency for g in gs]
+    plan = Planner(suite, RunOptions(), GateDesign()).plan(tests)
+    fam = suite.tolerances.family_alpha
+    share = {"throughput": 1 / 38, "step_time": 1 / 38, "accept_length": 0.25 / 38, "speculation": 2 / 38}
+    for t in tests:
+        report_only = t.gate == "speculation" and t.level > 16  # speculation_must_win_up_to = 16
+        want = fam * (share["accept_length"] if report_only else share[t.gate])
+        assert plan.alpha_for(t.gate, t.config, t.level) == pytest.approx(want, rel=1e-12), t
+    enforced = [plan.alpha_for(t.gate, t.config, t.level) for t in tests
+                if not (t.gate == "speculation" and t.level > 16)]
+    assert len(tests) == 40 and len(enforced) == 38 and sum(enforced) == pytest.approx(fam, rel=1e-12)

@@ -48,7 +48,9 @@ def tiny(tmp_path):
 
 
 def test_gate_tests_count_like_the_plugin():
-    assert study.gate_tests(load_suite("perf_tests/suite.toml")) == 28  # 12 throughput + 8 accept + 8 speculation
+    suite = load_suite("perf_tests/suite.toml")
+    assert study.gate_tests(suite) == 40  # 12 throughput + 12 step time + 8 accept + 8 speculation
+    assert study.gate_tests(suite, step_time=False) == 28  # the family before the step_time gate
 
 
 def test_noise_free_launch_is_the_simulator(tiny):
@@ -105,7 +107,7 @@ def test_measure_noise_attributes_nothing_extra_to_model_made_sessions(tiny):
     for i in range(30):
         cells = [{"config": n, "concurrency": c, "runs": [{"output_throughput": t} for t in tok], "warmup_runs": []}
                  for j, n in enumerate(tiny.servers)
-                 for c, (tok, _) in study.simulate_launch(tiny, n, 1000 + 10 * i + j, 3, quiet).items()]
+                 for c, (tok, *_) in study.simulate_launch(tiny, n, 1000 + 10 * i + j, 3, quiet).items()]
         docs.append({"cells": cells})
     noise, report = study.measure_noise(docs, tiny, sim_sessions=30)
     assert report["real_sessions"] == 30 and set(noise.within) == {1, 4}
@@ -128,7 +130,7 @@ def test_cli_writes_the_headline_keys(tiny, tmp_path, capsys):
     doc = json.loads(out.read_text())
     for key in ("sessions", "false_fail_rate", "power_tok_s_5pct", "power_accept_10pct", "crossover_within_one_level"):
         assert key in doc
-    assert doc["sessions"] == 2 and doc["gate_tests"] == 2 * (2 + 2) and doc["headline_noise"] == "emulator"
+    assert doc["sessions"] == 2 and doc["gate_tests"] == 2 * (2 * 2 + 2) and doc["headline_noise"] == "emulator"
     emulator, gpu = doc["studies"]["emulator"]["noise"], doc["studies"]["gpu"]["noise"]
     assert emulator["between"]["1"] == gpu["between"]["4"] == pytest.approx(0.005) and not math.isnan(doc["false_fail_rate"])
     assert emulator["stall_rate"] > 0 and gpu["stall_rate"] == study.GPU_STALL_RATE and gpu["within"]["1"] == study.GPU_WITHIN
@@ -151,6 +153,7 @@ def test_rescaling_a_trial_to_another_launch_spread_equals_simulating_it(tiny):
                      (got.changed_more["slow"][0], direct.changed_more["slow"][0])):
             for c in tiny.sweep.concurrency:
                 assert a[c][0] == pytest.approx(b[c][0], rel=1e-9) and a[c][1] == b[c][1]
+                assert a[c][2] == pytest.approx(b[c][2], rel=1e-9)  # the step rate scales with the clock
         assert got.current["eagle3"][4][0] != pytest.approx(base.current["eagle3"][4][0], rel=1e-4)  # it did move
 
 
@@ -162,7 +165,7 @@ def test_emulator_noise_presets_are_the_committed_measurements():
 
     from specguard.research.study import EMULATOR_BUSY, EMULATOR_QUIET
 
-    evidence = Path(__file__).resolve().parents[1] / "docs" / "evidence" / "noise"
+    evidence = Path(__file__).resolve().parents[2] / "docs" / "evidence" / "noise"
     for label, noise in (("quiet", EMULATOR_QUIET), ("busy", EMULATOR_BUSY)):
         measured = json.loads((evidence / label / "noise.json").read_text())
         preset = measured["preset"]
@@ -189,6 +192,7 @@ def test_extending_a_trial_by_a_launch_equals_simulating_it_with_that_many(tiny,
     for a, b in pairs:
         for c in tiny.sweep.concurrency:
             assert a[c][0] == pytest.approx(b[c][0], rel=1e-9) and a[c][1] == b[c][1]
+            assert a[c][2] == pytest.approx(b[c][2], rel=1e-9)
     assert got.more["eagle3"][1][4][0] != pytest.approx(got.more["eagle3"][0][4][0], rel=1e-4)  # a new launch
     # the cache finds the 2-launch trial, extends it and keeps it under the 3-launch key
     plan = study.StudyPlan(tiny, [], changes, gpu, 7, tmp_path)
@@ -246,7 +250,8 @@ def _synthetic(tiny):
     accept lengths) at every level, and K = 5 stored sessions wobbling by 1 %, eagle3 2x the
     baseline; the tolerances those tests decide with."""
     def launch(tok, acc=()):
-        return {c: ([tok * (1 + 0.002 * i) for i in range(3)], [a * (1 + 0.001 * i) for i in range(3) for a in acc][:3])
+        return {c: ([tok * (1 + 0.002 * i) for i in range(3)], [a * (1 + 0.001 * i) for i in range(3) for a in acc][:3],
+                    [tok / 10 * (1 + 0.002 * i) for i in range(3)])  # step rates move with tok/s
                 for c in tiny.sweep.concurrency}
 
     wobble = (1.0, 1.01, 0.99, 1.005, 0.995)
@@ -267,7 +272,7 @@ def test_the_reference_is_relaunched_only_to_keep_level_with_the_speculative_con
     assert v.launches == {"baseline": 3, "eagle3": 3}
     why = v.relaunched["baseline"]
     own, for_eagle3 = [w for w in why if "reference of" not in w], [w for w in why if "reference of" in w]
-    assert own and all(w.startswith("throughput baseline") for w in own)  # its own stage 2
+    assert own and all(w.startswith(("throughput baseline", "step_time baseline")) for w in own)  # its own stage 2
     assert for_eagle3 and all(w.startswith("launch 3: reference of speculation eagle3") for w in for_eagle3)
     assert v.failed and "speculation" in v.gates_failed
 
@@ -362,7 +367,7 @@ def test_the_first_issue14_design_decides_with_halved_alphas_and_ordinary_gates_
     trial = study.simulate_trial(tiny, 1, 2, 3, 3, gpu, [], 2)
     launches = {n: [first, *trial.more[n]] for n, first in trial.current.items()}
     v1 = study.decide_design(tiny, r1, launches, trial.history)
-    share = study.suite_alphas(tiny, 0.01, r1.gate_design())
+    share = study.suite_alphas(tiny, 0.01, r1.gate_design(), step_time=False)  # r1 predates the step_time gate
     assert share["throughput"] == pytest.approx(0.01 / 8)  # r1 weighs every gate test the same: 8 can fail
     assert not v1.failed and v1.enforced == 8
     # the halved alpha reaches the gates: the interval of a throughput cell is the one at alpha / 2
@@ -371,3 +376,104 @@ def test_the_first_issue14_design_decides_with_halved_alphas_and_ordinary_gates_
     assert _start(tiny, r1, launches, trial.history).alpha["throughput"] == pytest.approx(0.01 / 8 / 2)
     assert _start(tiny, default, launches, trial.history).alpha["throughput"] == \
         study.suite_alphas(tiny, 0.01, default.gate_design())["throughput"]
+
+
+# -- engine and drafter apart (issue 23) ----------------------------------------------------------
+def test_a_runs_step_rate_is_its_decode_time_over_its_decode_steps(tiny):
+    # The baseline at C = 1 without noise: one request at a time, so the run's step time is one
+    # request's decode time over its tokens after the first, the client's step_time_ms.
+    from specguard.emulator.model import BatchScheduler, GenRequest, SchedulerConfig
+    from specguard.emulator.spec import resolve_settings
+
+    launch = study.simulate_launch(tiny, "baseline", 3, 1, None)
+    sched = BatchScheduler(SchedulerConfig(load_profile("fast"), resolve_settings(load_profile("fast"), None, 128),
+                                           seed=3, jitter_pct=0.0, drift_pct=0.0))
+    req = GenRequest(32, 24, prompt_key=0)
+    sched.submit(req, 0.0)
+    now = 0.0
+    while sched.has_work():
+        step = sched.next_step(now)
+        now += step.duration_ms
+        sched.complete(step, now)
+    assert launch[1][2][0] == pytest.approx(1e3 * (24 - 1) / (req.finish_ms - req.first_token_ms), rel=1e-9)
+
+
+def test_the_one_half_changes_move_their_half_only(tiny):
+    changes = {c.name: c for c in study.scenarios(tiny, "eagle3")}
+    base = study.simulate_launch(tiny, "eagle3", 1, 3, None)
+    engine = study.simulate_launch(tiny, "eagle3", 1, 3, None, changes["engine slowdown 5%"])
+    drafter = study.simulate_launch(tiny, "eagle3", 1, 3, None, changes["acceptance -8%"])
+    for c in tiny.sweep.concurrency:
+        assert np.mean(engine[c][2]) / np.mean(base[c][2]) == pytest.approx(1 / 1.053, rel=1e-9)
+        assert engine[c][1] == base[c][1]  # per-request acceptance: the same draws, the same accept lengths
+        assert 0.8 < np.mean(drafter[c][1]) / np.mean(base[c][1]) < 0.95  # 8 requests a run: the target, roughly
+    assert drafter[1][2] == pytest.approx(base[1][2], rel=1e-5)  # one request at a time: its steps cost the same
+    # At C = 4 the 8-request run's tail moves the step time with acceptance (-6 %); on the default
+    # suite's 16 x 64-token runs it is 0.3 % (docs/gate-study.md)
+
+
+def test_acceptance_repeats_per_request_and_moves_per_run(tiny):
+    gpu = study.preset("gpu", tiny.sweep.concurrency)
+    sglang = study.simulate_launch(tiny, "eagle3", 5, 3, gpu, acceptance="per-request")
+    vllm = study.simulate_launch(tiny, "eagle3", 5, 3, gpu, acceptance="per-run")
+    assert len(set(sglang[1][1])) == 1  # a greedy request accepts the same on every run at C = 1
+    assert np.std(np.log(vllm[1][1])) > 0.02  # start_run between runs: each run its own acceptance
+    trial = study.simulate_trial(tiny, 0, 1, 2, 3, gpu, [], 1, acceptance="per-run")
+    assert trial.history[0]["eagle3"][1][1] != trial.history[1]["eagle3"][1][1]
+    plan = study.StudyPlan(tiny, [], [], gpu, 7, None)
+    assert study.trial_key(plan, 0, 2, 3, 1) != study.trial_key(replace(plan, acceptance="per-run"), 0, 2, 3, 1)
+
+
+def test_a_session_decides_step_time_and_names_the_half_that_moved(tiny):
+    noise = study.Noise(within={}, between={}, stall_rate=0.0)
+    changes = [study.Change("engine", "eagle3", step_scale=1.3), study.Change("drafter", "eagle3", accept_factor=0.75)]
+    trial = study.simulate_trial(tiny, 0, 3, 5, 3, noise, changes)
+    settings = study.GateSettings(3, tiny.tolerances, "on-suspicion")
+    same = study.decide_session(tiny, settings, trial.current, trial.history)
+    assert not same.failed and same.enforced == 12  # throughput and step time x4, accept length x2, speculation x2
+    engine = study.decide_session(tiny, settings, {**trial.current, "eagle3": trial.changed["engine"]}, trial.history)
+    assert {"step_time", "throughput"} <= {g.gate for g in engine.failing}
+    assert set(engine.attributions.values()) == {"engine"} and len(engine.attributions) == 2
+    drafter = study.decide_session(tiny, settings, {**trial.current, "eagle3": trial.changed["drafter"]}, trial.history)
+    assert "accept_length" in drafter.gates_failed and "step_time eagle3 c1" not in {
+        f"{g.gate} {g.config} c{g.concurrency}" for g in drafter.failing}
+    assert drafter.attributions["eagle3 c1"] == "drafter"
+    assert drafter.attributions["eagle3 c4"] in ("drafter", "both")  # this sweep's c4 step time moves too (above)
+    legacy = study.decide_session(tiny, study.GateSettings(3, tiny.tolerances), trial.current, trial.history)
+    assert legacy.enforced == 8 and not legacy.attributions  # the committed gates had neither
+
+
+def test_summaries_count_each_levels_catch_and_wrong_halves(tiny):
+    from specguard.research.study.run import _attribution_correct, _summarise
+
+    engine = next(c for c in study.scenarios(tiny, "eagle3") if c.name == "engine slowdown 5%")
+    drafter = next(c for c in study.scenarios(tiny, "eagle3") if c.name == "acceptance -8%")
+
+    def row(cells=(), halves=None):
+        return {**_outcome(bool(cells), [c.split()[0] for c in cells]), "failed_cells": list(cells),
+                "attributions": halves or {}}
+
+    rows = [row(["step_time eagle3 c1", "throughput eagle3 c4"], {"eagle3 c1": "engine"}),
+            row(["throughput eagle3 c1"], {"eagle3 c4": "drafter", "baseline c4": "drafter"}), row()]
+    out = _summarise(tiny, engine, rows, {"eagle3": 1}, {"eagle3": 20.0})
+    assert out["level_fail_rates"]["c1"] == {"throughput": 1 / 3, "step_time": 1 / 3, "either": 2 / 3}
+    assert out["level_fail_rates"]["c4"] == {"throughput": 1 / 3, "step_time": 0.0, "either": 1 / 3}
+    assert out["wrong_half_rate"] == 1 / 3  # the second session read the engine's slowdown as the drafter's
+    both = [[[rows[i], row([], {"eagle3 c1": half})]] for i, half in enumerate(("drafter", "both", "engine"))]
+    assert _attribution_correct([engine, drafter], both, 0) == 1 / 3  # only the first: "both" names the engine too
+
+
+def test_the_summary_line_names_the_new_headline_keys():
+    line = study.summary_line({"acceptance": "per-request", "sessions": 200, "power_step_5pct_c1": 0.975,
+                               "attribution_correct": 0.96})
+    assert line.startswith("acceptance=per-request sessions=200 ")
+    assert "power_step_5pct_c1=0.975" in line and line.endswith("attribution_correct=0.96")
+
+
+def test_cell_rates_fail_a_large_drop_and_keep_unchanged_cells():
+    from specguard.research.study.cell_rates import AUDIT_CASES, CellCase, cell_rates
+
+    assert cell_rates(CellCase(drop=0.10, launches=3), 200)["fail_rate"] > 0.9
+    unchanged = cell_rates(CellCase(), 400)
+    assert unchanged["fail_rate"] == 0.0 and 0.05 < unchanged["inconclusive_rate"] < 0.4
+    assert any(c.contradicted_prior == "raised" and c.prior_check_p == 0.05 for c in AUDIT_CASES)  # the rule before
