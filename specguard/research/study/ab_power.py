@@ -1,0 +1,123 @@
+"""`specguard ab` on simulated launches: its false fails and its power for a tok/s drop, through
+the comparison's own rounds and decisions (``ab.rounds.Comparison`` with a synthetic
+``Launcher``), on the default suite's configurations, levels and gates (issue 26;
+`python -m specguard.research.study.ab_power`, docs/ab.md quotes it).
+
+A simulated A/B run is one session on one machine: the study's gpu noise, a day offset shared by
+every launch of the run (it cancels between the builds, as the ABBA design intends), each launch
+its own offset (the launch part of the 1 % between-session spread) and each run 0.5 %. Accept
+length is deterministic per request (SGLang at temperature 0): one run of it varies by 0.1 %.
+Build B changes one configuration's engine: every verify step ``1 / (1 - drop)`` longer, so its
+tok/s and step rate fall by ``drop`` at every level and its accept length stays.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from specguard.ab.plan import budget_of, gate_specs, levels_of
+from specguard.ab.rounds import STEP_RATE, Comparison, LaunchResult, Selection
+from specguard.config import Suite, load_suite
+from specguard.labels import ACCEPT_LENGTH, THROUGHPUT
+from specguard.research.study.cell_rates import CellCase, cell_rates
+from specguard.research.study.noise import GPU_DAY_SHARE, GPU_WITHIN
+
+ACCEPT_RUN_SD = 0.001
+BASE_TOK_S, BASE_ACCEPT = 1000.0, 3.0
+
+
+@dataclass(frozen=True)
+class AbCase:
+    """One setting: the total between-session spread (as the study's gpu presets), the changed
+    configuration and its true tok/s drop, the launches per build at most."""
+
+    spread: float = 0.01
+    config: str = "eagle3"
+    drop: float = 0.0
+    max_rounds: int = 4
+
+
+class SyntheticLauncher:
+    """(build, configuration, round) -> one launch's runs at every level, with a fresh offset."""
+
+    def __init__(self, suite: Suite, case: AbCase, rng: np.random.Generator, runs: int) -> None:
+        self._suite, self._case, self._rng, self._runs = suite, case, rng, runs
+        self._day = rng.normal(0.0, case.spread * GPU_DAY_SHARE)
+        self._launch_sd = case.spread * math.sqrt(1 - GPU_DAY_SHARE**2)
+
+    def __call__(self, build: str, config: str, round_no: int) -> LaunchResult:
+        changed = build == "B" and config == self._case.config
+        speculative = self._suite.servers[config].speculative
+        values: dict[int, dict[str, list[float]]] = {}
+        # one offset per launch, shared by its levels (one server process)
+        offset = self._day + self._rng.normal(0.0, self._launch_sd) + (math.log(1 - self._case.drop) if changed else 0)
+        for level in levels_of(self._suite):
+            step = np.exp(offset + self._rng.normal(0.0, GPU_WITHIN, self._runs))
+            accept = np.ones(self._runs)
+            if speculative:
+                accept = BASE_ACCEPT * np.exp(self._rng.normal(0.0, ACCEPT_RUN_SD, self._runs))
+            tok_s = BASE_TOK_S * step * accept
+            values[level] = {THROUGHPUT: list(tok_s), STEP_RATE: list(200 * step)}
+            if speculative:
+                values[level][ACCEPT_LENGTH] = list(accept)
+        return LaunchResult(build, config, round_no, values)
+
+
+def selection_of(suite: Suite) -> Selection:
+    speculative = frozenset(n for n, s in suite.servers.items() if s.speculative)
+    refs = {n: s.reference for n, s in suite.servers.items() if s.speculative and s.reference}
+    return Selection(list(suite.servers), levels_of(suite), speculative, refs)
+
+
+def ab_run(suite: Suite, case: AbCase, rng: np.random.Generator) -> Comparison:
+    """One simulated `specguard ab` of every configuration of ``suite``."""
+    cmp = Comparison(selection_of(suite), gate_specs(suite), budget_of(suite, case.max_rounds),
+                     SyntheticLauncher(suite, case, rng, suite.sweep.repeats))
+    cmp.run()
+    return cmp
+
+
+def ab_rates(suite: Suite, case: AbCase, n: int, seed: int = 0) -> dict[str, float]:
+    """Over ``n`` runs: the share with a regression (any cell "different" for the worse), with one
+    of the changed configuration's tok/s cells among them, and the launches per build and
+    configuration the runs took (mean over configurations and runs)."""
+    rng = np.random.default_rng(seed)
+    failed = caught = 0
+    launches: list[float] = []
+    for _ in range(n):
+        cmp = ab_run(suite, case, rng)
+        worse = cmp.regressions()
+        failed += bool(worse)
+        caught += any(c.config == case.config and c.gate == THROUGHPUT for c in worse)
+        per = [sum(1 for x in cmp.launches if x.build == "A" and x.config == c) for c in suite.servers]
+        launches.append(float(np.mean(per)))
+    return {"fail_rate": failed / n, "tok_s_caught": caught / n, "launches_per_build": float(np.mean(launches))}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m specguard.research.study.ab_power", description=__doc__)
+    p.add_argument("--suite", default="perf_tests/suite.toml")
+    p.add_argument("--runs", type=int, default=400, help="simulated A/B runs per case")
+    p.add_argument("--seed", type=int, default=0)
+    args = p.parse_args(argv)
+    suite = load_suite(args.suite)
+    cases = (AbCase(), AbCase(drop=0.03), AbCase(drop=0.05), AbCase(drop=0.03, max_rounds=8), AbCase(spread=0.02),
+             AbCase(spread=0.02, drop=0.03))
+    for case in cases:
+        r = ab_rates(suite, case, args.runs, args.seed)
+        print(f"A/B, spread {case.spread:.0%}, {case.config} tok/s {-case.drop:+.0%}, at most {case.max_rounds} launches "
+              f"per build: any regression {r['fail_rate']:.3f}, {case.config} tok/s caught {r['tok_s_caught']:.3f}, "
+              f"launches per build and configuration {r['launches_per_build']:.2f} ({args.runs} runs)", flush=True)
+    for launches in (1, 3):  # history gating of one cell beside it (cell_rates: K = 5, prior = the truth)
+        rates = cell_rates(CellCase(truth=0.01, prior=0.01, launches=launches, drop=0.03), 4 * args.runs, args.seed)
+        print(f"history, spread 1%, tok/s -3%, one cell, {launches} launch(es): fails {rates['fail_rate']:.3f} "
+              f"({4 * args.runs} cells)", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
