@@ -108,12 +108,17 @@ def test_vllm_suite_catches_slow_speculation_and_gates_on_its_own_baselines(work
         assert values and all(low <= v <= high for v in values), (name, values)
     assert all(r["accept_length"] is None for c in doc["cells"] if c["config"] == "baseline" for r in c["runs"])
     assert (baselines / "weakdraft.json").is_file()  # a gate failure is not a sweep error
+    # The engine's step time is recorded for every run (vLLM: from its draft counters), and the weak
+    # draft's speculation lines name the drafter's factor beside the engine's (issue 23).
+    assert all(r["step_time_ms"] and r["step_time_ms"] > 0 for c in doc["cells"] for r in c["runs"]), doc["cells"]
+    weak = [d["message"] for d in doc["decisions"] if d["gate"] == "speculation" and d["config"] == "weakdraft"]
+    assert weak and all("the drafter's accept length 1." in m and "the engine's step time ratio" in m for m in weak), weak
 
     # 2. Gate mode against those baselines: a new launch of ngram must match its fingerprint and
     # pass throughput, accept length (exactly 5.0 again) and speculation vs the stored reference.
     code, out, res, doc = run_suite(work_dir, baselines, "gate", env, "--require-baselines", "-k", "ngram")
     cells = {t: m for t, m in res.items() if t != "family_holm"}  # the session-level Holm test
-    assert code == 0 and len(cells) == 6 and set(res.values()) == {"passed"}, out[-4000:]
-    for gate in ("throughput", "accept_length", "speculation"):
+    assert code == 0 and len(cells) == 8 and set(res.values()) == {"passed"}, out[-4000:]
+    for gate in ("throughput", "step_time", "accept_length", "speculation"):
         assert set(verdicts(doc, gate).values()) <= {"pass", "inconclusive"}, (gate, verdicts(doc, gate))
     assert verdicts(doc, "accept_length") == {("ngram", 1): "pass", ("ngram", 4): "pass"}

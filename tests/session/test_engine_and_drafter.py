@@ -223,3 +223,17 @@ def test_an_attach_mode_summary_states_what_each_cell_could_resolve():
     assert line.startswith("attach mode (one launch, nothing relaunched): the smallest tok/s drop each cell could "
                            "resolve: eagle3 c1 >=4.9%")
     assert attach_lines({**doc, "options": {"attached": False}}) == []
+
+
+def test_the_speculation_line_names_the_drafter_and_the_engine_factor_against_the_reference(tmp_path):
+    # a weak draft: 1.25 tokens per verify step that costs 1.6x the reference's decode step loses
+    sg = GateSession(quiet_suite(tmp_path), RunOptions(baseline_dir=tmp_path / "b", log_dir=tmp_path / "l"))
+    fake_server(sg, "eagle3")
+    sg.plan([PlannedTest("eagle3", 1, "speculation")])
+    sg.cells.add("baseline", 1, "L1", CellMeasurement(config="baseline", concurrency=1, runs=[
+        metrics(200 * f, None, 5.0 / f) for f in (1.0, 1.001, 0.999)]))
+    measured(sg, [metrics(200 * 1.25 / 1.6 * f, 1.25, 8.0 / f) for f in (1.0, 1.001, 0.999)])
+    r = sg.speculation_result("eagle3", 1, 16)
+    assert r.verdict == FAIL, r.message
+    assert ("the drafter's accept length 1.25 x the engine's step time ratio 0.62 (5 ms the reference's decode step / "
+            "8 ms the verify step) = 0.78") in r.message
