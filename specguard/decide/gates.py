@@ -244,9 +244,9 @@ def ratio_change(ratio: RatioEstimate) -> str:
 
 # Two-sided level at which a half is named. A session makes two such claims per speculative cell
 # (16 on the default suite); 1 - 0.05 / 16 ~ 0.997 keeps all of them right at 95 % jointly
-# (Bonferroni) where nothing moved. At 0.95 an acceptance-only drop read as the engine's in 35 % of
-# the study's sessions, for the step-time shift of 0.3-1.3 % that fewer tokens per step bring
-# (docs/gate-study.md).
+# (Bonferroni) where nothing moved. At 0.95 the study's acceptance-only drop read as the engine's in
+# 35 % of sessions (per-request acceptance; 12 % per-run; 45 % / 22.5 % with the prior at half the
+# truth), for the step-time shift of 0.3-1.3 % that fewer tokens per step bring (docs/gate-study.md).
 ATTRIBUTION_CONFIDENCE = 0.997
 
 
