@@ -5,13 +5,11 @@ comes from (the engine's step time or the drafter's accept length)."""
 
 from __future__ import annotations
 
-from specguard.config import Suite
 from specguard.decide.gates import (
     ATTRIBUTION_CONFIDENCE,
     ERROR,
     FAIL,
     SKIP,
-    GateDesign,
     GateResult,
     attribution,
     launch_history_gate,
@@ -19,11 +17,8 @@ from specguard.decide.gates import (
 )
 from specguard.decide.stats import RatioEstimate, downward_trend
 from specguard.labels import ACCEPT_LENGTH, STEP_TIME, THROUGHPUT, GateLabel
-from specguard.session.cells import ACCEPT_LENGTHS, STEP_RATES, THROUGHPUTS, CellStore
-from specguard.session.history import Histories
-from specguard.session.levels import SweepLevels
-from specguard.session.plan import Planner
-from specguard.session.servers import ServerPool
+from specguard.session.cells import ACCEPT_LENGTHS, STEP_RATES, THROUGHPUTS
+from specguard.session.parts import SessionParts
 
 DRIFT_P = 0.01  # one-sided p below which a cell's falling accept length is reported
 
@@ -35,22 +30,15 @@ def _mean(xs: list[float]) -> float | None:
 class CellGates:
     """Decides a cell's history gates on the session's cells and the stored sessions."""
 
-    def __init__(self, suite: Suite, design: GateDesign, planner: Planner, pool: ServerPool, cells: CellStore,
-                 histories: Histories, levels: SweepLevels) -> None:
-        self._suite = suite
-        self._design = design
-        self._planner = planner
-        self._pool = pool
-        self._cells = cells
-        self._histories = histories
-        self._levels = levels
+    def __init__(self, parts: SessionParts) -> None:
+        self._parts = parts
 
     def decide(self, gate: str, name: str, level: int, stage: int, category: str = "") -> GateResult:
         label = str(GateLabel(gate, category))
         metric = {THROUGHPUT: THROUGHPUTS, STEP_TIME: STEP_RATES}.get(gate, str(GateLabel(ACCEPT_LENGTHS, category)))
-        launches = self._cells.launch_values(name, level, metric)
+        launches = self._parts.cells.launch_values(name, level, metric)
         current = [v for launch in launches for v in launch]
-        where = f"{label} {name} {self._levels.name(level)}"
+        where = f"{label} {name} {self._parts.levels.name(level)}"
         if gate == ACCEPT_LENGTH:
             stopped = self._not_running(name, level, current, stage) if not category else None
             if stopped is not None:
@@ -60,7 +48,7 @@ class CellGates:
         if gate == STEP_TIME and not current:
             return GateResult(label, name, level, ERROR, f"{where}: no run has a step time: no request decoded two or "
                               f"more tokens", stage=stage)
-        history, reason, is_error = self._histories.cell(name, level, metric)
+        history, reason, is_error = self._parts.histories.cell(name, level, metric)
         if history is None:
             result = GateResult(label, name, level, ERROR if is_error else SKIP, reason, current=_mean(current),
                                 stage=stage)
@@ -72,20 +60,20 @@ class CellGates:
 
     def _against_history(self, gate: str, label: str, name: str, level: int, stage: int,
                          launches: list[list[float]], history: list[list[float]], category: str) -> GateResult:
-        tol = self._suite.tolerances
-        alpha = self._planner.current.alpha_for(gate, name, level, category)
+        tol = self._parts.suite.tolerances
+        alpha = self._parts.planner.current.alpha_for(gate, name, level, category)
         if gate == STEP_TIME:
             return step_time_gate(name, level, launches, history, tolerance=tol.step_time,
                                   prior_between_sd=tol.prior_between_sd, alpha_cell=alpha, rule=tol.fail_rule,
-                                  design=self._design, stage=stage)
+                                  design=self._parts.design, stage=stage)
         if gate == ACCEPT_LENGTH:
             return launch_history_gate(label, name, level, launches, history, tolerance=tol.accept_length,
                                        prior_between_sd=tol.prior_between_sd_accept, prior_day_sd=0.0, alpha_cell=alpha,
-                                       rule=tol.fail_rule, design=self._design, stage=stage)
+                                       rule=tol.fail_rule, design=self._parts.design, stage=stage)
         result = launch_history_gate(label, name, level, launches, history, tolerance=tol.throughput,
                                      prior_between_sd=tol.prior_between_sd, alpha_cell=alpha, rule=tol.fail_rule,
-                                     design=self._design, stage=stage)
-        if self._suite.servers[name].speculative and result.estimate is not None:
+                                     design=self._parts.design, stage=stage)
+        if self._parts.suite.servers[name].speculative and result.estimate is not None:
             self._attribute(result, name, level)
         return result
 
@@ -104,24 +92,24 @@ class CellGates:
     def _estimate(self, gate: str, name: str, level: int) -> RatioEstimate | None:
         """A gate's estimate at the attribution's confidence (not a decision: nothing is recorded)."""
         metric = STEP_RATES if gate == STEP_TIME else ACCEPT_LENGTHS
-        launches = self._cells.launch_values(name, level, metric)
-        history, _, _ = self._histories.cell(name, level, metric)
+        launches = self._parts.cells.launch_values(name, level, metric)
+        history, _, _ = self._parts.histories.cell(name, level, metric)
         if not history or sum(len(launch) for launch in launches) < 2:
             return None
-        tol = self._suite.tolerances
+        tol = self._parts.suite.tolerances
         sd = tol.prior_between_sd_accept if gate == ACCEPT_LENGTH else tol.prior_between_sd
         one_sided = (1 - ATTRIBUTION_CONFIDENCE) / 2
         return launch_history_gate(gate, name, level, launches, history, tolerance=0.0, prior_between_sd=sd,
-                                   alpha_cell=one_sided, rule=tol.fail_rule, design=self._design,
+                                   alpha_cell=one_sided, rule=tol.fail_rule, design=self._parts.design,
                                    prior_day_sd=0.0 if gate == ACCEPT_LENGTH else None).estimate
 
     def _not_running(self, name: str, level: int, accept: list[float], stage: int) -> GateResult | None:
         """Speculation silently off (sglang#24795, "stuck at 1"): a failure by name, baseline or not."""
-        cfg = self._suite.servers[name]
+        cfg = self._parts.suite.servers[name]
         if not cfg.speculative:
             return None
-        where = f"accept_length {name} {self._levels.name(level)}"
-        handle = self._pool.state(name).handle
+        where = f"accept_length {name} {self._parts.levels.name(level)}"
+        handle = self._parts.pool.state(name).handle
         server = handle.effective.speculative_algorithm or (handle.effective.num_draft_tokens and "speculation") \
             if handle is not None else None
         if not accept and server:
@@ -146,14 +134,14 @@ class CellGates:
 
     def _drift(self, result: GateResult, name: str, level: int) -> None:
         """Acceptance falling within the session (vllm#41838): the cell's runs in time order."""
-        runs = [v for launch in self._cells.launch_values(name, level, ACCEPT_LENGTHS) for v in launch]
+        runs = [v for launch in self._parts.cells.launch_values(name, level, ACCEPT_LENGTHS) for v in launch]
         trend = downward_trend(runs) if len(runs) >= 4 else None
         if trend is None or trend.p_value >= DRIFT_P or trend.change >= 0:
             return
         line = (f"accept length fell {trend.change:+.1%} across the cell's {len(runs)} runs in time order "
                 f"(trend p = {trend.p_value:.2g} < {DRIFT_P}): acceptance drifts within the session")
-        if self._suite.sweep.accept_drift == "fail" and result.verdict not in (FAIL, ERROR):
+        if self._parts.suite.sweep.accept_drift == "fail" and result.verdict not in (FAIL, ERROR):
             result.verdict = FAIL
-            result.message = f"accept_length {name} {self._levels.name(level)}: {line} (advanced.accept_drift = \"fail\")"
+            result.message = f"accept_length {name} {self._parts.levels.name(level)}: {line} (advanced.accept_drift = \"fail\")"
         else:
             result.message += f"\n  notes: {line}"

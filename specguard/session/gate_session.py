@@ -26,6 +26,7 @@ from specguard.session.cells import CellStore
 from specguard.session.history import Histories, git_commit, gpu_fingerprint
 from specguard.session.levels import SweepLevels
 from specguard.session.options import RunOptions
+from specguard.session.parts import SessionParts
 from specguard.session.plan import Plan, PlannedTest, Planner
 from specguard.session.recording import Recorder
 from specguard.session.servers import ServerPool
@@ -49,7 +50,8 @@ class GateSession:
         self.pool = ServerPool(suite, options, self.workload)
         self.cells = CellStore()
         self.histories = Histories(suite, options, self.pool, self.levels, gpu_fingerprint())
-        self.verdicts = Verdicts(suite, self.design, self.planner, self.pool, self.cells, self.histories, self.levels)
+        self.verdicts = Verdicts(SessionParts(suite, self.design, self.planner, self.pool, self.cells, self.histories,
+                                             self.levels))
         self.campaign = Campaign(suite, options, self.design, self.planner, self.pool, self.cells, self.verdicts,
                                  self.levels)
         self.recorder = Recorder(str(suite.path), options, self.pool, self.cells, self.histories, self.levels,

@@ -6,14 +6,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from specguard.config import Suite
-from specguard.decide.gates import ERROR, SKIP, GateDesign, GateResult, must_win_gate
+from specguard.decide.gates import ERROR, SKIP, GateResult, must_win_gate
 from specguard.labels import SPECULATION
-from specguard.session.cells import REQUEST_GOODPUTS, STEP_RATES, THROUGHPUTS, CellStore
-from specguard.session.history import Histories
-from specguard.session.levels import SweepLevels
-from specguard.session.plan import Planner
-from specguard.session.servers import ServerPool
+from specguard.session.cells import REQUEST_GOODPUTS, STEP_RATES, THROUGHPUTS
+from specguard.session.parts import SessionParts
 
 
 @dataclass(frozen=True)
@@ -38,53 +34,46 @@ class _Pair:
 class SpeculationGate:
     """Decides speculation tests on the session's cells and the references' stored sessions."""
 
-    def __init__(self, suite: Suite, design: GateDesign, planner: Planner, pool: ServerPool, cells: CellStore,
-                 histories: Histories, levels: SweepLevels) -> None:
-        self._suite = suite
-        self._design = design
-        self._planner = planner
-        self._pool = pool
-        self._cells = cells
-        self._histories = histories
-        self._levels = levels
+    def __init__(self, parts: SessionParts) -> None:
+        self._parts = parts
 
     def decide(self, name: str, level: int, must_win_up_to: int | None, stage: int) -> GateResult:
         """The speculative configuration against its reference: measured in this session where it
         was, else its stored sessions of the same environment."""
-        ref = self._suite.servers[name].reference
-        pair = _Pair(name, ref or "", level, stage, where=f"speculation {name} {self._levels.name(level)}",
-                     goodput=self._suite.tolerances.speculation_metric == "goodput")
+        ref = self._parts.suite.servers[name].reference
+        pair = _Pair(name, ref or "", level, stage, where=f"speculation {name} {self._parts.levels.name(level)}",
+                     goodput=self._parts.suite.tolerances.speculation_metric == "goodput")
         if ref is None:
-            return pair.error(f"configuration has no reference in {self._suite.path}")
-        spec = self._cells.launch_values(name, level, pair.metric)
+            return pair.error(f"configuration has no reference in {self._parts.suite.path}")
+        spec = self._parts.cells.launch_values(name, level, pair.metric)
         if pair.goodput and any(v <= 0 for launch in spec for v in launch):
-            return pair.error(f"goodput 0 in a run: no request met sweep.slo = {self._suite.sweep.slo!r}, so the goodput "
+            return pair.error(f"goodput 0 in a run: no request met sweep.slo = {self._parts.suite.sweep.slo!r}, so the goodput "
                               f"ratio is undefined; loosen the SLOs or lower the level")
-        if self._cells.cell(ref, level) is not None:
+        if self._parts.cells.cell(ref, level) is not None:
             return self._against_measured(pair, spec, must_win_up_to)
         return self._against_stored(pair, spec, must_win_up_to)
 
     def _against_measured(self, pair: _Pair, spec: list[list[float]], must_win_up_to: int | None) -> GateResult:
         """The reference was measured in this session (the day cancels)."""
-        ref_cell = self._cells[(pair.ref, pair.level)]
+        ref_cell = self._parts.cells[(pair.ref, pair.level)]
         if ref_cell.error:
-            return pair.error(f"reference {pair.ref} {self._levels.name(pair.level)} could not be measured: "
+            return pair.error(f"reference {pair.ref} {self._parts.levels.name(pair.level)} could not be measured: "
                               f"{ref_cell.error.splitlines()[0]}")
-        ref_values = self._cells.launch_values(pair.ref, pair.level, pair.metric)
+        ref_values = self._parts.cells.launch_values(pair.ref, pair.level, pair.metric)
         if pair.goodput and any(v <= 0 for launch in ref_values for v in launch):
             return pair.error(f"reference {pair.ref} had goodput 0 in a run (no request met sweep.slo = "
-                              f"{self._suite.sweep.slo!r}); the goodput ratio is undefined")
-        role = ", measured as reference" if (pair.ref, pair.level) in self._cells.reference_roles else ""
+                              f"{self._parts.suite.sweep.slo!r}); the goodput ratio is undefined")
+        role = ", measured as reference" if (pair.ref, pair.level) in self._parts.cells.reference_roles else ""
         return self._compare(pair, spec, must_win_up_to, f"{pair.ref} (this session{role})", ref_values, None)
 
     def _against_stored(self, pair: _Pair, spec: list[list[float]], must_win_up_to: int | None) -> GateResult:
         """The reference could not be measured here: its stored sessions of this environment, if any."""
         ref = pair.ref
-        failure = self._pool.state(ref).failure
+        failure = self._parts.pool.state(ref).failure
         if failure is not None and not failure.skip:
             return pair.error(f"reference {ref!r} could not be measured: {failure.line}")
         why = f"reference {ref!r} cannot be measured here ({failure.line})" if failure else f"reference {ref!r} was not measured"
-        history, reason, is_error = self._histories.reference(pair.name, ref, pair.level, pair.metric)
+        history, reason, is_error = self._parts.histories.reference(pair.name, ref, pair.level, pair.metric)
         if history is None:
             return GateResult(SPECULATION, pair.name, pair.level, ERROR if is_error else SKIP,
                               f"{pair.where}: {why} and has no usable stored baseline: {reason}", stage=pair.stage)
@@ -93,14 +82,15 @@ class SpeculationGate:
 
     def _compare(self, pair: _Pair, spec: list[list[float]], must_win_up_to: int | None, label: str,
                  reference: list[list[float]] | None, reference_history: list[list[float]] | None) -> GateResult:
-        limit = self._planner.must_win_limit(pair.name, must_win_up_to)
+        limit = self._parts.planner.must_win_limit(pair.name, must_win_up_to)
+        parts, current = self._parts, self._parts.planner.current
         result = must_win_gate(
             pair.name, pair.level, spec, reference, label, must_win=limit is not None and pair.level <= limit,
-            tol=self._suite.tolerances, alpha_cell=self._planner.current.alpha_for(SPECULATION, pair.name, pair.level),
-            design=self._design, spread=self._histories.spread(pair.metric, self._planner.current.selected_cells),
+            tol=parts.suite.tolerances, alpha_cell=current.alpha_for(SPECULATION, pair.name, pair.level),
+            design=parts.design, spread=parts.histories.spread(pair.metric, current.selected_cells),
             reference_history=reference_history, stage=pair.stage,
-            pair_histories=(self._histories.stored(pair.name, pair.level, pair.metric),
-                            self._histories.stored(pair.ref, pair.level, pair.metric)))
+            pair_histories=(parts.histories.stored(pair.name, pair.level, pair.metric),
+                            parts.histories.stored(pair.ref, pair.level, pair.metric)))
         if reference is not None and not pair.goodput:
             result.message = result.message.replace(" -> ", self._halves(pair) + " -> ", 1)
         return _on_goodput(result) if pair.goodput else result
@@ -108,9 +98,9 @@ class SpeculationGate:
     def _halves(self, pair: _Pair) -> str:
         """Where the speculative configuration's speed comes from, against its reference measured
         here: its accept length, and its verify step against the reference's decode step."""
-        accept = [v for launch in self._cells.launch_values(pair.name, pair.level, "accept_lengths") for v in launch]
-        spec_rates = [v for launch in self._cells.launch_values(pair.name, pair.level, STEP_RATES) for v in launch]
-        ref_rates = [v for launch in self._cells.launch_values(pair.ref, pair.level, STEP_RATES) for v in launch]
+        accept = [v for launch in self._parts.cells.launch_values(pair.name, pair.level, "accept_lengths") for v in launch]
+        spec_rates = [v for launch in self._parts.cells.launch_values(pair.name, pair.level, STEP_RATES) for v in launch]
+        ref_rates = [v for launch in self._parts.cells.launch_values(pair.ref, pair.level, STEP_RATES) for v in launch]
         if not (accept and spec_rates and ref_rates):
             return ""
         spec_ms, ref_ms = 1e3 * len(spec_rates) / sum(spec_rates), 1e3 * len(ref_rates) / sum(ref_rates)

@@ -3,42 +3,31 @@ decision per test when a configuration was decided in stages (relaunch on suspic
 
 from __future__ import annotations
 
-from specguard.config import Suite
-from specguard.decide.gates import ERROR, SKIP, GateDesign, GateResult, final_failures, final_results
+from specguard.decide.gates import ERROR, SKIP, GateResult, final_failures, final_results
 from specguard.labels import SPECULATION, GateLabel
 from specguard.session.cell_gates import CellGates
-from specguard.session.cells import CellStore
-from specguard.session.history import Histories
-from specguard.session.levels import SweepLevels
 from specguard.session.options import ConfigUnavailable
-from specguard.session.plan import PlannedTest, Planner
-from specguard.session.servers import ServerPool
+from specguard.session.parts import SessionParts
+from specguard.session.plan import PlannedTest
 from specguard.session.speculation_gate import SpeculationGate
 
 
 class Verdicts:
     """Decides gate tests on the session's cells and stored histories; keeps every result."""
 
-    def __init__(self, suite: Suite, design: GateDesign, planner: Planner, pool: ServerPool, cells: CellStore,
-                 histories: Histories, levels: SweepLevels) -> None:
-        self._suite = suite
-        self._design = design
-        self._planner = planner
-        self._pool = pool
-        self._cells = cells
-        self._histories = histories
-        self._levels = levels
+    def __init__(self, parts: SessionParts) -> None:
+        self._parts = parts
         self.results: list[GateResult] = []  # what each test reported, in order
         self.stage1: list[GateResult] = []
         self.later_stages: list[GateResult] = []  # decided again after a relaunch
         self._final: dict[tuple[str, str, int], GateResult] = {}  # (label, config, level) -> decided at sweep
-        self._cell_gates = CellGates(suite, design, planner, pool, cells, histories, levels)
-        self._speculation = SpeculationGate(suite, design, planner, pool, cells, histories, levels)
+        self._cell_gates = CellGates(parts)
+        self._speculation = SpeculationGate(parts)
 
     def report(self, gate: str, name: str, level: int, must_win_up_to: int | None = None,
                category: str = "") -> GateResult:
         """A test's verdict: decided when its configuration was swept in stages, else now (stage 1)."""
-        self._planner.saw(PlannedTest(name, level, gate, category))
+        self._parts.planner.saw(PlannedTest(name, level, gate, category))
         decided = self._final.get((str(GateLabel(gate, category)), name, level))
         if decided is not None and must_win_up_to is None:
             return self._record(decided)
@@ -49,8 +38,8 @@ class Verdicts:
     def decide(self, name: str, stage: int) -> list[GateResult]:
         """Decide every planned gate test of a configuration whose cell was measured error-free."""
         out = []
-        for t in self._planner.current.selected_tests:
-            if t.config != name or self._cells.cell(name, t.level) is None or self._cells.error(name, t.level):
+        for t in self._parts.planner.current.selected_tests:
+            if t.config != name or self._parts.cells.cell(name, t.level) is None or self._parts.cells.error(name, t.level):
                 continue
             result = self._guarded(t.gate, name, t.level, stage, None, t.category)
             (self.stage1 if stage == 1 else self.later_stages).append(result)
@@ -64,7 +53,7 @@ class Verdicts:
 
     def final_failures(self) -> list[GateResult]:
         """Every enforced failure: per-cell verdicts and Holm over each test's final decision."""
-        return final_failures(self.stage1, self.later_stages, self._suite.tolerances, self._design)
+        return final_failures(self.stage1, self.later_stages, self._parts.suite.tolerances, self._parts.design)
 
     def _guarded(self, gate: str, name: str, level: int, stage: int, must_win_up_to: int | None,
                  category: str = "") -> GateResult:
@@ -78,16 +67,16 @@ class Verdicts:
             return GateResult(label, name, level, SKIP if exc.skip else ERROR, exc.line, stage=stage)
         except Exception as exc:  # noqa: BLE001 - reported as one line, the test is "not measured"
             return GateResult(label, name, level, ERROR,
-                              f"{label} {name} {self._levels.name(level)}: internal error (a specguard bug): "
+                              f"{label} {name} {self._parts.levels.name(level)}: internal error (a specguard bug): "
                               f"{type(exc).__name__}: {exc}", stage=stage)
 
     def _record(self, result: GateResult) -> GateResult:
         """The result as its test reports it: named at its level, with the server's notes."""
-        if self._levels.rate:  # the gates name the level "c8"; at a rate level it is "r8"
+        if self._parts.levels.rate:  # the gates name the level "c8"; at a rate level it is "r8"
             result.message = result.message.replace(f" {result.config} c{result.concurrency}",
                                                     f" {result.config} r{result.concurrency}")
-        notes = self._pool.warnings_for(result.config)
-        cell = self._cells.cell(result.config, result.concurrency)
+        notes = self._parts.pool.warnings_for(result.config)
+        cell = self._parts.cells.cell(result.config, result.concurrency)
         if cell:
             notes = notes + cell.warnings
         if notes and "\n  notes: " not in result.message:

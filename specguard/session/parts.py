@@ -1,0 +1,26 @@
+"""The parts of a session every gate reads: the suite and its design, the planner (family and
+alpha), the server pool, the measured cells, the stored histories and the sweep's levels. Built
+once by the session (``GateSession``) and handed to the verdict classes as one object."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from specguard.config import Suite
+from specguard.decide.gates import GateDesign
+from specguard.session.cells import CellStore
+from specguard.session.history import Histories
+from specguard.session.levels import SweepLevels
+from specguard.session.plan import Planner
+from specguard.session.servers import ServerPool
+
+
+@dataclass(frozen=True)
+class SessionParts:
+    suite: Suite
+    design: GateDesign
+    planner: Planner
+    pool: ServerPool
+    cells: CellStore
+    histories: Histories
+    levels: SweepLevels
