@@ -7,7 +7,7 @@ the pytest plugin all spell a level, a gate and an outcome the same way.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import IntEnum
+from enum import Enum, IntEnum
 
 THROUGHPUT, ACCEPT_LENGTH, STEP_TIME, SPECULATION = "throughput", "accept_length", "step_time", "speculation"
 GATES = (THROUGHPUT, ACCEPT_LENGTH, STEP_TIME, SPECULATION)
@@ -65,6 +65,32 @@ class Level:
 
     def __str__(self) -> str:
         return self.name
+
+    @classmethod
+    def parse(cls, name: str) -> Level:
+        """A level from its name: "c16" (16 clients) or "r8" (8 requests/s)."""
+        kind, digits = name[:1], name[1:]
+        if kind not in ("c", "r") or not digits.isdigit():
+            raise ValueError(f"level {name!r}: expected c<clients> or r<requests per second>, e.g. c16 or r8")
+        return cls(int(digits), kind == "r")
+
+
+class TextEnum(str, Enum):
+    """An enum of words: ``str(v)`` and f-strings give the value on every Python (3.11 changed
+    ``format`` of mixed-in enums to the member's name), and JSON stores the value."""
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+
+class Verdict(TextEnum):
+    """A gate test's decision."""
+
+    PASS = "pass"
+    FAIL = "fail"
+    INCONCLUSIVE = "inconclusive"
+    SKIP = "skip"  # not decided: nothing to compare with (a first run), or the server cannot serve it
+    ERROR = "error"  # not measured, or a gate that could not be decided (exit 3, never a regression)
 
 
 class ExitCode(IntEnum):

@@ -5,7 +5,8 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from specguard.report.results import SCHEMA, SCHEMA_VERSION, cell_summary
+from specguard.report.results import SCHEMA, SCHEMA_VERSION
+from specguard.report.summary import cell_summary
 
 # Seed figure A (the seed-figures reference (shared with the team, outside this repository)): tok/s by concurrency.
 SEED_A = {
@@ -54,7 +55,7 @@ def make_doc(curves: dict[str, dict[int, float]], settings: dict[str, dict[str, 
         for c, v in curves[name].items():
             acc = (accept or {}).get(name, 2.0 if s else None)
             runs = [_run(v * scale * f, c, acc) for f in (1 - spread, 1.0, 1 + spread)]
-            cells.append({"config": name, "concurrency": c, "error": None, "warnings": [], "wall_s": 3.0,
+            cells.append({"config": name, "level": f"c{c}", "error": None, "warnings": [], "wall_s": 3.0,
                           "summary": cell_summary(runs), "runs": runs, "warmup_runs": []})
     return {
         "schema": SCHEMA, "schema_version": SCHEMA_VERSION, "created": "2026-11-29T00:00:00+00:00",
@@ -76,3 +77,11 @@ def make_doc(curves: dict[str, dict[int, float]], settings: dict[str, dict[str, 
 
 def seed_a_doc(**kw: Any) -> dict[str, Any]:
     return make_doc(copy.deepcopy(SEED_A), {"mtp": dict(MTP)}, **kw)
+
+
+def as_rate_sweep(doc: dict[str, Any]) -> dict[str, Any]:
+    """The same document relabelled as an open-loop sweep: each level N becomes N requests/s (rN)."""
+    doc["sweep"]["request_rate"] = list(doc["sweep"]["concurrency"])
+    for item in [*doc["cells"], *doc["decisions"]]:
+        item["level"] = "r" + item["level"][1:]
+    return doc

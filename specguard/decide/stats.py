@@ -18,8 +18,35 @@ import numpy as np
 from scipy import special
 
 from specguard.config import FAIL_RULES, PRIOR_BETWEEN_DOF
+from specguard.labels import Verdict
 
-PASS, FAIL, INCONCLUSIVE = "pass", "fail", "inconclusive"
+# A history whose spread exceeds the prior's at this level contradicts the prior. 1 %, not 5 %:
+# a contradicted prior is dropped (``between_estimate``) and a cell of K = 5 stored sessions then
+# has 4 dof, too few to fail anything at its alpha, so with a right prior the check disarms about
+# this share of cells. At 5 % that cost the engine-slowdown scenario 2-4 points of power per level;
+# at 1 % a prior at half the truth is caught in 51 % of cells instead of 67 % (docs/statistics.md).
+PRIOR_CHECK_P = 0.01
+
+
+@dataclass(frozen=True)
+class Prior:
+    """The declared between-launch spread of a metric (log scale) and how much it counts: its
+    share common to every launch of one session (``day_sd``), its weight in pseudo degrees of
+    freedom, and the level at which a history's own spread contradicts it (``checked_prior``)."""
+
+    between_sd: float
+    day_sd: float = 0.0
+    dof: float = PRIOR_BETWEEN_DOF
+    check_p: float = PRIOR_CHECK_P
+
+
+@dataclass(frozen=True)
+class Rule:
+    """How an estimate becomes a verdict: the fail rule (config.FAIL_RULES) and the one-sided level
+    of a pass (None: the fail interval's lower bound)."""
+
+    fail_rule: str = "significant"
+    pass_confidence: float | None = 0.95
 
 
 @dataclass(frozen=True)
@@ -45,16 +72,13 @@ class RatioEstimate:
     pass_low: float | None = None
     pass_confidence: float | None = None
 
-    def outcome(self) -> str:
+    def outcome(self) -> Verdict:
         tested_at = self.threshold if self.test_at is None else self.test_at
         if self.high < tested_at and self.ratio < self.threshold:  # significant, and beyond the threshold
-            return FAIL
+            return Verdict.FAIL
         if (self.low if self.pass_low is None else self.pass_low) >= self.threshold:
-            return PASS
-        return INCONCLUSIVE
-
-    def describe(self) -> str:
-        return f"{self.ratio:.3f} [{self.low:.3f}, {self.high:.3f}]"
+            return Verdict.PASS
+        return Verdict.INCONCLUSIVE
 
 
 def _logs(values: Sequence[float], what: str) -> np.ndarray:
@@ -239,14 +263,6 @@ def between_variance(prior_sd: float, measured: SpreadEstimate | None, prior_dof
         return p2, prior_dof, "prior"
     dof = prior_dof + measured.dof
     return (prior_dof * p2 + measured.dof * measured.var) / dof, dof, f"prior + {measured.source}"
-
-
-# A history whose spread exceeds the prior's at this level contradicts the prior. 1 %, not 5 %:
-# a contradicted prior is dropped (``between_estimate``) and a cell of K = 5 stored sessions then
-# has 4 dof, too few to fail anything at its alpha, so with a right prior the check disarms about
-# this share of cells. At 5 % that cost the engine-slowdown scenario 2-4 points of power per level;
-# at 1 % a prior at half the truth is caught in 51 % of cells instead of 67 % (docs/statistics.md).
-PRIOR_CHECK_P = 0.01
 
 
 def between_estimate(prior_sd: float, measured: SpreadEstimate | None, pool: SpreadEstimate | None,

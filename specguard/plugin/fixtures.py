@@ -8,15 +8,16 @@ from typing import Any
 
 import pytest
 
-from specguard.decide.gates import ERROR, FAIL, INCONCLUSIVE, SKIP, GateResult
-from specguard.labels import STATUS_NOT_MEASURED, STATUS_REGRESSION, THROUGHPUT, GateLabel, is_history_gate
+from specguard.decide.result import GateResult
+from specguard.labels import STATUS_NOT_MEASURED, STATUS_REGRESSION, THROUGHPUT, GateLabel, Verdict
 from specguard.measure.sweep import CellMeasurement, Driver, plain_driver
 from specguard.plugin import state
 from specguard.plugin.collection import Cell, gate_of
 from specguard.plugin.session import get_session
-from specguard.report.results import cell_summary
 from specguard.report.schema import SummaryFigure
+from specguard.report.summary import cell_summary
 from specguard.report.terminal import fmt_num
+from specguard.report.verdict_text import message
 from specguard.session import ConfigUnavailable, GateSession
 
 FAILURE_KIND = "specguard_failure"  # user property: why a test failed (regression / not-measured)
@@ -112,7 +113,8 @@ class CellTest:
     def enforce(self, result: GateResult) -> None:
         """Turn a gate result into pass / skip / fail, with the one-line verdict as the message."""
         node = self.request.node
-        node.user_properties += [("gate", result.gate), ("verdict", result.verdict), ("enforced", result.enforced)]
+        node.user_properties += [("gate", str(result.gate)), ("verdict", result.verdict.value),
+                                 ("enforced", result.enforced)]
         if result.estimate is not None:
             node.user_properties += [("ratio", f"{result.estimate.ratio:.4f}"), ("ci_low", f"{result.estimate.low:.4f}"),
                                      ("ci_high", f"{result.estimate.high:.4f}")]
@@ -121,20 +123,20 @@ class CellTest:
         if result.reference is not None:
             node.user_properties.append(("reference", f"{result.reference:.4f}"))
         opts = self.session.options
-        updating = opts.update_baselines and is_history_gate(result.gate)
-        if result.verdict == SKIP:
+        updating = opts.update_baselines and result.gate.is_history
+        if result.verdict == Verdict.SKIP:
             if opts.require_baselines and not updating:
-                self.fail(result.message, STATUS_NOT_MEASURED)
+                self.fail(message(result), STATUS_NOT_MEASURED)
             if updating:
                 return  # a first baseline is being written
-            pytest.skip(result.message)
+            pytest.skip(message(result))
         if updating:
             return  # accepting a new baseline: report the change, do not gate on the old one
-        if result.verdict == ERROR:
-            self.fail(result.message, STATUS_NOT_MEASURED)
-        inconclusive_fails = result.verdict == INCONCLUSIVE and self.session.suite.tolerances.inconclusive == "fail"
-        if result.enforced and (result.verdict == FAIL or inconclusive_fails):
-            self.fail(result.message, STATUS_REGRESSION)
+        if result.verdict == Verdict.ERROR:
+            self.fail(message(result), STATUS_NOT_MEASURED)
+        inconclusive_fails = result.verdict == Verdict.INCONCLUSIVE and self.session.suite.tolerances.inconclusive == "fail"
+        if result.enforced and (result.verdict == Verdict.FAIL or inconclusive_fails):
+            self.fail(message(result), STATUS_REGRESSION)
 
 
 def _benchmark_driver(benchmark: Any) -> Driver:
@@ -163,6 +165,6 @@ def specguard(pytestconfig: pytest.Config) -> GateSession:
 @pytest.fixture
 def cell(specguard: GateSession, specguard_cell: Cell, request: pytest.FixtureRequest) -> CellTest:
     gate = gate_of(request.node) or ""
-    request.node.user_properties += [("config", specguard_cell.config), ("concurrency", specguard_cell.level.value),
+    request.node.user_properties += [("config", specguard_cell.config), ("level", specguard_cell.level.name),
                                      ("gate", str(GateLabel(gate, specguard_cell.category)) if gate else "")]
     return CellTest(specguard, specguard_cell, request)

@@ -17,16 +17,17 @@ from typing import Any, Literal
 import pytest
 
 from specguard.decide.baselines import BaselineOutcome
-from specguard.decide.gates import SKIP
-from specguard.labels import STATUS_NOT_MEASURED, STATUS_REGRESSION, ExitCode, is_history_gate, status_of
+from specguard.decide.result import Why
+from specguard.labels import STATUS_NOT_MEASURED, STATUS_REGRESSION, ExitCode, Verdict, is_history_gate, status_of
 from specguard.plugin import state
 from specguard.plugin.collection import cell_of
 from specguard.plugin.fixtures import FAILURE_KIND
 from specguard.plugin.hints import record_command
 from specguard.plugin.scheduling import WORKER_OUTPUT_KEY, WORKER_STAGE_KEY, claim_dir, commit_worker_stages, is_worker
+from specguard.report.merge import merge_documents
 from specguard.report.publish import write_report_dir
-from specguard.report.results import family_holm, merge_documents, write_results
-from specguard.report.schema import FailedTestDoc, ResultsDoc, TestDoc
+from specguard.report.results import family_holm, write_results
+from specguard.report.schema import DecisionDoc, FailedTestDoc, ResultsDoc, TestDoc
 from specguard.report.terminal import render_summary
 from specguard.session.results import build_results
 
@@ -112,7 +113,7 @@ class TestLog:
         first = next((ln for ln in message.splitlines() if ln.strip()), "")
         if first.startswith("Skipped: "):
             first = first[len("Skipped: "):]
-        return {"nodeid": report.nodeid, "config": props.get("config"), "concurrency": props.get("concurrency"),
+        return {"nodeid": report.nodeid, "config": props.get("config"), "level": props.get("level"),
                 "gate": props.get("gate") or ("family_holm" if report.nodeid == HOLM_NODEID else None),
                 "category": props.get("category") or None,
                 "outcome": outcome, "verdict": props.get("verdict"), "enforced": props.get("enforced", True),
@@ -176,7 +177,13 @@ def _first_run(doc: ResultsDoc) -> bool:
     if doc["options"].get("update_baselines"):
         return False
     hist = [d for d in doc["decisions"] if is_history_gate(d["gate"])]
-    return bool(hist) and all(d["verdict"] == SKIP and "no baseline" in d["message"] for d in hist)
+    return bool(hist) and all(d["verdict"] == Verdict.SKIP and _missing(d) == Why.NO_BASELINE for d in hist)
+
+
+def _missing(d: DecisionDoc) -> str | None:
+    """Why a decision had nothing to compare with (decide.result.Why), if that was its problem."""
+    problem = d.get("problem")
+    return problem["why"] if problem else None
 
 
 def _session_document(config: pytest.Config, interrupted: bool) -> tuple[ResultsDoc, BaselineOutcome | None] | None:

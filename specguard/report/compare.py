@@ -12,10 +12,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from specguard.decide.gates import gate_confidence
-from specguard.decide.stats import FAIL, RatioEstimate, compare_sessions
-from specguard.report.results import ResultsError, config_order, effective, sorted_cells
+from specguard.decide.stats import RatioEstimate, compare_sessions
+from specguard.labels import Level, Verdict
+from specguard.report.results import ResultsError, cell_level, config_order, effective, sorted_cells
 from specguard.report.schema import ResultsDoc
-from specguard.report.terminal import fmt
+from specguard.report.terminal import fmt, level_column
 
 COMPARABLE_WORKLOAD = ("kind", "input_len", "output_len", "seed", "repeated_id", "vocab_size", "path")
 COMPARABLE_SWEEP = ("api", "requests_per_worker")
@@ -26,12 +27,12 @@ METRICS = {"throughput": ("output_throughput", "throughput", "prior_between_sd")
 @dataclass(frozen=True)
 class CellComparison:
     config: str
-    concurrency: int
+    level: Level
     metric: str  # "throughput" or "accept_length"
     a: float
     b: float
     estimate: RatioEstimate
-    verdict: str  # pass / fail / inconclusive (against 1 - tolerance)
+    verdict: Verdict  # pass / fail / inconclusive (against 1 - tolerance)
 
 
 @dataclass
@@ -41,7 +42,7 @@ class Comparison:
 
     @property
     def regressed(self) -> bool:
-        return any(c.verdict == FAIL for c in self.cells)
+        return any(c.verdict == Verdict.FAIL for c in self.cells)
 
 
 def _check_comparable(a: ResultsDoc, b: ResultsDoc) -> None:
@@ -54,12 +55,12 @@ def _check_comparable(a: ResultsDoc, b: ResultsDoc) -> None:
                            + "; ".join(diffs))
 
 
-def _samples(doc: ResultsDoc, key: str) -> dict[tuple[str, int], list[float]]:
+def _samples(doc: ResultsDoc, key: str) -> dict[tuple[str, Level], list[float]]:
     out = {}
     for cell in sorted_cells(doc):
         vals = [r[key] for r in cell["runs"] if r.get(key) is not None and r[key] > 0]
         if not cell["error"] and len(vals) >= 2:
-            out[(cell["config"], cell["concurrency"])] = vals
+            out[(cell["config"], cell_level(cell))] = vals
     return out
 
 
@@ -107,7 +108,7 @@ def compare(a: ResultsDoc, b: ResultsDoc) -> Comparison:
     return Comparison(out, notes)
 
 
-Pair = tuple[str, tuple[str, int], list[float], list[float]]  # metric, (config, level), A's runs, B's runs
+Pair = tuple[str, tuple[str, Level], list[float], list[float]]  # metric, (config, level), A's runs, B's runs
 
 
 def _pairs(a: ResultsDoc, b: ResultsDoc) -> list[Pair]:
@@ -118,8 +119,8 @@ def _pairs(a: ResultsDoc, b: ResultsDoc) -> list[Pair]:
         sa, sb = _samples(a, key), _samples(b, key)
         pairs += [(metric, cell, sa[cell], sb[cell]) for cell in sb if cell in sa]
     if not pairs:
-        cells_a = sorted({(c["config"], c["concurrency"]) for c in a["cells"]})
-        cells_b = sorted({(c["config"], c["concurrency"]) for c in b["cells"]})
+        cells_a = sorted({(c["config"], cell_level(c)) for c in a["cells"]})
+        cells_b = sorted({(c["config"], cell_level(c)) for c in b["cells"]})
         raise ResultsError(f"no cell was measured (error-free, >= 2 runs) in both files: A has {_names(cells_a)}, "
                            f"B has {_names(cells_b)}")
     order = {name: i for i, name in enumerate(config_order(b))}
@@ -129,9 +130,9 @@ def _pairs(a: ResultsDoc, b: ResultsDoc) -> list[Pair]:
 
 def _unpaired_notes(a: ResultsDoc, b: ResultsDoc, compared: list[CellComparison]) -> list[str]:
     """The cells of either document that were not compared (missing, failed or too few runs in the other)."""
-    done = {(x.config, x.concurrency) for x in compared}
-    only_a = {(c["config"], c["concurrency"]) for c in a["cells"]} - done
-    only_b = {(c["config"], c["concurrency"]) for c in b["cells"]} - done
+    done = {(x.config, x.level) for x in compared}
+    only_a = {(c["config"], cell_level(c)) for c in a["cells"]} - done
+    only_b = {(c["config"], cell_level(c)) for c in b["cells"]} - done
     notes = []
     if only_a:
         notes.append(f"not compared (missing or failed in B): {_names(sorted(only_a))}")
@@ -140,8 +141,8 @@ def _unpaired_notes(a: ResultsDoc, b: ResultsDoc, compared: list[CellComparison]
     return notes
 
 
-def _names(cells: list[tuple[str, int]]) -> str:
-    return ", ".join(f"{n}-c{c}" for n, c in cells) or "none"
+def _names(cells: list[tuple[str, Level]]) -> str:
+    return ", ".join(f"{n}-{level}" for n, level in cells) or "none"
 
 
 def render_text(cmp: Comparison, a_label: str, b_label: str) -> str:
@@ -151,13 +152,13 @@ def render_text(cmp: Comparison, a_label: str, b_label: str) -> str:
         e = x.estimate
         spec = ".1f" if x.metric == "throughput" else ".3f"
         ci = f"{e.ratio:.3f} [{e.low:.3f}, {e.high:.3f}]"
-        verdict = x.verdict.upper() if x.verdict == FAIL else x.verdict
-        if x.verdict != FAIL and e.low > 1:
+        verdict = x.verdict.upper() if x.verdict == Verdict.FAIL else x.verdict
+        if x.verdict != Verdict.FAIL and e.low > 1:
             verdict += " (faster)" if x.metric == "throughput" else " (higher)"
-        lines.append(f"{x.config:<12} {x.concurrency:>4} {x.metric:<13} {fmt(x.a, spec):>9} {fmt(x.b, spec):>9} {ci:>26}  "
-                     f"{verdict}")
+        lines.append(f"{x.config:<12} {level_column(x.level):>4} {x.metric:<13} {fmt(x.a, spec):>9} {fmt(x.b, spec):>9} "
+                     f"{ci:>26}  {verdict}")
     lines += [f"note: {n}" for n in cmp.notes]
-    failed = sum(1 for x in cmp.cells if x.verdict == FAIL)
+    failed = sum(1 for x in cmp.cells if x.verdict == Verdict.FAIL)
     lines.append(f"compare: {failed} of {len(cmp.cells)} cell comparisons regressed" if failed
                  else f"compare: no regression in {len(cmp.cells)} cell comparisons")
     return "\n".join(lines)

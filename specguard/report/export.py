@@ -22,7 +22,6 @@ from typing import Any, Protocol
 from specguard.decide.baselines import atomic_write_json
 from specguard.labels import ExitCode
 from specguard.report.markdown import STATUS_TEXT, headline, render_markdown
-from specguard.report.recommend import level_kind, level_label
 from specguard.report.results import ResultsError, load
 from specguard.report.schema import CellDoc, DecisionDoc, ResultsDoc, SummaryFigure
 from specguard.report.terminal import outcome_line
@@ -71,15 +70,14 @@ def _cell_measures(cell: CellDoc, speedup: DecisionDoc | None) -> dict[str, Metr
 
 def to_bencher(doc: ResultsDoc) -> dict[str, dict[str, Metric]]:
     """Every measured cell as a BMF benchmark (cells that errored have no numbers and are left out)."""
-    kind = level_kind(doc)
-    speedups = {(d["config"], d["concurrency"]): d for d in doc["decisions"] if d["gate"] == "speculation"}
+    speedups = {(d["config"], d["level"]): d for d in doc["decisions"] if d["gate"] == "speculation"}
     out = {}
     for cell in doc["cells"]:
         if cell["error"] or not cell["runs"]:
             continue
-        measures = _cell_measures(cell, speedups.get((cell["config"], cell["concurrency"])))
+        measures = _cell_measures(cell, speedups.get((cell["config"], cell["level"])))
         if measures:
-            out[f"{cell['config']}-{level_label(kind, cell['concurrency'])}"] = measures
+            out[f"{cell['config']}-{cell['level']}"] = measures
     return out
 
 

@@ -8,6 +8,7 @@ import base64
 import html
 
 from specguard.report.markdown import headline
+from specguard.report.results import decision_text
 from specguard.report.schema import ResultsDoc
 from specguard.report.terminal import COLUMNS, first_run_line, notes, outcome_line, summary_rows
 
@@ -90,7 +91,7 @@ def _decisions(doc: ResultsDoc) -> list[str]:
     out = ["<h3>Decisions</h3>"]
     for d in doc["decisions"]:
         cls = d["verdict"] if d["enforced"] and d["verdict"] in ("pass", "fail", "error") else ""
-        out.append(f"<pre class='{cls}'>{html.escape(d['message'])}</pre>")
+        out.append(f"<pre class='{cls}'>{html.escape(decision_text(d))}</pre>")
     return out
 
 

@@ -11,9 +11,11 @@ from __future__ import annotations
 import io
 from typing import TYPE_CHECKING
 
+from specguard.labels import Level
 from specguard.report.recommend import CONCURRENCY, REQUEST_RATE, crossing, level_kind, level_label, ratio_curve
-from specguard.report.results import config_order, configs_by_name, median, sorted_cells, throughputs
+from specguard.report.results import cell_level, config_order, configs_by_name, sorted_cells, throughputs
 from specguard.report.schema import LatencyKey, ResultsDoc
+from specguard.report.summary import median
 
 if TYPE_CHECKING:  # matplotlib is the optional `plots` extra: imported where a figure is drawn
     from matplotlib.axes import Axes
@@ -101,7 +103,7 @@ def _series(doc: ResultsDoc, name: str, key: str) -> tuple[list[int], list[float
         mid = median(vals)
         if mid is None:
             continue
-        cs.append(cell["concurrency"])
+        cs.append(cell_level(cell).value)
         med.append(mid)
         lo.append(min(vals))
         hi.append(max(vals))
@@ -119,7 +121,7 @@ def _plot_runs(ax: Axes, doc: ResultsDoc, name: str, key: str, color: str) -> li
 
 
 def _levels(doc: ResultsDoc) -> list[int]:
-    return sorted({c["concurrency"] for c in doc["cells"]})
+    return sorted({cell_level(c).value for c in doc["cells"]})
 
 
 def throughput_png(doc: ResultsDoc) -> bytes | None:
@@ -131,7 +133,7 @@ def throughput_png(doc: ResultsDoc) -> bytes | None:
         if not _plot_runs(ax, doc, name, "output_throughput", colors[name]):
             continue
         drawn = True
-        base = sorted((d["concurrency"], d["reference"]) for d in doc["decisions"]
+        base = sorted((Level.parse(d["level"]).value, d["reference"]) for d in doc["decisions"]
                       if d["config"] == name and d["gate"] == "throughput" and d.get("reference"))
         if base:
             banded = True
@@ -261,14 +263,14 @@ def latency_points(doc: ResultsDoc, name: str, key: LatencyKey) -> list[tuple[in
     """(level, latency) of a configuration's error-free cells with runs, in level order; a level
     whose figure is missing (or 0) is left out."""
     cells = [c for c in sorted_cells(doc) if c["config"] == name and not c["error"] and c["runs"]]
-    return [(c["concurrency"], v) for c in cells if (v := c["summary"][key])]
+    return [(cell_level(c).value, v) for c in cells if (v := c["summary"][key])]
 
 
 def acceptance_position_png(doc: ResultsDoc) -> bytes | None:
     """Share of verify steps that accepted at least k drafts, by draft position k, per speculative
     configuration and concurrency (runs' correct_drafts_histogram pooled per cell): the steps
     beyond which another drafted token rarely pays."""
-    colors, kind = _colors(doc), level_kind(doc)
+    colors = _colors(doc)
     fig, (ax,) = _figure()
     drawn, positions = False, 1
     for cell in sorted_cells(doc):
@@ -283,7 +285,7 @@ def acceptance_position_png(doc: ResultsDoc) -> bytes | None:
         at_least = [sum(hist[k:]) / steps for k in range(1, len(hist))]
         ax.plot(range(1, len(hist)), at_least, color=colors.get(cell["config"]), marker="o", ms=4, lw=1.5,
                 alpha=0.8,
-                label=f"{cell['config']} {level_label(kind, cell['concurrency'])}")
+                label=f"{cell['config']} {cell['level']}")
         drawn, positions = True, max(positions, len(hist) - 1)
     if not drawn:
         return None

@@ -71,7 +71,7 @@ class SummaryDoc(_SummaryFigures, total=False):
 
 class CellDoc(TypedDict):
     config: str
-    concurrency: int  # the level: clients, or requests/s in a request-rate sweep
+    level: str  # labels.Level's name: "c16" (16 clients) or "r8" (8 requests/s, open loop)
     error: str | None
     warnings: list[str]
     wall_s: float
@@ -100,26 +100,69 @@ class EstimateDoc(_EstimateFigures, total=False):
     pass_confidence: float | None
 
 
+class VersusDoc(TypedDict):
+    against: str  # decide.result.Against
+    name: str
+    sessions: int
+
+
+class ProblemDoc(TypedDict):
+    why: str  # decide.result.Why
+    detail: str
+    value: float | None
+    limit: float | None
+    count: int | None
+    reference: str
+    context: str
+
+
+class AttributionDoc(TypedDict):
+    half: str  # decide.result.Half ("" for neither)
+    step_rate: EstimateDoc | None
+    accept: EstimateDoc | None
+
+
+class FactorsDoc(TypedDict):
+    accept_length: float
+    reference_step_ms: float
+    step_ms: float
+
+
+class DriftDoc(TypedDict):
+    change: float
+    runs: int
+    p_value: float
+    limit_p: float
+
+
 class _DecisionFields(TypedDict):
-    gate: str
+    gate: str  # labels.GateLabel's text
     config: str
-    concurrency: int
-    verdict: str
-    message: str
+    level: str  # labels.Level's name
+    verdict: str  # labels.Verdict
     estimate: EstimateDoc | None
     current: float | None
     reference: float | None
+    versus: VersusDoc | None
+    tolerance: float | None
+    rule: str
     enforced: bool
     alpha: float | None
+    launches: int
+    stage: int
+    attribution: AttributionDoc | None
+    factors: FactorsDoc | None
+    goodput: bool
+    problem: ProblemDoc | None
+    drift: DriftDoc | None
+    notes: list[str]
 
 
 class DecisionDoc(_DecisionFields, total=False):
-    """A `decide.gates.GateResult`, as stored, and what the session derives from it."""
+    """A `decide.result.GateResult`, as stored, and what the session derives from it."""
 
-    launches: int
-    stage: int
-    attribution: str
     detectable_drop: float | None  # added by session/results.py (docs/results.md)
+    legacy_message: str  # a decision read from a schema-2 file: its line as that specguard worded it
 
 
 class TestDoc(TypedDict, total=False):
@@ -127,7 +170,7 @@ class TestDoc(TypedDict, total=False):
 
     nodeid: str
     config: str | None  # None for the session-level test specguard::family_holm
-    concurrency: int | None
+    level: str | None
     gate: str | None
     category: str | None
     outcome: str  # passed / failed / skipped
@@ -169,7 +212,24 @@ class CrossoverDoc(TypedDict):
 
 
 # "for" is a Python keyword, so this one is spelled in the functional form.
-ReferenceRoleDoc = TypedDict("ReferenceRoleDoc", {"config": str, "concurrency": int, "for": list[str]})
+ReferenceRoleDoc = TypedDict("ReferenceRoleDoc", {"config": str, "level": str, "for": list[str]})
+
+
+class RelaunchReasonDoc(TypedDict):
+    why: str  # decide.gates.RelaunchWhy
+    gate: str
+    config: str
+    level: str
+    ratio: float
+    p_value: float
+    limit_p: float
+
+
+class RelaunchDoc(TypedDict, total=False):
+    stage: int
+    reasons: list[RelaunchReasonDoc]
+    failed: str | None
+    lines: list[str]  # a schema-2 file's relaunch lines, as that specguard worded them
 
 
 class ResultsDoc(TypedDict, total=False):
@@ -195,7 +255,7 @@ class ResultsDoc(TypedDict, total=False):
     outcome: OutcomeDoc
     merged_from: int
     reference_roles: list[ReferenceRoleDoc]
-    relaunches: dict[str, list[str]]
+    relaunches: dict[str, list[RelaunchDoc]]
     tests: list[TestDoc]
     run_notes: list[str]
     hints: dict[str, str]

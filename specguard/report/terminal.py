@@ -12,9 +12,11 @@ import math
 import textwrap
 from typing import Any
 
+from specguard.decide.gates import RelaunchReason, RelaunchWhy
 from specguard.labels import STATUS_NOT_MEASURED, STATUS_REGRESSION, GateLabel, Level
 from specguard.report.results import detectable_drop, sorted_cells
-from specguard.report.schema import CellDoc, DecisionDoc, EstimateDoc, ResultsDoc, ServerDoc, TestDoc
+from specguard.report.schema import CellDoc, DecisionDoc, EstimateDoc, RelaunchDoc, ResultsDoc, ServerDoc, TestDoc
+from specguard.report.verdict_text import relaunch_reason
 
 GATE_SHORT = {"throughput": "tput", "accept_length": "accept", "step_time": "step", "speculation": "spec"}
 VERDICT_ORDER = ["FAIL", "ERROR", "skip", "inconclusive", "behind (info)", "recorded"]
@@ -55,13 +57,13 @@ def pct_ci(estimate: EstimateDoc | None, verdict: str = "-") -> str:
             f"{(estimate['high'] - 1) * 100:+.1f}]")
 
 
-CellKey = tuple[str, int]  # (configuration, level)
+CellKey = tuple[str, str]  # (configuration, level name)
 
 
 def decisions_by_cell(doc: ResultsDoc) -> dict[CellKey, dict[str, DecisionDoc]]:
     out: dict[CellKey, dict[str, DecisionDoc]] = {}
     for d in doc["decisions"]:
-        out.setdefault((d["config"], d["concurrency"]), {})[d["gate"]] = d
+        out.setdefault((d["config"], d["level"]), {})[d["gate"]] = d
     return out
 
 
@@ -69,7 +71,7 @@ def tests_by_cell(doc: ResultsDoc) -> dict[CellKey, dict[str, TestDoc]]:
     """Each cell's test outcomes by gate (the session-level family_holm test has no cell)."""
     out: dict[CellKey, dict[str, TestDoc]] = {}
     for t in doc.get("tests") or []:
-        config, level, gate = t.get("config"), t.get("concurrency"), t.get("gate")
+        config, level, gate = t.get("config"), t.get("level"), t.get("gate")
         if config is not None and level is not None and gate:
             out.setdefault((config, level), {})[gate] = t
     return out
@@ -138,7 +140,7 @@ def summary_rows(doc: ResultsDoc) -> list[dict[str, str]]:
     updating = bool(doc.get("options", {}).get("update_baselines"))
     rows = []
     for cell in sorted_cells(doc):
-        key = (cell["config"], cell["concurrency"])
+        key = (cell["config"], cell["level"])
         gates, tests = by_cell.get(key, {}), by_test.get(key)
         if gates or tests or cell["error"]:
             verdict = cell_verdict(cell, gates, tests, updating)
@@ -157,7 +159,8 @@ def _figure_columns(doc: ResultsDoc, cell: CellDoc, gates: dict[str, DecisionDoc
     tput, spec = gates.get("throughput"), gates.get("speculation")
     drop = detectable_drop(tput["estimate"] if tput else None, doc["tolerances"].get("fail_rule", "significant"))
     return {
-        "config": cell["config"], "concurrency": level_name(doc, cell["concurrency"]), "tok_s": fmt_num(s["output_throughput"]),
+        "config": cell["config"], "concurrency": level_column(Level.parse(cell["level"])),
+        "tok_s": fmt_num(s["output_throughput"]),
         "vs_baseline": _ratio_column(tput),
         "resolves": f">={drop * 100:.1f}%" if drop is not None else "-",
         "accept": fmt(s["accept_length"], ".2f"),
@@ -182,14 +185,14 @@ def _family_row(doc: ResultsDoc) -> dict[str, str] | None:
         return None
     blank = {key: "" for _, key, _ in COLUMNS}
     verdict = "pass" if family["outcome"] == "passed" else "FAIL: " + ", ".join(
-        f"{d['config']}-c{d['concurrency']} {short_gate(d['gate'])}" for d in doc["holm_failures"])
+        f"{d['config']}-{d['level']} {short_gate(d['gate'])}" for d in doc["holm_failures"])
     return {**blank, "config": "family", "concurrency": "all", "vs_baseline": "Holm across the session",
             "verdict": verdict}
 
 
 def _reference_only(doc: ResultsDoc, key: CellKey) -> str:
     """The verdict column of a cell none of whose own tests ran."""
-    users = [u for r in doc.get("reference_roles") or [] if (r["config"], r["concurrency"]) == key for u in r["for"]]
+    users = [u for r in doc.get("reference_roles") or [] if (r["config"], r["level"]) == key for u in r["for"]]
     if users:
         return f"reference for {', '.join(users)}"
     return "-"
@@ -227,7 +230,7 @@ def inconclusive_estimates(doc: ResultsDoc) -> list[tuple[DecisionDoc, EstimateD
         est = d.get("estimate")
         if d["verdict"] != "inconclusive" or not d["enforced"] or not est:
             continue
-        t = by_test.get((d["config"], d["concurrency"]), {}).get(d["gate"])
+        t = by_test.get((d["config"], d["level"]), {}).get(d["gate"])
         if t is not None and t["outcome"] != "passed":
             continue
         out.append((d, est))
@@ -271,7 +274,7 @@ def notes(doc: ResultsDoc) -> list[str]:
     """Crossovers, server notes, Holm, references, baseline writes: the lines under the table."""
     lines = [f"{name}: {x['text']}" for name, x in doc["crossovers"].items()]
     lines += server_lines(doc) + reference_lines(doc) + category_lines(doc) + load_lines(doc)
-    lines += [f"relaunched {name}: {'; '.join(reasons)}" for name, reasons in (doc.get("relaunches") or {}).items()]
+    lines += relaunch_lines(doc)
     lines += regression_halves(doc) + attach_lines(doc)
     family = family_test(doc)
     if family is not None and family["outcome"] == "failed":
@@ -292,8 +295,9 @@ def regression_halves(doc: ResultsDoc) -> list[str]:
     for d in doc["decisions"]:
         if d["verdict"] != "fail" or not d.get("enforced", True):
             continue
-        label, cell = GateLabel.parse(d["gate"]), level_label(doc, d["concurrency"])
-        half = {"step_time": "engine", "accept_length": "drafter"}.get(label.gate) or d.get("attribution", "")
+        label, cell = GateLabel.parse(d["gate"]), d["level"]
+        moved = d.get("attribution")
+        half = {"step_time": "engine", "accept_length": "drafter"}.get(label.gate) or (moved["half"] if moved else "")
         if half in ("engine", "both"):
             engine.setdefault(d["config"], []).append(cell)
         if half in ("drafter", "both"):
@@ -306,12 +310,30 @@ def regression_halves(doc: ResultsDoc) -> list[str]:
     return out
 
 
+def relaunch_lines(doc: ResultsDoc) -> list[str]:
+    """One line per relaunched configuration: why each launch after the first was made."""
+    return [f"relaunched {name}: {'; '.join(r for launch in launches for r in relaunch_texts(launch))}"
+            for name, launches in (doc.get("relaunches") or {}).items()]
+
+
+def relaunch_texts(launch: RelaunchDoc) -> list[str]:
+    """One launch after the first: each reason it was made, and why it failed if it did."""
+    if "lines" in launch:  # a schema-2 file's lines, as worded then
+        return list(launch["lines"])
+    stage = launch.get("stage", 2)
+    label = f"launch {stage}: " if stage > 2 else ""
+    reasons = [RelaunchReason(RelaunchWhy(r["why"]), GateLabel.parse(r["gate"]), r["config"], Level.parse(r["level"]),
+                              r["ratio"], r["p_value"], r["limit_p"]) for r in launch.get("reasons", [])]
+    failed = launch.get("failed")
+    return [label + relaunch_reason(r) for r in reasons] + ([f"relaunch failed: {failed}"] if failed else [])
+
+
 def attach_lines(doc: ResultsDoc) -> list[str]:
     """Attach mode cannot relaunch: how small a tok/s drop each cell could resolve on its one launch."""
     if not doc["options"].get("attached"):
         return []
     rule = doc["tolerances"].get("fail_rule", "significant")
-    drops = [(d["config"], level_label(doc, d["concurrency"]), detectable_drop(d.get("estimate"), rule))
+    drops = [(d["config"], d["level"], detectable_drop(d.get("estimate"), rule))
              for d in doc["decisions"] if d["gate"] == "throughput"]
     shown = [f"{name} {cell} >={drop * 100:.1f}%" for name, cell, drop in drops if drop is not None]
     if not shown:
@@ -338,21 +360,16 @@ def server_lines(doc: ResultsDoc) -> list[str]:
 def reference_lines(doc: ResultsDoc) -> list[str]:
     """Reference cells measured only for deselected speculative tests: one line per reference and
     set of users, with the levels."""
-    roles: dict[str, dict[str, list[int]]] = {}
+    roles: dict[str, dict[str, list[Level]]] = {}
     for r in doc.get("reference_roles") or []:
-        roles.setdefault(r["config"], {}).setdefault(", ".join(r["for"]), []).append(r["concurrency"])
-    return [f"{ref}: measured as reference for {who} (c{', c'.join(map(str, sorted(levels)))})"
+        roles.setdefault(r["config"], {}).setdefault(", ".join(r["for"]), []).append(Level.parse(r["level"]))
+    return [f"{ref}: measured as reference for {who} ({', '.join(map(str, sorted(levels)))})"
             for ref, users in roles.items() for who, levels in users.items()]
 
 
-def level_label(doc: ResultsDoc, level: int) -> str:
-    """A level as the notes name it: "c16", or "r8" at request-rate levels (labels.Level's name)."""
-    return str(Level(level, bool((doc.get("sweep") or {}).get("request_rate"))))
-
-
-def level_name(doc: ResultsDoc, level: int) -> str:
-    """A level as the table shows it: "16" (clients), or "r8" at request-rate levels (req/s)."""
-    return f"r{level}" if (doc.get("sweep") or {}).get("request_rate") else str(level)
+def level_column(level: Level) -> str:
+    """A level as the table's C column shows it: "16" (clients), or "r8" (requests/s)."""
+    return level.name if level.rate else str(level.value)
 
 
 def load_lines(doc: ResultsDoc) -> list[str]:
@@ -369,7 +386,8 @@ def load_lines(doc: ResultsDoc) -> list[str]:
         g = cell["summary"].get("request_goodput")
         if g is not None:
             goodput.setdefault(cell["config"], []).append(
-                f"{level_name(doc, cell['concurrency'])} {fmt(g, '.2f')} ({fmt(cell['summary'].get('slo_attainment'), '.0%')})")
+                f"{level_column(Level.parse(cell['level']))} {fmt(g, '.2f')} "
+                f"({fmt(cell['summary'].get('slo_attainment'), '.0%')})")
     if goodput:
         slo = sweep.get("slo") or "the SLOs"
         lines += [f"{name} goodput req/s under {slo} (share meeting it): {', '.join(parts)}" for name, parts in goodput.items()]
@@ -386,10 +404,8 @@ def category_lines(doc: ResultsDoc) -> list[str]:
         parts = [_category_part(gate, d, tests.get(gate)) for gate, d in sorted(gates.items())
                  if gate.startswith("accept_length[")]
         if parts:
-            level = level_name(doc, key[1])
             whole = _overall_part(gates.get("accept_length"), tests.get("accept_length"))
-            lines.append(f"{key[0]} {level if level.startswith('r') else 'c' + level} accept length: {whole}"
-                         f"by category: {', '.join(parts)}")
+            lines.append(f"{key[0]} {key[1]} accept length: {whole}by category: {', '.join(parts)}")
     return lines
 
 

@@ -5,9 +5,11 @@ suspicious, each stage decided on all launches pooled (docs/statistics.md)."""
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 
 from specguard.config import Suite
-from specguard.decide.gates import GateDesign, GateResult, relaunch_plan
+from specguard.decide.gates import GateDesign, RelaunchReason, relaunch_plan
+from specguard.decide.result import GateResult
 from specguard.labels import SPECULATION
 from specguard.measure.sweep import CellMeasurement, Driver, Progress, measure_cell, plain_driver
 from specguard.session.cells import CellStore
@@ -16,6 +18,16 @@ from specguard.session.options import ConfigUnavailable, RunOptions
 from specguard.session.plan import Planner
 from specguard.session.servers import ServerPool
 from specguard.session.verdicts import Verdicts
+
+
+@dataclass(frozen=True)
+class Relaunch:
+    """One more launch of a configuration: the stage it serves, the tests that asked for it, and
+    why it failed (the server's line), if it did."""
+
+    stage: int
+    reasons: tuple[RelaunchReason, ...]
+    failed: str | None = None
 
 
 class Campaign:
@@ -33,7 +45,7 @@ class Campaign:
         self._levels = levels
         self._started = time.monotonic()
         self._progress: Progress | None = None
-        self.relaunches: dict[str, list[str]] = {}  # configuration -> why it was launched again
+        self.relaunches: dict[str, list[Relaunch]] = {}  # configuration -> its launches after the first
 
     def set_progress(self, progress: Progress | None) -> None:
         """Where each run's progress text goes (the plugin's live line), or nowhere."""
@@ -159,7 +171,7 @@ class Campaign:
         if name not in wanted:
             return None
         ref = self._suite.servers[name].reference
-        ref_levels = sorted({r.concurrency for r in results if r.gate == SPECULATION})
+        ref_levels = sorted({r.level.value for r in results if r.gate.gate == SPECULATION})
         if ref and ref in wanted and ref_levels and self._reference_can_follow(ref, ref_levels, name, levels):
             self._pool.stop(name)
             why = self._add_launch(ref, ref_levels)
@@ -178,11 +190,9 @@ class Campaign:
         return (state.mode != "" and self._pool.can_relaunch(ref) and state.failure is None
                 and all(self._cells.launches(ref, c) <= launched for c in ref_levels))
 
-    def _note_relaunch(self, name: str, stage: int, reasons: list[str], failed: str | None) -> None:
+    def _note_relaunch(self, name: str, stage: int, reasons: list[RelaunchReason], failed: str | None) -> None:
         """Why a configuration was launched again (the summary's "relaunched" line), per stage."""
-        label = f"launch {stage}: " if stage > 2 else ""
-        self.relaunches.setdefault(name, []).extend(
-            [label + r for r in reasons] + ([f"relaunch failed: {failed}"] if failed else []))
+        self.relaunches.setdefault(name, []).append(Relaunch(stage, tuple(reasons), failed))
 
     def _measure_references_for(self, name: str) -> None:
         plan = self._planner.current

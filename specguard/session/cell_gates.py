@@ -5,18 +5,18 @@ comes from (the engine's step time or the drafter's accept length)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from specguard.decide.gates import (
     ATTRIBUTION_CONFIDENCE,
-    ERROR,
-    FAIL,
-    SKIP,
-    GateResult,
+    GateTest,
     attribution,
     launch_history_gate,
     step_time_gate,
 )
-from specguard.decide.stats import RatioEstimate, downward_trend
-from specguard.labels import ACCEPT_LENGTH, STEP_TIME, THROUGHPUT, GateLabel
+from specguard.decide.result import Drift, GateResult, Problem, Why
+from specguard.decide.stats import RatioEstimate, Rule, downward_trend
+from specguard.labels import ACCEPT_LENGTH, STEP_TIME, THROUGHPUT, GateLabel, Verdict
 from specguard.session.cells import ACCEPT_LENGTHS, STEP_RATES, THROUGHPUTS
 from specguard.session.parts import SessionParts
 
@@ -33,115 +33,92 @@ class CellGates:
     def __init__(self, parts: SessionParts) -> None:
         self._parts = parts
 
+    def _test(self, gate: str, name: str, level: int, stage: int, category: str = "") -> GateTest:
+        alpha = self._parts.planner.current.alpha_for(gate, name, level, category)
+        return GateTest(GateLabel(gate, category), name, self._parts.levels.level(level), alpha, stage=stage)
+
     def decide(self, gate: str, name: str, level: int, stage: int, category: str = "") -> GateResult:
-        label = str(GateLabel(gate, category))
+        test = self._test(gate, name, level, stage, category)
         metric = {THROUGHPUT: THROUGHPUTS, STEP_TIME: STEP_RATES}.get(gate, str(GateLabel(ACCEPT_LENGTHS, category)))
         launches = self._parts.cells.launch_values(name, level, metric)
         current = [v for launch in launches for v in launch]
-        where = f"{label} {name} {self._parts.levels.name(level)}"
         if gate == ACCEPT_LENGTH:
-            stopped = self._not_running(name, level, current, stage) if not category else None
+            stopped = self._not_running(test, current) if not category else None
             if stopped is not None:
                 return stopped
             if not current:
-                return GateResult(label, name, level, ERROR, f"{where}: {self._no_accept_length(category)}", stage=stage)
+                return test.problem(Verdict.ERROR, Problem(Why.NO_ACCEPT_LENGTH))
         if gate == STEP_TIME and not current:
-            return GateResult(label, name, level, ERROR, f"{where}: no run has a step time: no request decoded two or "
-                              f"more tokens", stage=stage)
-        history, reason, is_error = self._parts.histories.cell(name, level, metric)
+            return test.problem(Verdict.ERROR, Problem(Why.NO_STEP_TIME))
+        history, reason, missing = self._parts.histories.cell(name, level, metric)
         if history is None:
-            result = GateResult(label, name, level, ERROR if is_error else SKIP, reason, current=_mean(current),
-                                stage=stage)
+            missing = missing or Why.NO_BASELINE
+            verdict = Verdict.ERROR if missing == Why.HISTORY_UNREADABLE else Verdict.SKIP
+            result = test.problem(verdict, Problem(missing, reason), current=_mean(current))
         else:
-            result = self._against_history(gate, label, name, level, stage, launches, history, category)
+            result = self._against_history(test, launches, history)
         if gate == ACCEPT_LENGTH and not category:
-            self._drift(result, name, level)
+            result = self._drift(result, name, level)
         return result
 
-    def _against_history(self, gate: str, label: str, name: str, level: int, stage: int,
-                         launches: list[list[float]], history: list[list[float]], category: str) -> GateResult:
-        tol = self._parts.suite.tolerances
-        alpha = self._parts.planner.current.alpha_for(gate, name, level, category)
-        if gate == STEP_TIME:
-            return step_time_gate(name, level, launches, history, tolerance=tol.step_time,
-                                  prior_between_sd=tol.prior_between_sd, alpha_cell=alpha, rule=tol.fail_rule,
-                                  design=self._parts.design, stage=stage)
-        if gate == ACCEPT_LENGTH:
-            return launch_history_gate(label, name, level, launches, history, tolerance=tol.accept_length,
-                                       prior_between_sd=tol.prior_between_sd_accept, prior_day_sd=0.0, alpha_cell=alpha,
-                                       rule=tol.fail_rule, design=self._parts.design, stage=stage)
-        result = launch_history_gate(label, name, level, launches, history, tolerance=tol.throughput,
-                                     prior_between_sd=tol.prior_between_sd, alpha_cell=alpha, rule=tol.fail_rule,
-                                     design=self._parts.design, stage=stage)
-        if self._parts.suite.servers[name].speculative and result.estimate is not None:
-            self._attribute(result, name, level)
+    def _against_history(self, test: GateTest, launches: list[list[float]], history: list[list[float]]) -> GateResult:
+        tol, design = self._parts.suite.tolerances, self._parts.design
+        rule = design.rule(tol.fail_rule)
+        if test.gate.gate == STEP_TIME:
+            return step_time_gate(test, launches, history, tol.step_time, design.prior(tol.prior_between_sd), rule)
+        if test.gate.gate == ACCEPT_LENGTH:
+            return launch_history_gate(test, launches, history, tol.accept_length,
+                                       design.prior(tol.prior_between_sd_accept, day_sd=0.0), rule)
+        result = launch_history_gate(test, launches, history, tol.throughput, design.prior(tol.prior_between_sd), rule)
+        if self._parts.suite.servers[test.config].speculative and result.estimate is not None:
+            return self._attribute(result, test, rule)
         return result
 
-    def _attribute(self, result: GateResult, name: str, level: int) -> None:
-        """Which half of a speculative cell's tok/s change moved, with intervals, in its message."""
-        step = self._estimate(STEP_TIME, name, level)
-        accept = self._estimate(ACCEPT_LENGTH, name, level)
+    def _attribute(self, result: GateResult, test: GateTest, rule: Rule) -> GateResult:
+        """Which half of a speculative cell's tok/s change moved, with intervals."""
+        step = self._estimate(STEP_TIME, test, rule)
+        accept = self._estimate(ACCEPT_LENGTH, test, rule)
         if step is None and accept is None:
-            return
-        half, text = attribution(step, accept)
-        result.attribution = half
-        moved = {"engine": "the engine moved", "drafter": "the drafter moved", "both": "both halves moved"}.get(
-            half, "neither half resolved")
-        result.message = result.message.replace(" -> ", f"; {text} ({moved}) -> ", 1)
+            return result
+        return replace(result, attribution=attribution(step, accept))
 
-    def _estimate(self, gate: str, name: str, level: int) -> RatioEstimate | None:
+    def _estimate(self, gate: str, test: GateTest, rule: Rule) -> RatioEstimate | None:
         """A gate's estimate at the attribution's confidence (not a decision: nothing is recorded)."""
         metric = STEP_RATES if gate == STEP_TIME else ACCEPT_LENGTHS
+        name, level = test.config, test.level.value
         launches = self._parts.cells.launch_values(name, level, metric)
         history, _, _ = self._parts.histories.cell(name, level, metric)
         if not history or sum(len(launch) for launch in launches) < 2:
             return None
-        tol = self._parts.suite.tolerances
-        sd = tol.prior_between_sd_accept if gate == ACCEPT_LENGTH else tol.prior_between_sd
-        one_sided = (1 - ATTRIBUTION_CONFIDENCE) / 2
-        return launch_history_gate(gate, name, level, launches, history, tolerance=0.0, prior_between_sd=sd,
-                                   alpha_cell=one_sided, rule=tol.fail_rule, design=self._parts.design,
-                                   prior_day_sd=0.0 if gate == ACCEPT_LENGTH else None).estimate
+        tol, design = self._parts.suite.tolerances, self._parts.design
+        prior = (design.prior(tol.prior_between_sd_accept, day_sd=0.0) if gate == ACCEPT_LENGTH
+                 else design.prior(tol.prior_between_sd))
+        at = GateTest(GateLabel(gate), name, test.level, alpha=(1 - ATTRIBUTION_CONFIDENCE) / 2)
+        return launch_history_gate(at, launches, history, 0.0, prior, rule).estimate
 
-    def _not_running(self, name: str, level: int, accept: list[float], stage: int) -> GateResult | None:
+    def _not_running(self, test: GateTest, accept: list[float]) -> GateResult | None:
         """Speculation silently off (sglang#24795, "stuck at 1"): a failure by name, baseline or not."""
-        cfg = self._parts.suite.servers[name]
+        cfg = self._parts.suite.servers[test.config]
         if not cfg.speculative:
             return None
-        where = f"accept_length {name} {self._parts.levels.name(level)}"
-        handle = self._parts.pool.state(name).handle
+        handle = self._parts.pool.state(test.config).handle
         server = handle.effective.speculative_algorithm or (handle.effective.num_draft_tokens and "speculation") \
             if handle is not None else None
         if not accept and server:
-            return GateResult(ACCEPT_LENGTH, name, level, FAIL, f"{where}: speculation is not running: the server runs "
-                              f"{server} but its requests carry no verify counts and its own counters saw no drafts",
-                              stage=stage)
+            return test.problem(Verdict.FAIL, Problem(Why.NOT_RUNNING, str(server)))
         floor = cfg.accept_length_floor
         median = sorted(accept)[len(accept) // 2] if accept else None
         if median is not None and median <= floor:
-            return GateResult(ACCEPT_LENGTH, name, level, FAIL, f"{where}: speculation is not running: accept length "
-                              f"{median:.3f} <= min_accept_length {floor:g} (each verify step keeps almost no draft)",
-                              current=median, stage=stage)
+            return test.problem(Verdict.FAIL, Problem(Why.ACCEPT_AT_FLOOR, value=median, limit=floor), current=median)
         return None
 
-    @staticmethod
-    def _no_accept_length(category: str) -> str:
-        if category:
-            return (f"no run has an accept length for prompt category {category!r}: its requests carried no "
-                    f"spec_verify_ct (per-category accept lengths need per-request counts: api native or openai)")
-        return ("no run has an accept length: the requests carried no spec_verify_ct and the engine's "
-                "run-level source (if any) saw no drafts")
-
-    def _drift(self, result: GateResult, name: str, level: int) -> None:
+    def _drift(self, result: GateResult, name: str, level: int) -> GateResult:
         """Acceptance falling within the session (vllm#41838): the cell's runs in time order."""
         runs = [v for launch in self._parts.cells.launch_values(name, level, ACCEPT_LENGTHS) for v in launch]
         trend = downward_trend(runs) if len(runs) >= 4 else None
         if trend is None or trend.p_value >= DRIFT_P or trend.change >= 0:
-            return
-        line = (f"accept length fell {trend.change:+.1%} across the cell's {len(runs)} runs in time order "
-                f"(trend p = {trend.p_value:.2g} < {DRIFT_P}): acceptance drifts within the session")
-        if self._parts.suite.sweep.accept_drift == "fail" and result.verdict not in (FAIL, ERROR):
-            result.verdict = FAIL
-            result.message = f"accept_length {name} {self._parts.levels.name(level)}: {line} (advanced.accept_drift = \"fail\")"
-        else:
-            result.message += f"\n  notes: {line}"
+            return result
+        drift = Drift(trend.change, len(runs), trend.p_value, DRIFT_P)
+        if self._parts.suite.sweep.accept_drift == "fail" and result.verdict not in (Verdict.FAIL, Verdict.ERROR):
+            return replace(result, verdict=Verdict.FAIL, problem=Problem(Why.ACCEPT_DRIFT), drift=drift)
+        return replace(result, drift=drift)

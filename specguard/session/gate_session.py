@@ -18,10 +18,11 @@ import uuid
 
 from specguard.config import Suite
 from specguard.decide.baselines import BaselineOutcome, BaselineStage, commit_baseline_stages
-from specguard.decide.gates import GateResult, design_of
+from specguard.decide.gates import design_of
+from specguard.decide.result import GateResult
 from specguard.labels import ACCEPT_LENGTH, SPECULATION, STEP_TIME, THROUGHPUT
 from specguard.measure.sweep import CellMeasurement, Driver, Progress, plain_driver
-from specguard.session.campaign import Campaign
+from specguard.session.campaign import Campaign, Relaunch
 from specguard.session.cells import CellStore
 from specguard.session.history import Histories, git_commit, gpu_fingerprint
 from specguard.session.levels import SweepLevels
@@ -113,7 +114,7 @@ class GateSession:
         return self.verdicts.results
 
     @property
-    def relaunches(self) -> dict[str, list[str]]:
+    def relaunches(self) -> dict[str, list[Relaunch]]:
         return self.campaign.relaunches
 
     @property

@@ -19,6 +19,7 @@ from specguard.decide.baselines import (
     stored_session_from_json,
 )
 from specguard.decide.gates import session_spread
+from specguard.decide.result import Why
 from specguard.decide.stats import SessionRuns, SpreadEstimate
 from specguard.labels import GateLabel
 from specguard.session.cells import metric_values
@@ -28,7 +29,7 @@ from specguard.session.options import ConfigUnavailable, RunOptions
 from specguard.session.servers import ServerPool
 
 # (samples per stored session | None, why not, whether "why not" is an error rather than a skip)
-History = tuple[list[list[float]] | None, str, bool]
+History = tuple[list[list[float]] | None, str, Why | None]  # sessions, or why not (the line and its kind)
 
 _SPECULATIVE_FIELDS = {"speculative_algorithm", "draft_model_path", "num_steps", "eagle_topk", "num_draft_tokens"}
 # Server capacity that SGLang derives differently with and without speculation (the 48-request
@@ -128,22 +129,22 @@ class Histories:
             if hist is not None:
                 samples: list[list[float]] = [s for s in (_by_launch(x, metric) for x in hist.sessions) if s]
                 if samples:
-                    return samples, "", False
+                    return samples, "", None
             others = self.store.other_fingerprints(name)
         except BaselineError as exc:
-            return None, str(exc), True
+            return None, str(exc), Why.HISTORY_UNREADABLE
         create = self.record_hint(name, level)
         where = f"{name} {self._levels.name(level)}"
         category = GateLabel.parse(metric).category
         if hist is not None and hist.sessions and category:
             return None, (f"the baseline for {where} in {self.store.path_for(name)} has no accept lengths "
                           f"for prompt category {category!r} (recorded before per-category figures were stored, or "
-                          f"its runs had no such prompts); {create}"), False
+                          f"its runs had no such prompts); {create}"), Why.NO_CATEGORY_HISTORY
         if others:
             diffs = fp.differences(others[0])
-            return None, (f"baseline for {where} was recorded with another environment; "
-                          f"differing fields: {'; '.join(diffs)}. Not compared. To accept this environment, {create}"), False
-        return None, f"no baseline for {where} in {self.store.path_for(name)}; {create}", False
+            return (None, f"baseline for {where} was recorded with another environment; differing fields: "
+                    f"{'; '.join(diffs)}. Not compared. To accept this environment, {create}", Why.OTHER_ENVIRONMENT)
+        return None, f"no baseline for {where} in {self.store.path_for(name)}; {create}", Why.NO_BASELINE
 
     def record_hint(self, name: str, level: int) -> str:
         """A command that records exactly this cell, with this run's suite, directory and servers."""
@@ -175,9 +176,9 @@ class Histories:
         try:
             doc = self.store.load_file(ref)
         except BaselineError as exc:
-            return None, str(exc), True
+            return None, str(exc), Why.HISTORY_UNREADABLE
         if doc is None:
-            return None, f"no stored reference ({path} does not exist)", False
+            return None, f"no stored reference ({path} does not exist)", Why.NO_BASELINE
         entries = sorted(doc["entries"].values(), key=lambda e: e.get("updated", ""), reverse=True)
         mismatches: list[str] = []
         for entry in entries:
@@ -191,11 +192,12 @@ class Histories:
                                            for s in cell["sessions"]] if cell else []
             sessions = [s for s in sessions if s]
             if sessions:
-                return sessions, "", False
-            return None, f"{path} has this environment but no {self._levels.name(level)} cell", False
+                return sessions, "", None
+            return None, f"{path} has this environment but no {self._levels.name(level)} cell", Why.NO_BASELINE
         if mismatches:
-            return None, f"{path} was recorded in another environment, not used; differing fields: {mismatches[0]}", False
-        return None, f"{path} has no entries", False
+            return (None, f"{path} was recorded in another environment, not used; differing fields: {mismatches[0]}",
+                    Why.OTHER_ENVIRONMENT)
+        return None, f"{path} has no entries", Why.NO_BASELINE
 
     def stored(self, name: str, level: int, metric: str) -> list[list[float]]:
         """A started configuration's stored sessions of a metric at a level ([] when none or unknown)."""

@@ -7,23 +7,15 @@ from dataclasses import asdict
 
 from specguard import __version__
 from specguard.decide.baselines import now_iso
-from specguard.decide.gates import GateResult, counts_as_failure
+from specguard.decide.gates import counts_as_failure
+from specguard.decide.result import GateResult
 from specguard.engines import redact
-from specguard.labels import STATUS_OK, GateLabel
-from specguard.report.results import (
-    CONFIG_FIELDS,
-    SCHEMA,
-    SCHEMA_VERSION,
-    CellDoc,
-    ConfigDoc,
-    ResultsDoc,
-    ServerDoc,
-    cell_summary,
-    clean,
-    crossovers,
-    decision_dict,
-    detectable_drop,
-)
+from specguard.labels import STATUS_OK
+from specguard.report.crossovers import crossovers
+from specguard.report.results import CONFIG_FIELDS, SCHEMA, SCHEMA_VERSION, clean, decision_dict, detectable_drop
+from specguard.report.schema import CellDoc, ConfigDoc, RelaunchDoc, ResultsDoc, ServerDoc
+from specguard.report.summary import cell_summary
+from specguard.session.campaign import Relaunch
 from specguard.session.gate_session import GateSession
 
 
@@ -60,7 +52,7 @@ def _cells(sg: GateSession) -> list[CellDoc]:
     cells: list[CellDoc] = []
     for (name, level), cell in sg.cells.items():
         runs = [asdict(r) for r in cell.runs]
-        cells.append({"config": name, "concurrency": level, "error": cell.error, "warnings": cell.warnings,
+        cells.append({"config": name, "level": sg.levels.name(level), "error": cell.error, "warnings": cell.warnings,
                       "wall_s": cell.wall_s, "summary": cell_summary(runs), "runs": runs,
                       "warmup_runs": [asdict(r) for r in cell.warmup_runs]})
     return cells
@@ -69,12 +61,18 @@ def _cells(sg: GateSession) -> list[CellDoc]:
 def _holm_only(sg: GateSession) -> list[GateResult]:
     """Gates the family-wise correction fails although their own test did not (the design's
     `final_failures`: Holm over each test's final decision)."""
-    out: dict[tuple[str, str, int], GateResult] = {}
+    out: dict[object, GateResult] = {}
     for r in sg.final_failures():
-        if counts_as_failure(r, sg.suite.tolerances) or (sg.options.update_baselines and GateLabel.parse(r.gate).is_history):
+        if counts_as_failure(r, sg.suite.tolerances) or (sg.options.update_baselines and r.gate.is_history):
             continue
-        out.setdefault((r.gate, r.config, r.concurrency), r)
+        out.setdefault(r.key, r)
     return list(out.values())
+
+
+def relaunch_doc(relaunch: Relaunch) -> RelaunchDoc:
+    return {"stage": relaunch.stage, "failed": relaunch.failed,
+            "reasons": [{"why": r.why.value, "gate": str(r.gate), "config": r.config, "level": r.level.name,
+                         "ratio": r.ratio, "p_value": r.p_value, "limit_p": r.limit_p} for r in relaunch.reasons]}
 
 
 def build_results(sg: GateSession) -> ResultsDoc:
@@ -105,9 +103,9 @@ def build_results(sg: GateSession) -> ResultsDoc:
         "baseline_updates": sg.baseline_updates,
         "outcome": {"status": STATUS_OK, "exit_status": 0, "failed_tests": []},
         "merged_from": 1,
-        "reference_roles": [{"config": name, "concurrency": level, "for": list(users)}
+        "reference_roles": [{"config": name, "level": sg.levels.name(level), "for": list(users)}
                             for (name, level), users in sorted(sg.cells.reference_roles.items())],
-        "relaunches": {k: list(v) for k, v in sg.relaunches.items()},
+        "relaunches": {k: [relaunch_doc(r) for r in v] for k, v in sg.relaunches.items()},
     })
     doc["crossovers"] = crossovers(doc)
     return doc

@@ -4,31 +4,13 @@ sessions of the same environment."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import replace
 
-from specguard.decide.gates import ERROR, SKIP, GateResult, must_win_gate
-from specguard.labels import SPECULATION
-from specguard.session.cells import REQUEST_GOODPUTS, STEP_RATES, THROUGHPUTS
+from specguard.decide.gates import GateTest, ReferenceSide, must_win_gate
+from specguard.decide.result import Against, Factors, GateResult, Problem, Versus, Why
+from specguard.labels import SPECULATION, GateLabel, Verdict
+from specguard.session.cells import ACCEPT_LENGTHS, REQUEST_GOODPUTS, STEP_RATES, THROUGHPUTS
 from specguard.session.parts import SessionParts
-
-
-@dataclass(frozen=True)
-class _Pair:
-    """One speculation test: the speculative configuration and its reference at one level."""
-
-    name: str
-    ref: str
-    level: int
-    stage: int
-    where: str  # "speculation eagle3 c16": how its messages begin
-    goodput: bool  # decided on request goodput rather than tok/s
-
-    @property
-    def metric(self) -> str:
-        return REQUEST_GOODPUTS if self.goodput else THROUGHPUTS
-
-    def error(self, message: str) -> GateResult:
-        return GateResult(SPECULATION, self.name, self.level, ERROR, f"{self.where}: {message}", stage=self.stage)
 
 
 class SpeculationGate:
@@ -37,83 +19,77 @@ class SpeculationGate:
     def __init__(self, parts: SessionParts) -> None:
         self._parts = parts
 
+    @property
+    def _goodput(self) -> bool:
+        return self._parts.suite.tolerances.speculation_metric == "goodput"
+
+    @property
+    def _metric(self) -> str:
+        return REQUEST_GOODPUTS if self._goodput else THROUGHPUTS
+
     def decide(self, name: str, level: int, must_win_up_to: int | None, stage: int) -> GateResult:
         """The speculative configuration against its reference: measured in this session where it
         was, else its stored sessions of the same environment."""
+        limit = self._parts.planner.must_win_limit(name, must_win_up_to)
+        test = GateTest(GateLabel(SPECULATION), name, self._parts.levels.level(level),
+                        self._parts.planner.current.alpha_for(SPECULATION, name, level),
+                        enforced=limit is not None and level <= limit, stage=stage)
         ref = self._parts.suite.servers[name].reference
-        pair = _Pair(name, ref or "", level, stage, where=f"speculation {name} {self._parts.levels.name(level)}",
-                     goodput=self._parts.suite.tolerances.speculation_metric == "goodput")
         if ref is None:
-            return pair.error(f"configuration has no reference in {self._parts.suite.path}")
-        spec = self._parts.cells.launch_values(name, level, pair.metric)
-        if pair.goodput and any(v <= 0 for launch in spec for v in launch):
-            return pair.error(f"goodput 0 in a run: no request met sweep.slo = {self._parts.suite.sweep.slo!r}, so the goodput "
-                              f"ratio is undefined; loosen the SLOs or lower the level")
+            return test.problem(Verdict.ERROR, Problem(Why.NO_REFERENCE, str(self._parts.suite.path)))
+        spec = self._parts.cells.launch_values(name, level, self._metric)
+        if self._goodput and any(v <= 0 for launch in spec for v in launch):
+            return test.problem(Verdict.ERROR, Problem(Why.ZERO_GOODPUT, str(self._parts.suite.sweep.slo)))
         if self._parts.cells.cell(ref, level) is not None:
-            return self._against_measured(pair, spec, must_win_up_to)
-        return self._against_stored(pair, spec, must_win_up_to)
+            return self._against_measured(test, ref, spec)
+        return self._against_stored(test, ref, spec)
 
-    def _against_measured(self, pair: _Pair, spec: list[list[float]], must_win_up_to: int | None) -> GateResult:
+    def _against_measured(self, test: GateTest, ref: str, spec: list[list[float]]) -> GateResult:
         """The reference was measured in this session (the day cancels)."""
-        ref_cell = self._parts.cells[(pair.ref, pair.level)]
+        level = test.level.value
+        ref_cell = self._parts.cells[(ref, level)]
         if ref_cell.error:
-            return pair.error(f"reference {pair.ref} {self._parts.levels.name(pair.level)} could not be measured: "
-                              f"{ref_cell.error.splitlines()[0]}")
-        ref_values = self._parts.cells.launch_values(pair.ref, pair.level, pair.metric)
-        if pair.goodput and any(v <= 0 for launch in ref_values for v in launch):
-            return pair.error(f"reference {pair.ref} had goodput 0 in a run (no request met sweep.slo = "
-                              f"{self._parts.suite.sweep.slo!r}); the goodput ratio is undefined")
-        role = ", measured as reference" if (pair.ref, pair.level) in self._parts.cells.reference_roles else ""
-        return self._compare(pair, spec, must_win_up_to, f"{pair.ref} (this session{role})", ref_values, None)
+            return test.problem(Verdict.ERROR, Problem(Why.REFERENCE_CELL_FAILED, ref_cell.error.splitlines()[0],
+                                                       reference=ref))
+        ref_values = self._parts.cells.launch_values(ref, level, self._metric)
+        if self._goodput and any(v <= 0 for launch in ref_values for v in launch):
+            return test.problem(Verdict.ERROR, Problem(Why.ZERO_GOODPUT, str(self._parts.suite.sweep.slo), reference=ref))
+        role = Against.REFERENCE_ROLE if (ref, level) in self._parts.cells.reference_roles else Against.REFERENCE
+        result = self._compare(test, spec, ReferenceSide(Versus(role, ref), launches=ref_values))
+        return result if self._goodput else replace(result, factors=self._factors(test, ref))
 
-    def _against_stored(self, pair: _Pair, spec: list[list[float]], must_win_up_to: int | None) -> GateResult:
+    def _against_stored(self, test: GateTest, ref: str, spec: list[list[float]]) -> GateResult:
         """The reference could not be measured here: its stored sessions of this environment, if any."""
-        ref = pair.ref
         failure = self._parts.pool.state(ref).failure
         if failure is not None and not failure.skip:
-            return pair.error(f"reference {ref!r} could not be measured: {failure.line}")
-        why = f"reference {ref!r} cannot be measured here ({failure.line})" if failure else f"reference {ref!r} was not measured"
-        history, reason, is_error = self._parts.histories.reference(pair.name, ref, pair.level, pair.metric)
+            return test.problem(Verdict.ERROR, Problem(Why.REFERENCE_FAILED, failure.line, reference=ref))
+        history, reason, missing = self._parts.histories.reference(test.config, ref, test.level.value, self._metric)
         if history is None:
-            return GateResult(SPECULATION, pair.name, pair.level, ERROR if is_error else SKIP,
-                              f"{pair.where}: {why} and has no usable stored baseline: {reason}", stage=pair.stage)
-        label = f"{ref} (stored, {len(history)} session{'s' if len(history) != 1 else ''}, same environment)"
-        return self._compare(pair, spec, must_win_up_to, label, None, history)
+            problem = Problem(Why.REFERENCE_UNSTORED, reason, reference=ref, context=failure.line if failure else "")
+            return test.problem(Verdict.ERROR if missing == Why.HISTORY_UNREADABLE else Verdict.SKIP, problem)
+        side = ReferenceSide(Versus(Against.STORED_REFERENCE, ref, sessions=len(history)), history=history)
+        return self._compare(test, spec, side)
 
-    def _compare(self, pair: _Pair, spec: list[list[float]], must_win_up_to: int | None, label: str,
-                 reference: list[list[float]] | None, reference_history: list[list[float]] | None) -> GateResult:
-        limit = self._parts.planner.must_win_limit(pair.name, must_win_up_to)
+    def _compare(self, test: GateTest, spec: list[list[float]], side: ReferenceSide) -> GateResult:
         parts, current = self._parts, self._parts.planner.current
-        result = must_win_gate(
-            pair.name, pair.level, spec, reference, label, must_win=limit is not None and pair.level <= limit,
-            tol=parts.suite.tolerances, alpha_cell=current.alpha_for(SPECULATION, pair.name, pair.level),
-            design=parts.design, spread=parts.histories.spread(pair.metric, current.selected_cells),
-            reference_history=reference_history, stage=pair.stage,
-            pair_histories=(parts.histories.stored(pair.name, pair.level, pair.metric),
-                            parts.histories.stored(pair.ref, pair.level, pair.metric)))
-        if reference is not None and not pair.goodput:
-            result.message = result.message.replace(" -> ", self._halves(pair) + " -> ", 1)
-        return _on_goodput(result) if pair.goodput else result
+        name, level, ref = test.config, test.level.value, side.versus.name
+        tol = parts.suite.tolerances
+        side = replace(side, session_spread=parts.histories.spread(self._metric, current.selected_cells),
+                       pair_histories=(parts.histories.stored(name, level, self._metric),
+                                       parts.histories.stored(ref, level, self._metric)))
+        result = must_win_gate(test, spec, side, tol.speculation_min_gain, parts.design.prior(tol.prior_between_sd),
+                               parts.design.rule(tol.fail_rule))
+        return replace(result, goodput=self._goodput)
 
-    def _halves(self, pair: _Pair) -> str:
+    def _factors(self, test: GateTest, ref: str) -> Factors | None:
         """Where the speculative configuration's speed comes from, against its reference measured
         here: its accept length, and its verify step against the reference's decode step."""
-        accept = [v for launch in self._parts.cells.launch_values(pair.name, pair.level, "accept_lengths") for v in launch]
-        spec_rates = [v for launch in self._parts.cells.launch_values(pair.name, pair.level, STEP_RATES) for v in launch]
-        ref_rates = [v for launch in self._parts.cells.launch_values(pair.ref, pair.level, STEP_RATES) for v in launch]
+        cells, level = self._parts.cells, test.level.value
+        accept = [v for launch in cells.launch_values(test.config, level, ACCEPT_LENGTHS) for v in launch]
+        spec_rates = [v for launch in cells.launch_values(test.config, level, STEP_RATES) for v in launch]
+        ref_rates = [v for launch in cells.launch_values(ref, level, STEP_RATES) for v in launch]
         if not (accept and spec_rates and ref_rates):
-            return ""
-        spec_ms, ref_ms = 1e3 * len(spec_rates) / sum(spec_rates), 1e3 * len(ref_rates) / sum(ref_rates)
-        mean_accept = sum(accept) / len(accept)
-        # tok/s per request = accept length / step time: the drafter's factor times the engine's
-        return (f"; the drafter's accept length {mean_accept:.2f} x the engine's step time ratio {ref_ms / spec_ms:.2f} "
-                f"({ref_ms:.3g} ms the reference's decode step / {spec_ms:.3g} ms the verify step) "
-                f"= {mean_accept * ref_ms / spec_ms:.2f}")
+            return None
+        return Factors(accept_length=sum(accept) / len(accept), reference_step_ms=1e3 * len(ref_rates) / sum(ref_rates),
+                       step_ms=1e3 * len(spec_rates) / sum(spec_rates))
 
-
-def _on_goodput(result: GateResult) -> GateResult:
-    """A speculation gate decided on goodput (advanced.speculation_metric = "goodput") says so."""
-    where = f"{result.config} c{result.concurrency}:"
-    result.message = result.message.replace(" tok/s", " good req/s").replace(
-        f"speculation {where}", f"speculation (goodput) {where}")
-    return result

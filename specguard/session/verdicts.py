@@ -3,8 +3,11 @@ decision per test when a configuration was decided in stages (relaunch on suspic
 
 from __future__ import annotations
 
-from specguard.decide.gates import ERROR, SKIP, GateResult, final_failures, final_results
-from specguard.labels import SPECULATION, GateLabel
+from dataclasses import replace
+
+from specguard.decide.gates import final_failures, final_results
+from specguard.decide.result import GateResult, Problem, Why, problem_result
+from specguard.labels import SPECULATION, GateLabel, Level, Verdict
 from specguard.session.cell_gates import CellGates
 from specguard.session.options import ConfigUnavailable
 from specguard.session.parts import SessionParts
@@ -20,7 +23,7 @@ class Verdicts:
         self.results: list[GateResult] = []  # what each test reported, in order
         self.stage1: list[GateResult] = []
         self.later_stages: list[GateResult] = []  # decided again after a relaunch
-        self._final: dict[tuple[str, str, int], GateResult] = {}  # (label, config, level) -> decided at sweep
+        self._final: dict[tuple[GateLabel, str, Level], GateResult] = {}  # decided at the sweep, by test
         self._cell_gates = CellGates(parts)
         self._speculation = SpeculationGate(parts)
 
@@ -28,7 +31,7 @@ class Verdicts:
                category: str = "") -> GateResult:
         """A test's verdict: decided when its configuration was swept in stages, else now (stage 1)."""
         self._parts.planner.saw(PlannedTest(name, level, gate, category))
-        decided = self._final.get((str(GateLabel(gate, category)), name, level))
+        decided = self._final.get((GateLabel(gate, category), name, self._parts.levels.level(level)))
         if decided is not None and must_win_up_to is None:
             return self._record(decided)
         result = self._guarded(gate, name, level, 1, must_win_up_to, category)
@@ -43,7 +46,7 @@ class Verdicts:
                 continue
             result = self._guarded(t.gate, name, t.level, stage, None, t.category)
             (self.stage1 if stage == 1 else self.later_stages).append(result)
-            self._final[(str(GateLabel(t.gate, t.category)), name, t.level)] = result
+            self._final[result.key] = result
             out.append(result)
         return out
 
@@ -58,29 +61,24 @@ class Verdicts:
     def _guarded(self, gate: str, name: str, level: int, stage: int, must_win_up_to: int | None,
                  category: str = "") -> GateResult:
         """Decide one gate; an unexpected exception is an internal error (not measured), never a regression."""
-        label = str(GateLabel(gate, category))
+        label, at = GateLabel(gate, category), self._parts.levels.level(level)
         try:
             if gate == SPECULATION:
                 return self._speculation.decide(name, level, must_win_up_to, stage)
             return self._cell_gates.decide(gate, name, level, stage, category)
         except ConfigUnavailable as exc:
-            return GateResult(label, name, level, SKIP if exc.skip else ERROR, exc.line, stage=stage)
+            return problem_result(label, name, at, Verdict.SKIP if exc.skip else Verdict.ERROR,
+                                  Problem(Why.UNAVAILABLE, exc.line), stage)
         except Exception as exc:  # noqa: BLE001 - reported as one line, the test is "not measured"
-            return GateResult(label, name, level, ERROR,
-                              f"{label} {name} {self._parts.levels.name(level)}: internal error (a specguard bug): "
-                              f"{type(exc).__name__}: {exc}", stage=stage)
+            return problem_result(label, name, at, Verdict.ERROR,
+                                  Problem(Why.INTERNAL_ERROR, f"{type(exc).__name__}: {exc}"), stage)
 
     def _record(self, result: GateResult) -> GateResult:
-        """The result as its test reports it: named at its level, with the server's notes."""
-        if self._parts.levels.rate:  # the gates name the level "c8"; at a rate level it is "r8"
-            result.message = result.message.replace(f" {result.config} c{result.concurrency}",
-                                                    f" {result.config} r{result.concurrency}")
+        """The result as its test reports it, with the server's and the measurement's notes."""
         notes = self._parts.pool.warnings_for(result.config)
-        cell = self._parts.cells.cell(result.config, result.concurrency)
+        cell = self._parts.cells.cell(result.config, result.level.value)
         if cell:
             notes = notes + cell.warnings
-        if notes and "\n  notes: " not in result.message:
-            result.message += "\n  notes: " + "\n  notes: ".join(dict.fromkeys(notes))
-        self.results.append(result)
-        return result
-
+        recorded = replace(result, notes=tuple(dict.fromkeys([*result.notes, *notes])))
+        self.results.append(recorded)
+        return recorded

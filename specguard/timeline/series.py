@@ -15,7 +15,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Literal
 
-from specguard.report.recommend import level_kind, level_label
 from specguard.report.schema import CellDoc, ResultsDoc
 from specguard.timeline.files import ResultsFile
 
@@ -62,8 +61,7 @@ def run_mean(cell: CellDoc, key: str) -> float | None:
 
 def file_values(doc: ResultsDoc, metrics: Iterable[Metric]) -> dict[tuple[str, str, str], float]:
     """(config, level, metric key) -> this file's value, for every measured cell."""
-    kind = level_kind(doc)
-    cells = {(c["config"], c["concurrency"]): c for c in doc["cells"] if not c["error"] and c["runs"]}
+    cells = {(c["config"], c["level"]): c for c in doc["cells"] if not c["error"] and c["runs"]}
     references = {c["name"]: c.get("reference") for c in doc["configs"]}
     out: dict[tuple[str, str, str], float] = {}
     for (config, level), cell in cells.items():
@@ -74,7 +72,7 @@ def file_values(doc: ResultsDoc, metrics: Iterable[Metric]) -> dict[tuple[str, s
                 ref = run_mean(ref_cell, metric.run_key) if ref_cell else None
                 value = value / ref if value is not None and ref else None
             if value is not None and value > 0:
-                out[(config, level_label(kind, level), metric.key)] = value
+                out[(config, level, metric.key)] = value
     return out
 
 

@@ -24,7 +24,8 @@ from typing import Any
 
 import numpy as np
 
-from specguard.report.results import SCHEMA, SCHEMA_VERSION, cell_summary
+from specguard.report.results import SCHEMA, SCHEMA_VERSION
+from specguard.report.summary import cell_summary
 
 CONCURRENCY = 16
 RUNS = 3

@@ -7,23 +7,18 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from gate_support import history_gate, result, speculation_gate
 
 from specguard.config import ConfigError, Tolerances, parse_suite
 from specguard.decide.crossover import estimate_crossover, first_crossing
 from specguard.decide.gates import (
     GateDesign,
-    GateResult,
     design_of,
     final_failures,
-    launch_history_gate,
-    must_win_gate,
     relaunch_plan,
     session_spread,
 )
 from specguard.decide.stats import (
-    FAIL,
-    INCONCLUSIVE,
-    PASS,
     RatioEstimate,
     SpreadEstimate,
     between_variance,
@@ -32,8 +27,11 @@ from specguard.decide.stats import (
     history_spread,
     stalled_runs,
 )
-from specguard.research.study.legacy import unchecked_history_gate
+from specguard.labels import Verdict
+from specguard.report.verdict_text import message, relaunch_reason
 from specguard.research.study.truth import within_factor
+
+PASS, FAIL, INCONCLUSIVE = Verdict.PASS, Verdict.FAIL, Verdict.INCONCLUSIVE
 
 TOL = Tolerances()  # prior 1 %, day share 0.5 %
 
@@ -85,7 +83,7 @@ def test_history_spread_is_the_variance_of_session_locations():
 def test_a_stalled_run_does_not_fail_an_unchanged_cell():
     hist = [[100.0, 100.3, 99.7], [100.5, 100.2, 100.8], [99.6, 99.9, 99.4], [100.1, 100.0, 99.8], [99.9, 100.2, 100.1]]
     stalled = [[100.1, 70.0, 99.9]]
-    res = launch_history_gate("throughput", "x", 4, stalled, hist, tolerance=0.03, prior_between_sd=0.01,
+    res = history_gate("throughput", "x", 4, stalled, hist, tolerance=0.03, prior_between_sd=0.01,
                               alpha_cell=0.01 / 28, rule="significant")
     assert res.verdict != FAIL and res.estimate.ratio == pytest.approx(1.0, abs=0.01)
     assert stalled_runs(stalled[0], hist) == [1]
@@ -111,16 +109,16 @@ def test_must_win_gate_tests_the_declared_gain_with_launches_as_units():
     slower = [list(95 * np.exp(rng.normal(0, 0.002, 3))) for _ in range(2)]
     faster = [list(110 * np.exp(rng.normal(0, 0.002, 3))) for _ in range(2)]
     tol = Tolerances()
-    lose = must_win_gate("eagle3", 16, slower, ref, "baseline", must_win=True, tol=tol, alpha_cell=0.01 / 28)
-    win = must_win_gate("eagle3", 16, faster, ref, "baseline", must_win=True, tol=tol, alpha_cell=0.01 / 28)
+    lose = speculation_gate("eagle3", 16, slower, ref, "baseline", must_win=True, tol=tol, alpha_cell=0.01 / 28)
+    win = speculation_gate("eagle3", 16, faster, ref, "baseline", must_win=True, tol=tol, alpha_cell=0.01 / 28)
     assert lose.verdict == FAIL and lose.failed and lose.launches == 2
-    assert win.verdict == PASS and "confidently below 1.00x" in win.message
+    assert win.verdict == PASS and "confidently below 1.00x" in message(win)
     hist = [r for r in ref]  # the reference's stored sessions when it was not measured in this session
-    stored = must_win_gate("eagle3", 16, faster, None, "baseline (stored)", must_win=True, tol=tol,
+    stored = speculation_gate("eagle3", 16, faster, None, "baseline", must_win=True, tol=tol,
                            alpha_cell=0.01 / 28, reference_history=hist)
     assert stored.estimate.ratio == pytest.approx(1.1, rel=0.01)
     with pytest.raises(ValueError):
-        must_win_gate("eagle3", 16, faster, None, "baseline", must_win=True, tol=tol, alpha_cell=0.01)
+        speculation_gate("eagle3", 16, faster, None, "baseline", must_win=True, tol=tol, alpha_cell=0.01)
 
 
 def test_paired_speculation_cancels_the_day():
@@ -132,7 +130,7 @@ def test_paired_speculation_cancels_the_day():
 
 
 def _result(gate, config, c, p, verdict=PASS, stage=1):
-    return GateResult(gate, config, c, verdict, "", _est(1.0, 0.9, 1.1, p), stage=stage)
+    return result(gate, config, c, verdict, _est(1.0, 0.9, 1.1, p), stage=stage)
 
 
 def test_relaunch_plan_names_whom_and_why():
@@ -141,16 +139,17 @@ def test_relaunch_plan_names_whom_and_why():
               _result("speculation", "mtp", 4, 0.03), _result("throughput", "baseline", 1, 0.5)]
     plan = relaunch_plan(stage1, refs, 0.05)
     assert set(plan) == {"eagle3", "mtp", "baseline"}
-    assert "p = 0.01 < 0.05" in plan["eagle3"][0] and plan["baseline"][0].startswith("reference of speculation mtp c4")
-    unenforced = GateResult("speculation", "mtp", 64, PASS, "", _est(0.8, 0.7, 0.9, 1e-6), enforced=False)
+    assert "p = 0.01 < 0.05" in relaunch_reason(plan["eagle3"][0])
+    assert relaunch_reason(plan["baseline"][0]).startswith("reference of speculation mtp c4")
+    unenforced = result("speculation", "mtp", 64, PASS, _est(0.8, 0.7, 0.9, 1e-6), enforced=False)
     assert relaunch_plan([unenforced], refs) == {}
     # the losing rule: eagle3 relaunched for its throughput cell brings the baseline along only
     # where a must-win speculation cell leans to a loss (p < losing_p), never on its own
     leaning = [_result("throughput", "eagle3", 16, 0.01), _result("speculation", "eagle3", 16, 0.3)]
     assert set(relaunch_plan(leaning, refs, 0.05)) == {"eagle3"}  # losing_p 0: off
     plan = relaunch_plan(leaning, refs, 0.05, 0.5)
-    assert set(plan) == {"eagle3", "baseline"} and "leans to a loss" in plan["baseline"][0]
-    assert plan["baseline"][0].startswith("reference of speculation eagle3 c16")
+    assert set(plan) == {"eagle3", "baseline"} and "leans to a loss" in relaunch_reason(plan["baseline"][0])
+    assert relaunch_reason(plan["baseline"][0]).startswith("reference of speculation eagle3 c16")
     assert set(relaunch_plan([_result("throughput", "eagle3", 16, 0.01), _result("speculation", "eagle3", 16, 0.7)],
                              refs, 0.05, 0.5)) == {"eagle3"}  # winning side: the reference stays
     assert relaunch_plan([_result("speculation", "eagle3", 16, 0.3)], refs, 0.05, 0.5) == {}  # nothing relaunched
@@ -228,9 +227,9 @@ def test_must_win_gate_falls_back_to_the_sessions_spread_without_stored_sessions
     loud = SpreadEstimate(4e-4, 12.0, "4 cells' histories")  # the session's other cells spread 2 %
     args = ("eagle3", 16, [[104.0, 104.2, 103.9]], [[100.0, 100.1, 99.9]], "baseline")
     kw = dict(must_win=True, tol=Tolerances(), alpha_cell=0.001, spread=loud)
-    empty = must_win_gate(*args, pair_histories=([], []), **kw)
+    empty = speculation_gate(*args, pair_histories=([], []), **kw)
     quiet = [[100.0, 100.1, 99.9], [100.2, 100.3, 100.1], [99.9, 100.0, 99.8]]
-    own = must_win_gate(*args, pair_histories=(quiet, quiet), **kw)
+    own = speculation_gate(*args, pair_histories=(quiet, quiet), **kw)
     assert "4 cells' histories" in empty.estimate.between_source and "4 cells'" not in own.estimate.between_source
     assert empty.estimate.between_sd > own.estimate.between_sd
 
@@ -241,8 +240,8 @@ def test_must_win_gate_uses_the_pairs_histories_when_given():
     ref_hist = [list(100 * np.exp(rng.normal(0, 0.03) + rng.normal(0, 0.002, 3))) for _ in range(5)]
     tol = Tolerances()
     kw = dict(must_win=True, tol=tol, alpha_cell=0.001)
-    prior_only = must_win_gate("eagle3", 16, [[104.0, 104.2, 103.9]], [[100.0, 100.1, 99.9]], "baseline", **kw)
-    paired = must_win_gate("eagle3", 16, [[104.0, 104.2, 103.9]], [[100.0, 100.1, 99.9]], "baseline",
+    prior_only = speculation_gate("eagle3", 16, [[104.0, 104.2, 103.9]], [[100.0, 100.1, 99.9]], "baseline", **kw)
+    paired = speculation_gate("eagle3", 16, [[104.0, 104.2, 103.9]], [[100.0, 100.1, 99.9]], "baseline",
                            pair_histories=(spec_hist, ref_hist), **kw)
     assert paired.estimate.between_sd > 1.5 * prior_only.estimate.between_sd  # histories that spread 3 % widen it
     assert _width(paired.estimate) > _width(prior_only.estimate)
@@ -252,11 +251,11 @@ def test_the_cell_prior_check_raises_a_prior_its_history_contradicts_and_names_i
     rng = np.random.default_rng(6)
     hist = [list(100 * np.exp(rng.normal(0, 0.03) + rng.normal(0, 0.002, 3))) for _ in range(5)]  # 3 % spread
     kw = dict(tolerance=0.03, prior_between_sd=0.005, alpha_cell=0.001, rule="significant")
-    checked = launch_history_gate("throughput", "b", 4, [[99.0, 99.1, 98.9]], hist, **kw)
-    off = unchecked_history_gate("throughput", "b", 4, [[99.0, 99.1, 98.9]], hist, **kw)
+    checked = history_gate("throughput", "b", 4, [[99.0, 99.1, 98.9]], hist, **kw)
+    off = history_gate("throughput", "b", 4, [[99.0, 99.1, 98.9]], hist, design=GateDesign(prior_check_p=0.0), **kw)
     assert checked.estimate.between_source == "history of 5 sessions (the prior 0.50% contradicted, dropped)"
     assert checked.estimate.between_sd > 2 * off.estimate.between_sd  # 16 pseudo dof at 0.5 % no longer drown 3 %
-    right = launch_history_gate("throughput", "b", 4, [[99.0, 99.1, 98.9]], hist, **{**kw, "prior_between_sd": 0.03})
+    right = history_gate("throughput", "b", 4, [[99.0, 99.1, 98.9]], hist, **{**kw, "prior_between_sd": 0.03})
     assert "raised" not in right.estimate.between_source  # a prior the history agrees with stands
 
 
@@ -362,8 +361,7 @@ def test_the_prior_check_level_is_a_design_parameter():
     own = history_spread(hist)
     assert 9.49 < own.dof * own.var / 0.01**2 < 13.28
     kw = dict(tolerance=0.03, prior_between_sd=0.01, alpha_cell=0.001, rule="significant")
-    default = launch_history_gate("throughput", "b", 4, [[99.0, 99.1, 98.9]], hist, **kw)
-    looser = launch_history_gate("throughput", "b", 4, [[99.0, 99.1, 98.9]], hist, design=GateDesign(prior_check_p=0.05),
-                                 **kw)
+    default = history_gate("throughput", "b", 4, [[99.0, 99.1, 98.9]], hist, **kw)
+    looser = history_gate("throughput", "b", 4, [[99.0, 99.1, 98.9]], hist, design=GateDesign(prior_check_p=0.05), **kw)
     assert "contradicted" not in default.estimate.between_source and default.estimate.dof > 16
     assert "contradicted" in looser.estimate.between_source and looser.estimate.dof < default.estimate.dof

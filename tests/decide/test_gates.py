@@ -14,26 +14,24 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from gate_support import history_gate, result, speculation_gate
 from scipy import stats as sps
 
 from specguard.config import Tolerances
 from specguard.decide.gates import (
-    ERROR,
-    FAIL,
-    INCONCLUSIVE,
-    PASS,
-    SKIP,
     GateDesign,
-    GateResult,
     counts_as_failure,
     design_of,
     final_failures,
     gate_confidence,
     holm_failures,
-    launch_history_gate,
-    must_win_gate,
 )
+from specguard.decide.result import GateResult
 from specguard.decide.stats import RatioEstimate
+from specguard.labels import Level, Verdict
+from specguard.report.verdict_text import message
+
+PASS, FAIL, INCONCLUSIVE, SKIP, ERROR = Verdict.PASS, Verdict.FAIL, Verdict.INCONCLUSIVE, Verdict.SKIP, Verdict.ERROR
 
 BASE = [[1000, 1005, 995], [1010, 1000, 1002], [990, 995, 1000]]
 
@@ -54,8 +52,8 @@ def test_gate_confidence_is_the_two_sided_level_of_a_one_sided_test(alpha, level
 
 def test_the_interval_upper_bound_is_the_one_sided_test_at_the_cell_alpha():
     """The cell fails at alpha iff the upper bound is below 1: p-value and bound must agree."""
-    r = launch_history_gate("throughput", "x", 1, [[960, 962, 958]], BASE, tolerance=0.03, prior_between_sd=0.01,
-                            alpha_cell=0.01, rule="significant")
+    r = history_gate("throughput", "x", 1, [[960, 962, 958]], BASE, tolerance=0.03, prior_between_sd=0.01,
+                     alpha_cell=0.01, rule="significant")
     e = r.estimate
     assert e.confidence == pytest.approx(0.98)
     q = sps.t.ppf(1 - 0.01, e.dof)
@@ -65,7 +63,7 @@ def test_the_interval_upper_bound_is_the_one_sided_test_at_the_cell_alpha():
 
 # -- what counts as a failure ----------------------------------------------------------------
 def _result(verdict: str, enforced: bool = True, e: RatioEstimate | None = None) -> GateResult:
-    return GateResult("throughput", "x", 1, verdict, "m", e, enforced=enforced)
+    return result("throughput", "x", 1, verdict, e, enforced=enforced)
 
 
 @pytest.mark.parametrize("verdict, inconclusive, expected", [
@@ -137,29 +135,30 @@ def test_a_suite_without_advanced_keys_has_the_library_design():
 
 
 def test_launch_history_gate_fields_and_message():
-    r = launch_history_gate("throughput", "eagle3", 4, [[1000, 1001], [999, 1002]], BASE, tolerance=0.03,
-                            prior_between_sd=0.01, alpha_cell=0.01, rule="significant", stage=2)
-    assert (r.gate, r.config, r.concurrency, r.stage, r.launches, r.alpha) == ("throughput", "eagle3", 4, 2, 2, 0.01)
-    assert r.message.startswith("throughput eagle3 c4: 1000 tok/s vs baseline (3 sessions) 999.7 tok/s")
-    assert ", 2 launches -> " in r.message
-    acc = launch_history_gate("accept_length", "eagle3", 4, [[3.0, 3.01]], [[3.0, 3.0]], tolerance=0.03,
-                              prior_between_sd=0.003, alpha_cell=0.01, rule="significant")
-    assert "tok/s" not in acc.message and "(1 session)" in acc.message and acc.stage == 1 and acc.launches == 1
-    err = launch_history_gate("throughput", "mtp", 16, [[1000.0]], BASE, tolerance=0.03, prior_between_sd=0.01,
-                              alpha_cell=0.01, rule="significant")
-    assert (err.verdict, err.gate, err.message) == (ERROR, "throughput", "throughput mtp c16: only 1 samples; need >= 2")
+    r = history_gate("throughput", "eagle3", 4, [[1000, 1001], [999, 1002]], BASE, tolerance=0.03,
+                     prior_between_sd=0.01, alpha_cell=0.01, rule="significant", stage=2)
+    assert (str(r.gate), r.config, r.level, r.stage, r.launches, r.alpha) == ("throughput", "eagle3", Level(4), 2, 2, 0.01)
+    assert message(r).startswith("throughput eagle3 c4: 1000 tok/s vs baseline (3 sessions) 999.7 tok/s")
+    assert ", 2 launches -> " in message(r)
+    acc = history_gate("accept_length", "eagle3", 4, [[3.0, 3.01]], [[3.0, 3.0]], tolerance=0.03,
+                       prior_between_sd=0.003, alpha_cell=0.01, rule="significant")
+    assert "tok/s" not in message(acc) and "(1 session)" in message(acc) and acc.stage == 1 and acc.launches == 1
+    err = history_gate("throughput", "mtp", 16, [[1000.0]], BASE, tolerance=0.03, prior_between_sd=0.01,
+                       alpha_cell=0.01, rule="significant")
+    assert (err.verdict, str(err.gate), message(err)) == (ERROR, "throughput", "throughput mtp c16: only 1 samples; need >= 2")
 
 
 def test_must_win_gate_fields_and_reference_sources():
     tol = Tolerances()
-    r = must_win_gate("eagle3", 4, [[110, 111, 109]], [[100, 101, 99]], "baseline", must_win=True, tol=tol,
-                      alpha_cell=0.01, stage=2)
-    assert (r.gate, r.stage, r.launches, r.enforced, r.verdict) == ("speculation", 2, 1, True, PASS)
-    h = must_win_gate("eagle3", 4, [[110, 111, 109]], None, "baseline (stored)", must_win=False, tol=tol,
-                      alpha_cell=0.01, reference_history=[[100, 101, 99], [100, 100, 101]])
+    r = speculation_gate("eagle3", 4, [[110, 111, 109]], [[100, 101, 99]], "baseline", must_win=True, tol=tol,
+                         alpha_cell=0.01, stage=2)
+    assert (str(r.gate), r.stage, r.launches, r.enforced, r.verdict) == ("speculation", 2, 1, True, PASS)
+    h = speculation_gate("eagle3", 4, [[110, 111, 109]], None, "baseline", must_win=False, tol=tol,
+                         alpha_cell=0.01, reference_history=[[100, 101, 99], [100, 100, 101]])
     assert not h.enforced and h.reference == pytest.approx(100.1666, rel=1e-4)
+    assert "vs baseline (stored, 2 sessions, same environment) 100.2 tok/s" in message(h)
     with pytest.raises(ValueError, match="needs the reference's launches or its stored sessions"):
-        must_win_gate("eagle3", 4, [[110, 111]], None, "baseline", must_win=True, tol=tol, alpha_cell=0.01)
+        speculation_gate("eagle3", 4, [[110, 111]], None, "baseline", must_win=True, tol=tol, alpha_cell=0.01)
 
 
 def test_final_failures_runs_holm_at_the_whole_family_alpha_for_every_design():

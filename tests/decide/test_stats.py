@@ -8,7 +8,8 @@ import math
 import numpy as np
 import pytest
 
-from specguard.decide.stats import FAIL, INCONCLUSIVE, PASS, compare_sessions, holm_adjust
+from specguard.decide.stats import compare_sessions, holm_adjust
+from specguard.labels import Verdict
 from specguard.measure.metrics import outliers
 
 
@@ -39,6 +40,8 @@ import statistics  # noqa: E402
 from scipy import stats as sps  # noqa: E402
 
 from specguard.decide.stats import RatioEstimate, null_ratio  # noqa: E402
+
+FAIL, INCONCLUSIVE, PASS = Verdict.FAIL, Verdict.INCONCLUSIVE, Verdict.PASS
 
 
 def test_compare_sessions_matches_welch_plus_two_launch_offsets():

@@ -39,14 +39,14 @@ def test_request_rate_levels_record_baselines_per_rate_and_gate_them(tmp_path: P
     code, out, res = run_suite(tmp_path, suite, "--require-baselines", "--results-json", str(results))
     assert code == 0 and not failed(res), out
     doc = json.loads(results.read_text())
-    cell = next(c for c in doc["cells"] if c["config"] == "eagle3" and c["concurrency"] == 16)
+    cell = next(c for c in doc["cells"] if c["config"] == "eagle3" and int(c["level"][1:]) == 16)
     assert all(r["load_model"] == "poisson 16 req/s, cap 16" for r in cell["runs"])
     assert all(r["request_goodput"] is not None and r["goodput_slos_ms"] == {"ttft_ms": 2000.0, "tpot_ms": 200.0}
                for r in cell["runs"])
     assert cell["summary"]["load_model"] == "poisson 16 req/s, cap 16" and cell["summary"]["request_goodput"] > 0
     print(f"eagle3 r16: tok/s {cell['summary']['output_throughput']:.1f}, "
           f"goodput {cell['summary']['request_goodput']:.2f} req/s, attainment {cell['summary']['slo_attainment']:.2f}")
-    thr = next(d for d in doc["decisions"] if d["gate"] == "throughput" and d["config"] == "eagle3" and d["concurrency"] == 4)
+    thr = next(d for d in doc["decisions"] if d["gate"] == "throughput" and d["config"] == "eagle3" and int(d["level"][1:]) == 4)
     assert thr["verdict"] in ("pass", "inconclusive") and "throughput eagle3 r4:" in thr["message"], thr["message"]
     assert "load: open loop, Poisson arrivals at r4, r16 req/s, at most 16 requests in flight" in out
     assert "eagle3 goodput req/s under ttft_ms=2000,tpot_ms=200" in out

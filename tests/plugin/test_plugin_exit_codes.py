@@ -75,7 +75,7 @@ def test_xdist_launches_each_configuration_once(tmp_path):
     once (never twice on two emulators at once); the summary says how the run was placed."""
     code, out, doc = run(tmp_path, "-n", "2", "--report-dir", str(tmp_path / "report"))
     assert code == 0, out
-    assert sorted((c["config"], c["concurrency"]) for c in doc["cells"]) == [("baseline", 1), ("eagle3", 1)]
+    assert sorted((c["config"], int(c["level"][1:])) for c in doc["cells"]) == [("baseline", 1), ("eagle3", 1)]
     logs = sorted(p.name.split("-")[1] for p in (tmp_path / "logs").glob("server-*.log"))
     assert logs == ["baseline", "eagle3"], logs  # one launch per configuration
     assert "xdist: --dist load: specguard places each configuration with its reference on one worker" in out

@@ -49,7 +49,7 @@ def run_suite(work: Path, baselines: Path, tag: str, env: dict[str, str], *args:
 
 
 def verdicts(doc: dict, gate: str) -> dict[tuple[str, int], str]:
-    return {(d["config"], d["concurrency"]): d["verdict"] for d in doc.get("decisions", []) if d["gate"] == gate}
+    return {(d["config"], int(d["level"][1:])): d["verdict"] for d in doc.get("decisions", []) if d["gate"] == gate}
 
 
 def speculation_ratios(doc: dict) -> dict[str, list[float]]:

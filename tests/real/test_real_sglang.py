@@ -245,14 +245,14 @@ def run_suite(work: Path, baselines: Path, tag: str, env: dict[str, str], *args:
 
 
 def verdicts(doc: dict, gate: str = "throughput") -> dict[int, str]:
-    return {d["concurrency"]: d["verdict"] for d in doc.get("decisions", []) if d["gate"] == gate}
+    return {int(d["level"][1:]): d["verdict"] for d in doc.get("decisions", []) if d["gate"] == gate}
 
 
 def mean_tok_s(doc: dict) -> dict[int, float]:
     out = {}
     for cell in doc.get("cells", []):
         runs = [r["output_throughput"] for r in cell["runs"]]
-        out[cell["concurrency"]] = sum(runs) / len(runs)
+        out[int(cell["level"][1:])] = sum(runs) / len(runs)
     return out
 
 
@@ -556,7 +556,7 @@ def cell_readings(doc: dict) -> dict[tuple[str, int], dict]:
             for i, n in enumerate(r.get("correct_drafts_histogram") or []):
                 hist += [0] * (i + 1 - len(hist))
                 hist[i] += n
-        out[(cell["config"], cell["concurrency"])] = {
+        out[(cell["config"], int(cell["level"][1:]))] = {
             "tok_s": sum(r["output_throughput"] for r in runs) / len(runs),
             "accept": sum(acc) / len(acc) if acc else None,
             "runs_with_histogram": sum(1 for r in runs if r.get("correct_drafts_histogram")),

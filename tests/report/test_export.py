@@ -16,7 +16,7 @@ from specguard.report.results import validate
 def _speculation(config: str, level: int, ratio: float, low: float, high: float) -> dict:
     estimate = {"ratio": ratio, "low": low, "high": high, "threshold": 1.0, "p_value": 0.5, "dof": 4.0,
                 "confidence": 0.95, "between_sd": 0.01, "between_source": "prior"}
-    return {"gate": "speculation", "config": config, "concurrency": level, "verdict": "pass", "message": "",
+    return {"gate": "speculation", "config": config, "level": f"c{level}", "verdict": "pass",
             "estimate": estimate, "current": None, "reference": None, "enforced": True, "alpha": 0.01}
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from synthetic_results import MTP, make_doc, seed_a_doc
+from synthetic_results import MTP, as_rate_sweep, make_doc, seed_a_doc
 
 from specguard.report import plots
 
@@ -24,9 +24,8 @@ def figures(monkeypatch):
 
 
 def rate_doc(doc: dict) -> dict:
-    """A concurrency document relabelled as an open-loop sweep: cells keep the rate in `concurrency`."""
-    doc["sweep"]["request_rate"] = list(doc["sweep"]["concurrency"])
-    return doc
+    """A concurrency document relabelled as an open-loop sweep (levels rN)."""
+    return as_rate_sweep(doc)
 
 
 def with_histograms(doc: dict) -> dict:

@@ -6,7 +6,7 @@ import json
 import math
 
 import pytest
-from synthetic_results import MTP, make_doc, seed_a_doc
+from synthetic_results import MTP, as_rate_sweep, make_doc, seed_a_doc
 
 from specguard import cli
 from specguard.decide.crossover import first_crossing
@@ -42,7 +42,7 @@ def test_seed_a_switches_off_between_32_and_64():
 
 def test_a_noisy_level_far_from_the_crossover_does_not_stretch_its_interval():
     doc = seed_a_doc()
-    noisy = next(c for c in doc["cells"] if c["config"] == "mtp" and c["concurrency"] == 4)
+    noisy = next(c for c in doc["cells"] if c["config"] == "mtp" and int(c["level"][1:]) == 4)
     for run, tok_s in zip(noisy["runs"], (300.0, 400.0, 520.0)):
         run["output_throughput"] = tok_s
     rec = recommend(doc)
@@ -795,10 +795,8 @@ def test_to_json_a_switch_without_a_band_of_its_own():
 
 # -- open-loop sweeps: `[sweep] request_rate` levels are req/s kept in the cells' `concurrency` field -------------
 def rate_doc(doc: dict | None = None) -> dict:
-    """A concurrency results document relabelled as a request-rate sweep (the cells are unchanged)."""
-    doc = doc if doc is not None else seed_a_doc()
-    doc["sweep"]["request_rate"] = list(doc["sweep"]["concurrency"])
-    return doc
+    """A concurrency results document relabelled as a request-rate sweep (levels rN)."""
+    return as_rate_sweep(doc if doc is not None else seed_a_doc())
 
 
 def test_rate_sweep_text_names_request_rates_never_concurrency():

@@ -8,17 +8,19 @@ import math
 from pathlib import Path
 
 import pytest
-from synthetic_results import seed_a_doc
+from gate_support import result
+from synthetic_results import as_rate_sweep, seed_a_doc
 
 from specguard import cli
 from specguard.config import parse_suite
-from specguard.decide.gates import GateResult
+from specguard.decide.result import Against, Versus
 from specguard.decide.stats import RatioEstimate
 from specguard.measure.metrics import RunMetrics
 from specguard.measure.sweep import CellMeasurement
 from specguard.report import plots
 from specguard.report.html_page import render_html
 from specguard.report.markdown import render_markdown
+from specguard.report.merge import merge_documents
 from specguard.report.publish import NO_PLOTS, write_report_dir
 from specguard.report.results import (
     CELL_KEYS,
@@ -26,8 +28,8 @@ from specguard.report.results import (
     SCHEMA,
     SCHEMA_VERSION,
     ResultsError,
+    decision_dict,
     load,
-    merge_documents,
     validate,
     write_results,
 )
@@ -67,23 +69,23 @@ def session(tmp_path: Path) -> GateSession:
             sg.cells.cells[(name, c)] = CellMeasurement(name, c, runs=[_run(tok * c, acc), _run(tok * c * 1.02, acc)])
     sg.cells[("mtp", 4)].error = "3 failed requests (allowed 0); first: request 1: server error 500"
     sg.verdicts.results[:] = [
-        GateResult("throughput", "baseline", 1, "fail", "throughput baseline c1: 100 vs 120 -> FAIL | pipe",
-                   _estimate(0.83), 100.0, 120.0),
-        GateResult("speculation", "mtp", 1, "pass", "speculation mtp c1: ...", _estimate(1.5), 150.0, 100.0,
-                   enforced=False),
+        result("throughput", "baseline", 1, "fail", _estimate(0.83), current=100.0, reference=120.0,
+               versus=Versus(Against.BASELINE, sessions=1), tolerance=0.03, rule="significant", notes=("a | pipe",)),
+        result("speculation", "mtp", 1, "pass", _estimate(1.5), current=150.0, reference=100.0,
+               versus=Versus(Against.REFERENCE, "baseline"), tolerance=0.0, rule="significant", enforced=False),
     ]
     return sg
 
 
 def test_document_has_every_documented_key_and_round_trips(session, tmp_path):
     doc = build_results(session)
-    assert doc["schema"] == SCHEMA == "specguard-results" and doc["schema_version"] == SCHEMA_VERSION == 2
+    assert doc["schema"] == SCHEMA == "specguard-results" and doc["schema_version"] == SCHEMA_VERSION == 3
     assert set(REQUIRED_KEYS) <= set(doc) and validate(doc) is doc
     assert [c["name"] for c in doc["configs"]] == ["baseline", "mtp"]
     mtp = doc["configs"][1]
     assert (mtp["speculative_algorithm"], mtp["num_steps"], mtp["reference"]) == ("NEXTN", 1, "baseline")
     assert "k3y" not in json.dumps(doc)  # launch args are redacted like server commands
-    cell = next(c for c in doc["cells"] if c["config"] == "mtp" and c["concurrency"] == 1)
+    cell = next(c for c in doc["cells"] if c["config"] == "mtp" and int(c["level"][1:]) == 1)
     assert set(CELL_KEYS) <= set(cell) and cell["summary"]["output_throughput"] == pytest.approx(151.5)
     assert cell["summary"]["accept_length"] == 2.0 and cell["summary"]["p99_itl_ms"] is None  # NaN -> null
     assert doc["decisions"][0]["estimate"]["ratio"] == pytest.approx(0.83)
@@ -167,7 +169,7 @@ def test_merging_xdist_workers_keeps_every_cell_and_reapplies_holm(session):
     est = {**a["decisions"][0]["estimate"], "p_value": 0.001}
     a["decisions"] = [{**a["decisions"][0], "verdict": "pass", "estimate": est}]
     merged = merge_documents([a, b])
-    assert {(c["config"], c["concurrency"]) for c in merged["cells"]} == {(n, c) for n in ("baseline", "mtp") for c in (1, 4)}
+    assert {(c["config"], int(c["level"][1:])) for c in merged["cells"]} == {(n, c) for n in ("baseline", "mtp") for c in (1, 4)}
     assert merged["merged_from"] == 2 and len(merged["holm_failures"]) == 1
     validate(merged)
 
@@ -187,13 +189,14 @@ def _decision(gate: str, config: str, c: int, verdict: str, ratio: float, low: f
               enforced: bool = True, p: float = 0.2) -> dict:
     est = {"ratio": ratio, "low": low, "high": high, "threshold": 0.97, "p_value": p, "dof": 4.0, "confidence": 0.998,
            "between_sd": 0.022, "between_source": "history of 5 sessions", "test_at": 1.0}
-    return {"gate": gate, "config": config, "concurrency": c, "verdict": verdict, "message": f"{gate} {config} c{c}: m",
-            "estimate": est, "current": 1.0, "reference": 1.0, "enforced": enforced, "alpha": 0.001}
+    return decision_dict(result(gate, config, c, verdict, RatioEstimate(**est), current=1.0, reference=1.0,
+                                enforced=enforced, alpha=0.001))
 
 
 def _test(nodeid: str, config: str | None, c: int | None, gate: str, outcome: str, kind: str | None = None,
           verdict: str | None = None) -> dict:
-    return {"nodeid": nodeid, "config": config, "concurrency": c, "gate": gate, "outcome": outcome, "verdict": verdict,
+    return {"nodeid": nodeid, "config": config, "level": None if c is None else f"c{c}", "gate": gate, "outcome": outcome,
+            "verdict": verdict,
             "enforced": True, "kind": kind, "message": "m"}
 
 
@@ -282,7 +285,7 @@ def test_the_inconclusive_line_advises_re_recording_only_when_the_history_is_noi
                "between_source": "prior + history of 5 sessions"}
         return {"tolerances": {"fail_rule": "significant", "prior_between_sd": 0.012, "prior_between_sd_accept": 0.003},
                 "decisions": [{"verdict": "inconclusive", "enforced": True, "estimate": est, "gate": gate,
-                               "config": "eagle3", "concurrency": 16}], "tests": []}
+                               "config": "eagle3", "level": "c16"}], "tests": []}
 
     quiet = resolution_note(doc(0.013))  # the prior's own spread: re-recording cannot help, launches can
     assert quiet.startswith("1 gate(s) inconclusive: baseline history spread up to 1.3%"), quiet
@@ -334,15 +337,12 @@ def test_a_reference_the_attached_server_cannot_serve_reads_not_measured_with_th
 
 def test_the_crossover_sentence_names_request_rates_in_a_rate_sweep():
     # the results file's crossover text (every output prints it) words levels as recommend does
-    from synthetic_results import seed_a_doc
-
-    from specguard.report.results import crossovers
+    from specguard.report.crossovers import crossovers
 
     doc = seed_a_doc()
     closed = crossovers(doc)
     text = next(iter(closed.values()))["text"]
     assert " at c~" in text and "between measured c" in text, text
-    doc["sweep"] = {**(doc.get("sweep") or {}), "request_rate": sorted({c["concurrency"] for c in doc["cells"]})}
-    open_loop = next(iter(crossovers(doc).values()))["text"]
+    open_loop = next(iter(crossovers(as_rate_sweep(doc)).values()))["text"]
     assert " at r~" in open_loop and " req/s (" in open_loop and "between measured r" in open_loop, open_loop
     assert " c~" not in open_loop and " c1" not in open_loop

@@ -3,22 +3,19 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 
 import pytest
+from gate_support import result
 from synthetic_results import seed_a_doc
 
-from specguard.decide.gates import GateResult
+from specguard.decide.result import Against, Attribution, Drift, Factors, GateResult, Half, Problem, Versus, Why
 from specguard.decide.stats import RatioEstimate
 from specguard.report import plots, schema, terminal
-from specguard.report.results import (
-    category_medians,
-    cell_summary,
-    combined_load_model,
-    decision_dict,
-    decision_result,
-    merged_servers,
-)
+from specguard.report.merge import merged_servers
+from specguard.report.results import decision_dict, decision_result
+from specguard.report.summary import category_medians, cell_summary, combined_load_model
 
 
 def _keys(typed_dict: type) -> set[str]:
@@ -35,19 +32,24 @@ def _estimate(**kw: object) -> RatioEstimate:
 def test_the_typed_decision_names_every_field_the_gate_result_stores():
     """decision_dict stores GateResult and RatioEstimate with asdict: a field added to either must be
     added to DecisionDoc / EstimateDoc too, or the renderers read keys mypy does not know."""
-    r = GateResult("throughput", "eagle3", 16, "inconclusive", "m", _estimate(test_at=1.0), 100.0, 102.0, alpha=0.001)
+    r = result("throughput", "eagle3", 16, "inconclusive", _estimate(test_at=1.0), current=100.0, reference=102.0,
+               alpha=0.001)
     d = decision_dict(r)
     assert set(d) == {f.name for f in dataclasses.fields(GateResult)}
     assert set(d) <= _keys(schema.DecisionDoc)
     assert set(d["estimate"]) == {f.name for f in dataclasses.fields(RatioEstimate)} == _keys(schema.EstimateDoc)
-    assert _keys(schema.DecisionDoc) - set(d) == {"detectable_drop"}  # derived by the session, not the gate's
+    # derived by the session, and an older file's wording (report/upgrade.py): not the gate's
+    assert _keys(schema.DecisionDoc) - set(d) == {"detectable_drop", "legacy_message"}
 
 
 def test_a_stored_decision_reads_back_as_the_gate_produced_it():
-    r = GateResult("accept_length[code]", "eagle3", 4, "fail", "m", _estimate(pass_low=0.96), 2.1, 2.4, alpha=0.002)
-    stored = {**decision_dict(r), "detectable_drop": 0.03}
+    r = result("accept_length[code]", "eagle3", 4, "fail", _estimate(pass_low=0.96), current=2.1, reference=2.4,
+               alpha=0.002, versus=Versus(Against.BASELINE, sessions=3), tolerance=0.03, rule="significant",
+               attribution=Attribution(Half.DRAFTER, _estimate(), None), factors=Factors(2.0, 5.0, 8.0),
+               problem=Problem(Why.ACCEPT_DRIFT), drift=Drift(-0.09, 6, 0.001, 0.01), notes=("a note",))
+    stored = json.loads(json.dumps({**decision_dict(r), "detectable_drop": 0.03}))  # as a file holds it
     assert decision_result(stored) == r
-    assert decision_result({**decision_dict(GateResult("speculation", "eagle3", 4, "skip", "m")),
+    assert decision_result({**decision_dict(result("speculation", "eagle3", 4, "skip")),
                             "estimate": None}).estimate is None
 
 
@@ -94,12 +96,12 @@ def test_a_worker_that_read_the_server_replaces_one_that_only_skipped_it():
 
 # -- the terminal table's labels ---------------------------------------------------------------------
 def _decision(gate: str, verdict: str, enforced: bool = True) -> dict:
-    return {"gate": gate, "config": "eagle3", "concurrency": 16, "verdict": verdict, "message": "m",
+    return {"gate": gate, "config": "eagle3", "level": "c16", "verdict": verdict,
             "estimate": None, "current": None, "reference": None, "enforced": enforced, "alpha": None}
 
 
 def _test(outcome: str, kind: str | None = None, gate: str = "throughput") -> dict:
-    return {"nodeid": f"t[{gate}]", "config": "eagle3", "concurrency": 16, "gate": gate, "outcome": outcome,
+    return {"nodeid": f"t[{gate}]", "config": "eagle3", "level": "c16", "gate": gate, "outcome": outcome,
             "verdict": None, "enforced": True, "kind": kind, "message": "m"}
 
 
@@ -130,8 +132,8 @@ def test_a_gate_without_a_decision_is_blank_only_when_its_test_ran():
 
 def test_cells_are_keyed_by_their_tests_and_the_family_test_is_apart():
     doc = {"tests": [_test("passed"), _test("failed", "regression", "accept_length"),
-                     {**_test("failed", "regression", "family_holm"), "config": None, "concurrency": None}]}
-    assert {k: sorted(v) for k, v in terminal.tests_by_cell(doc).items()} == {("eagle3", 16): ["accept_length", "throughput"]}
+                     {**_test("failed", "regression", "family_holm"), "config": None, "level": None}]}
+    assert {k: sorted(v) for k, v in terminal.tests_by_cell(doc).items()} == {("eagle3", "c16"): ["accept_length", "throughput"]}
     assert terminal.family_test(doc)["gate"] == "family_holm"
     assert terminal.family_test({"tests": doc["tests"][:2]}) is None
 
@@ -144,7 +146,7 @@ def test_the_inconclusive_cells_are_those_whose_test_passed_and_whose_gate_is_en
                          {**kept, "gate": "accept_length"},  # its test failed: the table says so already
                          {**kept, "enforced": False},
                          {**kept, "verdict": "pass"},
-                         {**kept, "concurrency": 4, "estimate": None}],
+                         {**kept, "level": "c4", "estimate": None}],
            "tests": [_test("passed"), _test("failed", "regression", "accept_length")]}
     assert terminal.inconclusive_estimates(doc) == [(kept, est)]
 
@@ -158,9 +160,9 @@ def test_accept_length_gates_are_held_to_their_own_prior():
 
 
 def test_reference_cells_are_one_line_per_reference_and_users():
-    doc = {"reference_roles": [{"config": "baseline", "concurrency": 16, "for": ["eagle3"]},
-                               {"config": "baseline", "concurrency": 4, "for": ["eagle3"]},
-                               {"config": "baseline", "concurrency": 64, "for": ["eagle3", "mtp"]}]}
+    doc = {"reference_roles": [{"config": "baseline", "level": "c16", "for": ["eagle3"]},
+                               {"config": "baseline", "level": "c4", "for": ["eagle3"]},
+                               {"config": "baseline", "level": "c64", "for": ["eagle3", "mtp"]}]}
     assert terminal.reference_lines(doc) == ["baseline: measured as reference for eagle3 (c4, c16)",
                                              "baseline: measured as reference for eagle3, mtp (c64)"]
 
@@ -182,6 +184,6 @@ def test_latency_points_leave_out_failed_cells_and_missing_figures():
     cells[0]["error"] = "server exited"
     cells[1]["summary"]["p99_ttft_ms"] = None
     points = plots.latency_points(doc, "baseline", "p99_ttft_ms")
-    assert [level for level, _ in points] == sorted(c["concurrency"] for c in cells[2:])
+    assert [level for level, _ in points] == sorted(int(c["level"][1:]) for c in cells[2:])
     assert all(isinstance(v, float) and math.isfinite(v) for _, v in points)
     assert plots.latency_points(doc, "nobody", "p99_ttft_ms") == []

@@ -17,6 +17,7 @@ import pytest
 from emulator_suite import RELAUNCH, emulator_suite_toml
 
 from specguard.config import load_suite
+from specguard.report.verdict_text import message
 from specguard.server import free_port
 from specguard.session import GateSession, PlannedTest, RunOptions
 
@@ -114,7 +115,7 @@ def test_an_attached_configuration_with_a_restart_command_is_relaunched_on_suspi
     assert (cluster.restarts("eagle3"), cluster.restarts("baseline")) == (2, 2)
     assert len({lid for lid, _ in sg.cells.launch_cells[("eagle3", 1)]}) == 3  # three launches, each its own id
     r = sg.speculation_result("eagle3", 1)
-    assert (r.stage, r.launches, r.verdict) == (3, 3, "fail"), r.message
+    assert (r.stage, r.launches, r.verdict) == (3, 3, "fail"), message(r)
     assert sg.campaign.design_notes() == []  # nothing says "relaunch not possible"
 
 

@@ -9,17 +9,22 @@ from array import array
 from pathlib import Path
 
 import pytest
+from gate_support import step_gate
 from session_support import fake_server, make_suite
 
 from specguard.config import ConfigError, load_suite
 from specguard.decide.baselines import BaselineStore, RunSample, StoredSession
-from specguard.decide.gates import FAIL, PASS, attribution, step_time_gate
+from specguard.decide.gates import attribution
 from specguard.decide.stats import RatioEstimate, downward_trend
+from specguard.labels import Verdict
 from specguard.measure.client import RequestRecord
 from specguard.measure.load import RunResult
 from specguard.measure.metrics import RunMetrics, step_time_ms, summarize_run
 from specguard.measure.sweep import CellMeasurement
+from specguard.report.verdict_text import attribution_text, message
 from specguard.session import GateSession, PlannedTest, RunOptions
+
+FAIL, PASS = Verdict.FAIL, Verdict.PASS
 
 # -- the measurement ---------------------------------------------------------------------------
 
@@ -55,13 +60,13 @@ HIST = [rates([10.0, 10.02, 9.98]) for _ in range(5)]
 
 
 def test_a_slower_engine_fails_the_step_time_gate_in_milliseconds():
-    slower = step_time_gate("eagle3", 1, [rates([10.8, 10.82, 10.79])], HIST, tolerance=0.03, prior_between_sd=0.005,
+    slower = step_gate("eagle3", 1, [rates([10.8, 10.82, 10.79])], HIST, tolerance=0.03, prior_between_sd=0.005,
                             alpha_cell=0.01 / 40, rule="significant")
-    assert slower.verdict == FAIL and slower.gate == "step_time"
+    assert slower.verdict == FAIL and str(slower.gate) == "step_time"
     assert slower.current == pytest.approx(10.8, rel=1e-3) and slower.reference == pytest.approx(10.0, rel=1e-3)
-    assert slower.message.startswith("step_time eagle3 c1: 10.8 ms vs baseline (5 sessions) 10 ms, engine step time +8.0% [")
-    assert "tolerance 3% slower" in slower.message and slower.message.endswith("-> FAIL")
-    same = step_time_gate("eagle3", 1, [rates([10.0, 10.01, 9.99])], HIST, tolerance=0.03, prior_between_sd=0.005,
+    assert message(slower).startswith("step_time eagle3 c1: 10.8 ms vs baseline (5 sessions) 10 ms, engine step time +8.0% [")
+    assert "tolerance 3% slower" in message(slower) and message(slower).endswith("-> FAIL")
+    same = step_gate("eagle3", 1, [rates([10.0, 10.01, 9.99])], HIST, tolerance=0.03, prior_between_sd=0.005,
                           alpha_cell=0.01 / 40, rule="significant")
     assert same.verdict == PASS
 
@@ -77,14 +82,14 @@ def est(ratio: float, low: float, high: float) -> RatioEstimate:
     (est(0.99, 0.97, 1.01), est(1.0, 0.99, 1.01), ""),
 ])
 def test_attribution_names_the_half_whose_interval_excludes_no_change(step, accept, half):
-    got, text = attribution(step, accept)
-    assert got == half
-    assert text.startswith("engine step time ") and ", accept length " in text
+    got = attribution(step, accept)
+    assert got.half == half
+    assert attribution_text(got).startswith("; engine step time ") and ", accept length " in attribution_text(got)
 
 
 def test_engine_step_time_is_shown_as_a_time_change_with_its_interval():
-    _, text = attribution(est(0.94, 0.92, 0.96), None)
-    assert text == "engine step time +6.4% [+4.2%, +8.7%]"
+    text = attribution_text(attribution(est(0.94, 0.92, 0.96), None))
+    assert text == "; engine step time +6.4% [+4.2%, +8.7%] (the engine moved)"
 
 
 def test_a_downward_trend_needs_four_runs_and_noise_to_compare_with():
@@ -134,18 +139,18 @@ def test_a_slower_engine_reads_engine_in_the_throughput_verdict(tmp_path):
     sg = session_with_history(tmp_path)
     measured(sg, [metrics(600 / 1.06 * f, 3.0, 5.0 * 1.06 / f) for f in (1.0, 1.001, 0.999)])
     tput = sg.throughput_result("eagle3", 1)
-    assert tput.verdict == FAIL and tput.attribution == "engine", tput.message
-    assert "engine step time +6.0% [" in tput.message and "accept length +0.0% [" in tput.message
-    assert "(the engine moved) -> FAIL" in tput.message
+    assert tput.verdict == FAIL and tput.attribution.half == "engine", message(tput)
+    assert "engine step time +6.0% [" in message(tput) and "accept length +0.0% [" in message(tput)
+    assert "(the engine moved) -> FAIL" in message(tput)
     step = sg.step_time_result("eagle3", 1)
-    assert step.verdict == FAIL and step.message.startswith("step_time eagle3 c1: 5.3 ms vs baseline (5 sessions) 5 ms")
+    assert step.verdict == FAIL and message(step).startswith("step_time eagle3 c1: 5.3 ms vs baseline (5 sessions) 5 ms")
 
 
 def test_a_weaker_drafter_reads_drafter(tmp_path):
     sg = session_with_history(tmp_path)
     measured(sg, [metrics(600 * 0.92 * f, 3.0 * 0.92, 5.0 / f) for f in (1.0, 1.001, 0.999)])
     tput = sg.throughput_result("eagle3", 1)
-    assert tput.verdict == FAIL and tput.attribution == "drafter" and "(the drafter moved)" in tput.message
+    assert tput.verdict == FAIL and tput.attribution.half == "drafter" and "(the drafter moved)" in message(tput)
     assert sg.step_time_result("eagle3", 1).verdict == PASS
 
 
@@ -162,7 +167,7 @@ def test_speculation_that_stopped_fails_by_name_with_or_without_a_baseline(tmp_p
             fake_server(sg, "eagle3")
         measured(sg, [metrics(400.0, accept, 5.0) for _ in range(3)])
         r = sg.accept_length_result("eagle3", 1)
-        assert r.verdict == FAIL and expected in r.message and "\n" not in r.message, r.message
+        assert r.verdict == FAIL and expected in message(r) and "\n" not in message(r), message(r)
 
 
 def test_the_floor_is_per_configuration_and_ngram_s_default_is_one(tmp_path):
@@ -189,19 +194,19 @@ def test_acceptance_falling_within_the_session_is_reported_or_fails(tmp_path, mo
     falling = [3.07, 3.02, 2.96, 2.91, 2.85, 2.8]
     measured(sg, [metrics(600.0, a, 5.0) for a in falling])
     r = sg.accept_length_result("eagle3", 1)
-    assert "accept length fell -8.9% across the cell's 6 runs in time order" in r.message, r.message
+    assert "accept length fell -8.9% across the cell's 6 runs in time order" in message(r), message(r)
     if mode == "fail":
-        assert r.verdict == FAIL and 'advanced.accept_drift = "fail"' in r.message
+        assert r.verdict == FAIL and 'advanced.accept_drift = "fail"' in message(r)
     else:
-        assert "\n  notes: accept length fell" in r.message
+        assert "\n  notes: accept length fell" in message(r)
 
 
 # -- the summary ----------------------------------------------------------------------------------
 def _decision(gate: str, config: str, level: int, verdict: str, attribution: str = "", low: float = 0.9,
               high: float = 0.98) -> dict:
-    return {"gate": gate, "config": config, "concurrency": level, "verdict": verdict, "enforced": True,
-            "attribution": attribution, "message": "", "estimate": {"ratio": (low + high) / 2, "low": low, "high": high,
-                                                                    "threshold": 0.97}}
+    return {"gate": gate, "config": config, "level": f"c{level}", "verdict": verdict, "enforced": True,
+            "attribution": {"half": attribution, "step_rate": None, "accept": None} if attribution else None,
+            "estimate": {"ratio": (low + high) / 2, "low": low, "high": high, "threshold": 0.97}}
 
 
 def test_the_summary_names_engine_and_drafter_regressions_apart():
@@ -234,6 +239,6 @@ def test_the_speculation_line_names_the_drafter_and_the_engine_factor_against_th
         metrics(200 * f, None, 5.0 / f) for f in (1.0, 1.001, 0.999)]))
     measured(sg, [metrics(200 * 1.25 / 1.6 * f, 1.25, 8.0 / f) for f in (1.0, 1.001, 0.999)])
     r = sg.speculation_result("eagle3", 1, 16)
-    assert r.verdict == FAIL, r.message
+    assert r.verdict == FAIL, message(r)
     assert ("the drafter's accept length 1.25 x the engine's step time ratio 0.62 (5 ms the reference's decode step / "
-            "8 ms the verify step) = 0.78") in r.message
+            "8 ms the verify step) = 0.78") in message(r)

@@ -21,15 +21,22 @@ from pathlib import Path
 import httpx
 import pytest
 from emulator_suite import write_emulator_suite
+from gate_support import result
 from session_support import fake_cell, fake_server, make_session, make_suite, stored_session
 
 from specguard.decide.baselines import BaselineStage, BaselineStore, Fingerprint, commit_baseline_stages
-from specguard.decide.gates import ERROR, SKIP, GateResult
+from specguard.decide.result import GateResult
 from specguard.decide.stats import RatioEstimate
 from specguard.engines import EffectiveArgs
+from specguard.labels import Verdict
+from specguard.report.terminal import relaunch_texts
+from specguard.report.verdict_text import message
 from specguard.session import ConfigUnavailable, GateSession, PlannedTest
 from specguard.session.history import is_speculative_field
+from specguard.session.results import relaunch_doc
 from specguard.session.servers import ServerState, attach_differences
+
+ERROR, SKIP = Verdict.ERROR, Verdict.SKIP
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -111,13 +118,13 @@ def test_speculation_uses_every_stored_session_of_the_same_environment_only(tmp_
     _record_reference(sg, _reference_fields(sg, model_path="/models/other"), [[50.0, 51.0]] * 3)
     r = sg.speculation_result("eagle3", 1, None)
     assert r.verdict == SKIP
-    assert "model_path: stored '/models/other', now '/models/specguard-fast'" in r.message
-    assert "another environment" in r.message
+    assert "model_path: stored '/models/other', now '/models/specguard-fast'" in message(r)
+    assert "another environment" in message(r)
     # the same environment: all three sessions and their spread are used
     _record_reference(sg, _reference_fields(sg), [[100.0, 101.0], [104.0, 103.0], [98.0, 99.0]])
     r = sg.speculation_result("eagle3", 1, None)
-    assert r.verdict == "pass", r.message
-    assert "baseline (stored, 3 sessions, same environment)" in r.message
+    assert r.verdict == "pass", message(r)
+    assert "baseline (stored, 3 sessions, same environment)" in message(r)
     assert r.reference == pytest.approx(sum([100, 101, 104, 103, 98, 99]) / 6)
 
 
@@ -129,9 +136,9 @@ def test_a_stored_reference_may_differ_only_in_speculation_and_the_capacity_sgla
     _record_reference(sg, _reference_fields(sg, max_running_requests=128, decode_cuda_graph_bs=[1, 2, 4]),
                       [[100.0, 101.0], [104.0, 103.0]])
     r = sg.speculation_result("eagle3", 1, None)
-    assert r.verdict == "pass" and "2 sessions, same environment" in r.message, r.message
+    assert r.verdict == "pass" and "2 sessions, same environment" in message(r), message(r)
     _record_reference(sg, _reference_fields(sg, engine_version="0.5.22"), [[100.0, 101.0]])  # newer, other version
-    assert "2 sessions, same environment" in sg.speculation_result("eagle3", 1, None).message
+    assert "2 sessions, same environment" in message(sg.speculation_result("eagle3", 1, None))
 
 
 def test_reference_measured_with_an_error_is_not_measured_never_a_stored_fallback(tmp_path):
@@ -142,7 +149,7 @@ def test_reference_measured_with_an_error_is_not_measured_never_a_stored_fallbac
     fake_cell(sg, "baseline", 1, [], error="ServerBusy: 3 running, 2 waiting requests not sent by specguard")
     _record_reference(sg, _reference_fields(sg), [[100.0, 101.0]] * 3)
     r = sg.speculation_result("eagle3", 1, None)
-    assert r.verdict == ERROR and "reference baseline c1 could not be measured: ServerBusy" in r.message
+    assert r.verdict == ERROR and "reference baseline c1 could not be measured: ServerBusy" in message(r)
 
 
 @pytest.mark.parametrize("content,what", [
@@ -158,12 +165,12 @@ def test_a_damaged_or_foreign_baseline_is_an_error_naming_the_file(tmp_path, con
     path.parent.mkdir()
     path.write_text(content)
     for r in (sg.throughput_result("eagle3", 1), sg.accept_length_result("eagle3", 1)):
-        assert r.verdict == ERROR, r.message
-        assert str(path) in r.message and what in r.message
+        assert r.verdict == ERROR, message(r)
+        assert str(path) in message(r) and what in message(r)
     (tmp_path / "baselines" / "baseline.json").write_text(content.replace('"mtp"', '"eagle3"'))
     sg.pool.states["baseline"] = ServerState(failure=ConfigUnavailable("not attached", skip=True))
     r = sg.speculation_result("eagle3", 1, None)
-    assert r.verdict == ERROR and "baseline.json" in r.message
+    assert r.verdict == ERROR and "baseline.json" in message(r)
 
 
 def test_a_fingerprint_mismatch_is_a_skip_naming_the_fields_and_a_hint_for_this_run(tmp_path):
@@ -174,9 +181,9 @@ def test_a_fingerprint_mismatch_is_a_skip_naming_the_fields_and_a_hint_for_this_
     BaselineStore(tmp_path / "baselines").record_sessions("eagle3", Fingerprint(fields), {1: stored_session("s", [1.0, 2.0])}, keep=5)
     r = sg.throughput_result("eagle3", 1)
     assert r.verdict == SKIP
-    assert "max_running_requests: stored 128, now 64" in r.message
-    assert "-k 'eagle3 and c1'" in r.message and "--server-url http://127.0.0.1:9" in r.message
-    assert f"--baseline-dir {tmp_path / 'baselines'}" in r.message
+    assert "max_running_requests: stored 128, now 64" in message(r)
+    assert "-k 'eagle3 and c1'" in message(r) and "--server-url http://127.0.0.1:9" in message(r)
+    assert f"--baseline-dir {tmp_path / 'baselines'}" in message(r)
 
 
 def test_an_internal_error_in_a_gate_is_not_measured_never_a_regression(tmp_path):
@@ -186,7 +193,7 @@ def test_an_internal_error_in_a_gate_is_not_measured_never_a_regression(tmp_path
     fields = sg.histories.fingerprint("eagle3").fields
     BaselineStore(tmp_path / "baselines").record_sessions("eagle3", Fingerprint(fields), {1: stored_session("s", [1.0, 2.0])}, keep=5)
     r = sg.throughput_result("eagle3", 1)
-    assert r.verdict == ERROR and "internal error (a specguard bug)" in r.message
+    assert r.verdict == ERROR and "internal error (a specguard bug)" in message(r)
 
 
 # -- baseline writes: all or nothing --------------------------------------------------------------
@@ -325,8 +332,8 @@ def test_the_reference_travels_with_a_selected_speculative_cell(tmp_path):
         assert sg.cells.reference_only() == {"baseline": ["eagle3"]}
         assert sg.cells.reference_roles.get(("baseline", 1), []) == ["eagle3"]
         r = sg.speculation_result("eagle3", 1, None)
-        assert r.verdict not in (SKIP, ERROR), r.message
-        assert "baseline (this session, measured as reference)" in r.message
+        assert r.verdict not in (SKIP, ERROR), message(r)
+        assert "baseline (this session, measured as reference)" in message(r)
     finally:
         sg.stop_all()
     assert _lock_is_free(lock)
@@ -352,15 +359,17 @@ def test_a_suspicious_speculation_cell_relaunches_both_configurations_and_decide
         sg.stop_all()
     assert set(sg.relaunches) == {"eagle3", "baseline"}, sg.relaunches
     assert len(sg.relaunches["eagle3"]) == max_launches - 1, sg.relaunches
-    assert sg.relaunches["eagle3"][0].startswith("speculation eagle3 c1: p = ")
-    assert sg.relaunches["baseline"][0].startswith("reference of speculation eagle3 c1")
+    texts = {name: [t for launch in launches for t in relaunch_texts(relaunch_doc(launch))]
+             for name, launches in sg.relaunches.items()}
+    assert texts["eagle3"][0].startswith("speculation eagle3 c1: p = ")
+    assert texts["baseline"][0].startswith("reference of speculation eagle3 c1")
     if max_launches == 3:
-        assert sg.relaunches["eagle3"][1].startswith("launch 3: speculation eagle3 c1: p = ")
-        assert sg.relaunches["baseline"][1].startswith("launch 3: reference of speculation eagle3 c1")
+        assert texts["eagle3"][1].startswith("launch 3: speculation eagle3 c1: p = ")
+        assert texts["baseline"][1].startswith("launch 3: reference of speculation eagle3 c1")
     assert len(sg.cells.launch_cells[("eagle3", 1)]) == max_launches and len(sg.cells.launch_cells[("baseline", 1)]) == max_launches
     assert len({lid for lid, _ in sg.cells.launch_cells[("eagle3", 1)]}) == max_launches  # real launches
     r = sg.speculation_result("eagle3", 1, None)
-    assert (r.stage, r.launches, r.verdict) == (max_launches, max_launches, "fail"), r.message
+    assert (r.stage, r.launches, r.verdict) == (max_launches, max_launches, "fail"), message(r)
     assert [x.stage for x in sg.verdicts.stage1] == [1]
     assert [x.stage for x in sg.verdicts.later_stages] == list(range(2, max_launches + 1))
     assert sg.verdicts.final_results() == [r] and r in sg.final_failures()
@@ -371,7 +380,7 @@ def test_a_suspicious_speculation_cell_relaunches_both_configurations_and_decide
 def _decision(gate: str, config: str, c: int, p: float, verdict: str, stage: int) -> GateResult:
     est = RatioEstimate(ratio=0.95, low=0.90, high=1.002, threshold=0.97, p_value=p, dof=10.0, confidence=0.99,
                         between_sd=0.01, between_source="prior", test_at=1.0)
-    return GateResult(gate, config, c, verdict, f"{gate} {config} c{c}", est, stage=stage)
+    return result(gate, config, c, verdict, est, stage=stage)
 
 
 def test_holm_uses_each_tests_final_decision_so_the_family_test_and_the_cells_agree(tmp_path):
@@ -403,7 +412,7 @@ def test_holm_uses_each_tests_final_decision_so_the_family_test_and_the_cells_ag
     sg.verdicts.later_stages[0] = sg.results[0] = _decision("throughput", "eagle3", 1, p, "inconclusive", 2)
     assert sg.final_failures() == [sg.verdicts.later_stages[0]]
     doc = build_results(sg)
-    assert [(d["config"], d["concurrency"], d["stage"]) for d in doc["holm_failures"]] == [("eagle3", 1, 2)]
+    assert [(d["config"], d["level"], d["stage"]) for d in doc["holm_failures"]] == [("eagle3", "c1", 2)]
     assert family_holm(doc)["outcome"] == "failed" and "4 gate tests" in family_holm(doc)["message"]
     sg.verdicts.later_stages[0] = sg.results[0] = _decision("throughput", "eagle3", 1, holm_alpha / 4 * 1.2, "inconclusive", 2)
     assert sg.final_failures() == []
@@ -431,8 +440,8 @@ def test_attach_measures_a_server_launched_otherwise_and_reports_each_difference
     assert (fp["num_steps"], fp["eagle_topk"], fp["num_draft_tokens"], fp["max_running_requests"]) == (5, 4, 8, 256)
     # the bare URL cannot stand for the baseline (no speculation): no stored reference -> skip saying why
     r = sg.speculation_result("eagle3", 1, None)
-    assert r.verdict == SKIP and "server runs EAGLE3; config baseline needs no speculation" in r.message
-    assert "no stored reference" in r.message
+    assert r.verdict == SKIP and "server runs EAGLE3; config baseline needs no speculation" in message(r)
+    assert "no stored reference" in message(r)
 
     strict = _small(make_session(tmp_path, server_urls={None: url}, strict_server_args=True))
     with pytest.raises(ConfigUnavailable) as err:
@@ -449,7 +458,7 @@ def test_attach_by_name_measures_the_reference_and_leaves_the_unnamed_unlaunched
     sg.plan([PlannedTest("eagle3", 1, "speculation")])  # -k eagle3: baseline's own tests deselected
     sg.measure("eagle3", 1)
     r = sg.speculation_result("eagle3", 1, None)
-    assert r.verdict not in (SKIP, ERROR), r.message
+    assert r.verdict not in (SKIP, ERROR), message(r)
     assert sg.cells.reference_only() == {"baseline": ["eagle3"]}
 
     only_spec = _small(make_session(tmp_path, server_urls={"eagle3": spec_url}))
@@ -457,7 +466,7 @@ def test_attach_by_name_measures_the_reference_and_leaves_the_unnamed_unlaunched
     only_spec.measure("eagle3", 1)
     assert "baseline" not in {n for n, s in only_spec.pool.states.items() if s.handle is not None}  # nothing launched
     r = only_spec.speculation_result("eagle3", 1, None)
-    assert r.verdict == SKIP and "add --server-url baseline=URL" in r.message
+    assert r.verdict == SKIP and "add --server-url baseline=URL" in message(r)
 
 
 # -- SIGINT during --update-baselines: every file as it was, or every file updated ----------------

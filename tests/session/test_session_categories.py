@@ -12,12 +12,14 @@ from session_support import fake_server
 
 from specguard.config import load_suite
 from specguard.decide.baselines import BaselineStore, RunSample, StoredSession
-from specguard.decide.gates import SKIP
-from specguard.labels import GateLabel, gate_label, is_history_gate
+from specguard.labels import GateLabel, Verdict, gate_label, is_history_gate
 from specguard.measure.metrics import CategorySummary, RunMetrics
 from specguard.measure.sweep import CellMeasurement
+from specguard.report.verdict_text import message
 from specguard.session import GateSession, PlannedTest, RunOptions
 from specguard.session.cells import metric_values
+
+SKIP = Verdict.SKIP
 
 CATS = ("chat", "code", "math", "summarisation")
 
@@ -85,13 +87,13 @@ def test_each_category_is_gated_on_its_own_stored_figures(tmp_path):
                                                                  for j in jitter])
     assert metric_values(sg.cells[("eagle3", 4)], "accept_lengths[code]") == pytest.approx([3.28 * 0.82 * j for j in jitter])
     code = sg.accept_length_result("eagle3", 4, "code")
-    assert (code.gate, code.verdict) == ("accept_length[code]", "fail"), code.message
-    assert code.message.startswith("accept_length[code] eagle3 c4: ")
+    assert (str(code.gate), code.verdict) == ("accept_length[code]", "fail"), message(code)
+    assert message(code).startswith("accept_length[code] eagle3 c4: ")
     for c in ("chat", "math", "summarisation"):
         assert sg.accept_length_result("eagle3", 4, c).verdict == "pass"
     overall = sg.accept_length_result("eagle3", 4)
-    assert overall.gate == "accept_length" and overall.estimate.ratio == pytest.approx(2.873 / 3.01, rel=1e-3)
+    assert str(overall.gate) == "accept_length" and overall.estimate.ratio == pytest.approx(2.873 / 3.01, rel=1e-3)
     # a category the stored runs lack is a skip saying so, never a pass
     sg.cells[("eagle3", 4)].runs[0].categories["poetry"] = sg.cells[("eagle3", 4)].runs[0].categories["code"]
     r = sg.accept_length_result("eagle3", 4, "poetry")
-    assert r.verdict == SKIP and "no accept lengths for prompt category 'poetry'" in r.message, r.message
+    assert r.verdict == SKIP and "no accept lengths for prompt category 'poetry'" in message(r), message(r)

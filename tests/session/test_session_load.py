@@ -11,9 +11,12 @@ from emulator_suite import emulator_suite_toml
 from session_support import fake_server, run
 
 from specguard.config import ConfigError, load_suite
-from specguard.decide.gates import ERROR
+from specguard.labels import Verdict
 from specguard.measure.sweep import CellMeasurement
+from specguard.report.verdict_text import message
 from specguard.session import GateSession, PlannedTest, RunOptions
+
+ERROR = Verdict.ERROR
 
 RATE_KEYS = 'request_rate = [2, 8]\nslo = "ttft_ms=500,tpot_ms=50"'
 RATE_ADVANCED = "max_concurrency = 16\nburstiness = 0.5\n"
@@ -66,10 +69,10 @@ def test_rate_levels_are_stored_under_r_keys_and_gated_as_r(tmp_path):
     from specguard.decide.baselines import BaselineStage
     assert list(BaselineStage.from_json(stage.to_json()).writes[0].cells) == ["r8"]  # xdist round trip
     r = sg.throughput_result("eagle3", 8)
-    assert "no baseline for eagle3 r8" in r.message and "-k 'eagle3 and r8'" in r.message, r.message
+    assert "no baseline for eagle3 r8" in message(r) and "-k 'eagle3 and r8'" in message(r), message(r)
     sg.histories.store.record_many(stage.writes, keep=5)
     r = sg.throughput_result("eagle3", 8)
-    assert r.verdict != ERROR and r.message.startswith("throughput eagle3 r8: "), r.message
+    assert r.verdict != ERROR and message(r).startswith("throughput eagle3 r8: "), message(r)
 
 
 def test_the_speculation_gate_can_be_declared_on_goodput(tmp_path):
@@ -88,11 +91,11 @@ def test_the_speculation_gate_can_be_declared_on_goodput(tmp_path):
     cell("eagle3", 400.0, [2.0, 2.1, 1.9])
     cell("baseline", 300.0, [4.0, 4.1, 3.9])
     r = sg.speculation_result("eagle3", 1, 1)
-    assert r.verdict == "fail" and r.estimate.ratio == pytest.approx(0.5, rel=0.02), r.message
-    assert r.message.startswith("speculation (goodput) eagle3 c1: 2 good req/s vs baseline"), r.message
+    assert r.verdict == "fail" and r.estimate.ratio == pytest.approx(0.5, rel=0.02), message(r)
+    assert message(r).startswith("speculation (goodput) eagle3 c1: 2 good req/s vs baseline"), message(r)
     cell("baseline", 300.0, [4.0, 0.0, 3.9])
     r = sg.speculation_result("eagle3", 1, 1)
-    assert r.verdict == ERROR and "goodput 0 in a run" in r.message
+    assert r.verdict == ERROR and "goodput 0 in a run" in message(r)
 
 
 def test_goodput_needs_slos(tmp_path):

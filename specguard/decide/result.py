@@ -1,0 +1,165 @@
+"""A gate's decision as data: what was compared with what, the figures, the verdict and, where the
+statistics did not decide, why. Nothing here is a sentence: report/verdict_text.py renders every
+line a user reads from these fields (the terminal, pytest's failure text, reports, JUnit)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from specguard.decide.stats import RatioEstimate
+from specguard.labels import SPECULATION, STEP_TIME, THROUGHPUT, GateLabel, Level, TextEnum, Verdict
+
+
+class Half(TextEnum):
+    """Which half of a speculative cell's tok/s moved (tok/s = accept length / step time)."""
+
+    ENGINE = "engine"  # the step time
+    DRAFTER = "drafter"  # the accept length
+    BOTH = "both"
+    NEITHER = ""  # neither interval resolved a change
+
+
+class Against(TextEnum):
+    """What a gate compared the cell with."""
+
+    BASELINE = "baseline"  # the cell's own stored sessions
+    REFERENCE = "reference"  # the reference configuration, measured in this session
+    REFERENCE_ROLE = "reference-role"  # the same, measured here only because this test needed it
+    STORED_REFERENCE = "stored-reference"  # the reference's stored sessions of this environment
+
+
+class Why(TextEnum):
+    """Why a gate's verdict was not (only) the statistics' outcome."""
+
+    TOO_FEW_RUNS = "too-few-runs"  # count: the runs measured
+    NO_ACCEPT_LENGTH = "no-accept-length"  # no run carried verify counts (a category's test: none for it)
+    NO_STEP_TIME = "no-step-time"  # no request decoded two or more tokens
+    # No stored session to compare with; detail: the history's own line (which file, what to run)
+    NO_BASELINE = "no-baseline"  # nothing recorded for this cell yet (a first run)
+    OTHER_ENVIRONMENT = "other-environment"  # recorded, but with another fingerprint
+    NO_CATEGORY_HISTORY = "no-category-history"  # recorded without this prompt category's figures
+    HISTORY_UNREADABLE = "history-unreadable"  # a damaged, unreadable or foreign baseline file (an error)
+    NO_REFERENCE = "no-reference"  # detail: the suite file that names none
+    REFERENCE_FAILED = "reference-failed"  # detail: why the reference's server could not serve it
+    REFERENCE_CELL_FAILED = "reference-cell-failed"  # detail: the reference cell's error at this level
+    REFERENCE_UNSTORED = "reference-unstored"  # detail: why no stored one serves; context: why it was not measured
+    ZERO_GOODPUT = "zero-goodput"  # detail: the SLOs; reference: whose goodput
+    NOT_RUNNING = "not-running"  # speculation configured, no verify counts; detail: what the server runs
+    ACCEPT_AT_FLOOR = "accept-at-floor"  # value: the median accept length, limit: min_accept_length
+    ACCEPT_DRIFT = "accept-drift"  # advanced.accept_drift = "fail" and the cell's acceptance fell (``drift``)
+    UNAVAILABLE = "unavailable"  # detail: the configuration's failure (a server that did not start, ...)
+    INTERNAL_ERROR = "internal-error"  # detail: the exception (a specguard bug)
+
+
+HISTORY_MISSING = (Why.NO_BASELINE, Why.OTHER_ENVIRONMENT, Why.NO_CATEGORY_HISTORY, Why.HISTORY_UNREADABLE)
+
+
+@dataclass(frozen=True)
+class Problem:
+    """Why a gate was decided without (or against) its statistics, with the figures that say it."""
+
+    why: Why
+    detail: str = ""  # a line from below the gate: a server's failure, a stored history's reason, an exception
+    value: float | None = None
+    limit: float | None = None
+    count: int | None = None
+    reference: str = ""  # the configuration the problem is about, where it is not the gate's own
+    context: str = ""  # a second line from below, where the problem has two causes
+
+
+@dataclass(frozen=True)
+class Versus:
+    """The other side of a comparison: the cell's stored sessions, or a reference configuration."""
+
+    against: Against
+    name: str = ""  # the reference configuration (empty for the cell's own baseline)
+    sessions: int = 0  # stored sessions compared with (0: measured in this session)
+
+
+@dataclass(frozen=True)
+class Attribution:
+    """A speculative cell's tok/s change split into its halves, each against its own history at
+    ATTRIBUTION_CONFIDENCE (decide/gates.py ``attribution``)."""
+
+    half: Half
+    step_rate: RatioEstimate | None  # decode-step rate ratio (1 / step-time ratio)
+    accept: RatioEstimate | None  # accept-length ratio
+
+
+@dataclass(frozen=True)
+class Factors:
+    """Where a speculative configuration's speed comes from against its reference measured in the
+    same session: tok/s per request = accept length / step time."""
+
+    accept_length: float
+    reference_step_ms: float  # the reference's decode step
+    step_ms: float  # the speculative configuration's verify step
+
+    @property
+    def step_ratio(self) -> float:
+        return self.reference_step_ms / self.step_ms
+
+    @property
+    def product(self) -> float:
+        return self.accept_length * self.step_ratio
+
+
+@dataclass(frozen=True)
+class Drift:
+    """A cell's accept length falling across its runs in time order (vllm#41838)."""
+
+    change: float  # relative change over the runs
+    runs: int
+    p_value: float
+    limit_p: float  # the one-sided level below which it is reported
+
+
+@dataclass(frozen=True)
+class GateResult:
+    """One gate test's decision. Figures are in the gate's own unit: tok/s (or good requests/s),
+    accept length, step time in ms (its estimate is the step *rate* ratio, lower is worse)."""
+
+    gate: GateLabel
+    config: str
+    level: Level
+    verdict: Verdict
+    estimate: RatioEstimate | None = None
+    current: float | None = None  # mean of this session's samples
+    reference: float | None = None  # mean of what it was compared with
+    versus: Versus | None = None
+    tolerance: float | None = None  # the gate's tolerance (step time: the slowdown fraction)
+    rule: str = ""  # the fail rule (config.FAIL_RULES)
+    enforced: bool = True  # a speculation gate outside the must-win range only reports
+    alpha: float | None = None
+    launches: int = 1  # server launches of this configuration pooled into the verdict
+    stage: int = 1  # 2: decided again after a relaunch (sequential design, ``relaunch_plan``)
+    attribution: Attribution | None = None  # a speculative cell's tok/s verdict: which half moved
+    factors: Factors | None = None  # the speculation gate against a reference measured here
+    goodput: bool = False  # the speculation gate decided on request goodput (advanced.speculation_metric)
+    problem: Problem | None = None
+    drift: Drift | None = None  # the accept-length gate: acceptance fell within the session
+    notes: tuple[str, ...] = ()  # the server's and the measurement's own notes on this cell
+
+    @property
+    def failed(self) -> bool:
+        return self.verdict == Verdict.FAIL and self.enforced
+
+    @property
+    def key(self) -> tuple[GateLabel, str, Level]:
+        """One test's identity: its gate, configuration and level."""
+        return self.gate, self.config, self.level
+
+    @property
+    def unit(self) -> str:
+        """The unit of ``current`` and ``reference`` as a message writes it after the number."""
+        if self.gate.gate == STEP_TIME:
+            return " ms"
+        if self.gate.gate in (THROUGHPUT, SPECULATION):
+            return " good req/s" if self.goodput else " tok/s"
+        return ""
+
+
+def problem_result(gate: GateLabel, config: str, level: Level, verdict: Verdict, problem: Problem,
+                   stage: int = 1, current: float | None = None) -> GateResult:
+    """A decision the statistics did not make: an error, a skip, or a failure by name."""
+    return GateResult(gate, config, level, verdict, current=current, stage=stage, problem=problem)

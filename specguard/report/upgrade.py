@@ -1,0 +1,80 @@
+"""Results documents of older schema versions, read as the current one (docs/results.md).
+
+Months of nightly results files are a user's history (`specguard history`), so every version
+specguard ever wrote stays readable: each step upgrades one version to the next, in memory; the
+file is never rewritten. What an older version did not record is absent or null, never invented;
+its decisions keep the line that specguard worded then (`legacy_message`).
+
+- 1 -> 2 (specguard's first day): no options, configurations, summaries or session outcome.
+- 2 -> 3: levels by name (`"level": "r8"`, not `"concurrency": 8` in a request-rate sweep);
+  decisions as data (no `message`); relaunches as data.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from specguard.labels import Level
+from specguard.report.summary import cell_summary
+
+
+def upgrade(doc: dict[str, Any], version: int) -> dict[str, Any]:
+    """The document as the current schema (3), from `version` (1 or 2)."""
+    if version == 1:
+        doc, version = _v1_to_v2(doc), 2
+    if version == 2:
+        doc = _v2_to_v3(doc)
+    return doc
+
+
+def _v1_to_v2(doc: dict[str, Any]) -> dict[str, Any]:
+    references = doc.get("references") or {}
+    out = dict(doc)
+    out["options"] = {"require_baselines": False, "update_baselines": False, "baseline_dir": "", "attached": False}
+    out["configs"] = [{"name": name, "engine": server.get("engine", ""), "reference": references.get(name)}
+                      for name, server in (doc.get("servers") or {}).items()]
+    out["servers"] = {name: {**server, "failure_skipped": False, "mode": "", "differences": []}
+                      for name, server in (doc.get("servers") or {}).items()}
+    out["cells"] = [{**cell, "summary": cell_summary(cell.get("runs") or [])} for cell in doc.get("cells") or []]
+    out.update(holm_failures=[], crossovers={}, baseline_updates=[],
+               outcome={"status": "unknown", "exit_status": -1, "failed_tests": []})
+    return out
+
+
+def _v2_to_v3(doc: dict[str, Any]) -> dict[str, Any]:
+    rate = bool((doc.get("sweep") or {}).get("request_rate"))
+
+    def level(value: int | None) -> str | None:
+        return None if value is None else Level(int(value), rate).name
+
+    def moved(item: dict[str, Any]) -> dict[str, Any]:
+        out = {k: v for k, v in item.items() if k != "concurrency"}
+        out["level"] = level(item.get("concurrency"))
+        return out
+
+    out = dict(doc)
+    out["schema_version"] = 3
+    out["cells"] = [moved(c) for c in doc.get("cells") or []]
+    out["decisions"] = [_decision(moved(d)) for d in doc.get("decisions") or []]
+    out["holm_failures"] = [_decision(moved(d)) for d in doc.get("holm_failures") or []]
+    if "tests" in doc:
+        out["tests"] = [moved(t) for t in doc["tests"]]
+    if "reference_roles" in doc:
+        out["reference_roles"] = [moved(r) for r in doc["reference_roles"]]
+    if "relaunches" in doc:
+        out["relaunches"] = {name: [{"lines": list(lines)}] for name, lines in (doc["relaunches"] or {}).items()}
+    return out
+
+
+def _decision(d: dict[str, Any]) -> dict[str, Any]:
+    """A schema-2 decision: its figures kept, its line kept as worded, what it lacked absent."""
+    half = d.get("attribution")
+    out = {k: v for k, v in d.items() if k not in ("message", "attribution")}
+    out.update(versus=None, tolerance=None, rule="", factors=None, goodput=False, problem=None, drift=None, notes=[],
+               attribution={"half": half, "step_rate": None, "accept": None} if half else None,
+               legacy_message=d.get("message", ""))
+    out.setdefault("enforced", True)
+    out.setdefault("alpha", None)
+    out.setdefault("launches", 1)
+    out.setdefault("stage", 1)
+    return out

@@ -1,0 +1,164 @@
+"""Every gate decision in words: the one line a failing test prints, the summary's and the reports'
+decision lines, all rendered from a `GateResult`'s fields (decide/result.py), never edited later."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from specguard.decide.gates import RelaunchReason, RelaunchWhy
+from specguard.decide.result import HISTORY_MISSING, Against, Attribution, Factors, GateResult, Half, Problem, Versus, Why
+from specguard.decide.stats import RatioEstimate
+from specguard.labels import SPECULATION, STEP_TIME, Verdict
+
+MOVED = {Half.ENGINE: "the engine moved", Half.DRAFTER: "the drafter moved", Half.BOTH: "both halves moved",
+         Half.NEITHER: "neither half resolved"}
+
+
+def where(r: GateResult) -> str:
+    """How a decision's line begins: "throughput eagle3 c16", "speculation (goodput) mtp r8"."""
+    gate = "speculation (goodput)" if r.goodput and r.gate.gate == SPECULATION and r.problem is None else str(r.gate)
+    return f"{gate} {r.config} {r.level}"
+
+
+def message(r: GateResult) -> str:
+    """The decision's line, then one "notes:" line per note (drift, the server's, the measurement's)."""
+    head = problem_line(r, r.problem) if r.problem is not None else statistics_line(r)
+    notes = ([drift_line(r)] if r.drift is not None and (r.problem is None or r.problem.why != Why.ACCEPT_DRIFT) else [])
+    notes += list(dict.fromkeys(r.notes))
+    return head + "".join(f"\n  notes: {n}" for n in notes)
+
+
+def ratio_text(e: RatioEstimate) -> str:
+    """"0.981 [0.962, 1.001]"."""
+    return f"{e.ratio:.3f} [{e.low:.3f}, {e.high:.3f}]"
+
+
+def step_change(rate_ratio: RatioEstimate) -> str:
+    """A step-rate ratio as the change of step time it means: "+6.1% [+4.0%, +8.3%]"."""
+    return f"{1 / rate_ratio.ratio - 1:+.1%} [{1 / rate_ratio.high - 1:+.1%}, {1 / rate_ratio.low - 1:+.1%}]"
+
+
+def ratio_change(ratio: RatioEstimate) -> str:
+    """A ratio as a change: "-0.2% [-0.5%, +0.1%]"."""
+    return f"{ratio.ratio - 1:+.1%} [{ratio.low - 1:+.1%}, {ratio.high - 1:+.1%}]"
+
+
+def versus_text(v: Versus | None) -> str:
+    """What the cell was compared with, as the line names it."""
+    if v is None:
+        return "?"
+    s = "s" if v.sessions != 1 else ""
+    return {Against.BASELINE: f"baseline ({v.sessions} session{s})",
+            Against.REFERENCE: f"{v.name} (this session)",
+            Against.REFERENCE_ROLE: f"{v.name} (this session, measured as reference)",
+            Against.STORED_REFERENCE: f"{v.name} (stored, {v.sessions} session{s}, same environment)"}[v.against]
+
+
+def _interval(e: RatioEstimate) -> str:
+    return f"({e.confidence * 100:.2f}% CI, between-launch sd {e.between_sd:.1%} from {e.between_source})"
+
+
+def _outcome(r: GateResult, e: RatioEstimate) -> str:
+    """" -> FAIL", or a pass with the one-sided bound it rests on."""
+    text = str(r.verdict)
+    if r.verdict == Verdict.PASS and e.pass_low is not None and e.pass_confidence is not None:
+        text += f" ({e.pass_confidence:.0%} lower bound {e.pass_low:.3f} >= {e.threshold:.2f})"
+    return f" -> {text.upper()}"
+
+
+def statistics_line(r: GateResult) -> str:
+    """A decision the statistics made: both sides, the ratio with its interval and spread, the rule."""
+    e = r.estimate
+    assert e is not None and r.current is not None and r.reference is not None  # a gate that estimated
+    if r.gate.gate == STEP_TIME:
+        return (f"{where(r)}: {r.current:.4g} ms vs {versus_text(r.versus)} {r.reference:.4g} ms, engine step time "
+                f"{step_change(e)} {_interval(e)}, tolerance {r.tolerance:.0%} slower, rule {r.rule}{_outcome(r, e)}")
+    sides = f"{where(r)}: {r.current:.4g}{r.unit} vs {versus_text(r.versus)} {r.reference:.4g}{r.unit}"
+    if r.gate.gate == SPECULATION:
+        must = "must win here" if r.enforced else "report only"
+        rule = f"fails if confidently below {e.threshold:.2f}x ({must})"
+        extra = factors_text(r.factors) if r.factors is not None else ""
+    else:
+        rule = f"tolerance {r.tolerance:.0%}, rule {r.rule}" + (f", {r.launches} launches" if r.launches > 1 else "")
+        extra = attribution_text(r.attribution) if r.attribution is not None else ""
+    return f"{sides}, ratio {ratio_text(e)} {_interval(e)}, {rule}{extra}{_outcome(r, e)}"
+
+
+def attribution_text(a: Attribution) -> str:
+    """"; engine step time +5.8% [...], accept length +0.0% [...] (the engine moved)"."""
+    parts = ([f"engine step time {step_change(a.step_rate)}"] if a.step_rate is not None else [])
+    parts += [f"accept length {ratio_change(a.accept)}"] if a.accept is not None else []
+    return f"; {', '.join(parts)} ({MOVED[a.half]})"
+
+
+def factors_text(f: Factors) -> str:
+    """Where a speculative configuration's speed comes from against its reference measured here."""
+    return (f"; the drafter's accept length {f.accept_length:.2f} x the engine's step time ratio {f.step_ratio:.2f} "
+            f"({f.reference_step_ms:.3g} ms the reference's decode step / {f.step_ms:.3g} ms the verify step) "
+            f"= {f.product:.2f}")
+
+
+def drift_line(r: GateResult) -> str:
+    d = r.drift
+    assert d is not None
+    return (f"accept length fell {d.change:+.1%} across the cell's {d.runs} runs in time order "
+            f"(trend p = {d.p_value:.2g} < {d.limit_p}): acceptance drifts within the session")
+
+
+def problem_line(r: GateResult, p: Problem) -> str:
+    """A decision the statistics did not make (or overruled), and why."""
+    at = where(r)
+    if p.why in (*HISTORY_MISSING, Why.UNAVAILABLE):
+        return p.detail  # the history's or the server's own line already names the cell
+    if p.why == Why.ACCEPT_DRIFT:
+        return f"{at}: {drift_line(r)} (advanced.accept_drift = \"fail\")"
+    return f"{at}: {_PROBLEMS[p.why](p, r)}"
+
+
+def _no_accept_length(p: Problem, r: GateResult) -> str:
+    if r.gate.category:
+        return (f"no run has an accept length for prompt category {r.gate.category!r}: its requests carried no "
+                f"spec_verify_ct (per-category accept lengths need per-request counts: api native or openai)")
+    return ("no run has an accept length: the requests carried no spec_verify_ct and the engine's "
+            "run-level source (if any) saw no drafts")
+
+
+def _zero_goodput(p: Problem, r: GateResult) -> str:
+    if p.reference:
+        return (f"reference {p.reference} had goodput 0 in a run (no request met sweep.slo = {p.detail!r}); the "
+                f"goodput ratio is undefined")
+    return (f"goodput 0 in a run: no request met sweep.slo = {p.detail!r}, so the goodput ratio is undefined; loosen "
+            f"the SLOs or lower the level")
+
+
+def _unstored(p: Problem, r: GateResult) -> str:
+    why = (f"reference {p.reference!r} cannot be measured here ({p.context})" if p.context
+           else f"reference {p.reference!r} was not measured")
+    return f"{why} and has no usable stored baseline: {p.detail}"
+
+
+_PROBLEMS: dict[Why, Callable[[Problem, GateResult], str]] = {
+    Why.TOO_FEW_RUNS: lambda p, r: f"only {p.count} samples; need >= 2",
+    Why.NO_ACCEPT_LENGTH: _no_accept_length,
+    Why.NO_STEP_TIME: lambda p, r: "no run has a step time: no request decoded two or more tokens",
+    Why.NO_REFERENCE: lambda p, r: f"configuration has no reference in {p.detail}",
+    Why.REFERENCE_FAILED: lambda p, r: f"reference {p.reference!r} could not be measured: {p.detail}",
+    Why.REFERENCE_CELL_FAILED: lambda p, r: f"reference {p.reference} {r.level} could not be measured: {p.detail}",
+    Why.REFERENCE_UNSTORED: _unstored,
+    Why.ZERO_GOODPUT: _zero_goodput,
+    Why.NOT_RUNNING: lambda p, r: (f"speculation is not running: the server runs {p.detail} but its requests carry "
+                                   f"no verify counts and its own counters saw no drafts"),
+    Why.ACCEPT_AT_FLOOR: lambda p, r: (f"speculation is not running: accept length {p.value:.3f} <= min_accept_length "
+                                       f"{p.limit:g} (each verify step keeps almost no draft)"),
+    Why.INTERNAL_ERROR: lambda p, r: f"internal error (a specguard bug): {p.detail}",
+}
+
+
+def relaunch_reason(reason: RelaunchReason) -> str:
+    """Why a configuration was launched again, as the summary's "relaunched" line gives it."""
+    cell = f"{reason.gate} {reason.config} {reason.level}"
+    if reason.why == RelaunchWhy.LEANS_TO_LOSS:
+        return (f"reference of speculation {reason.config} {reason.level}, which leans to a loss "
+                f"(ratio {reason.ratio:.3f}, p = {reason.p_value:.3g} < {reason.limit_p:g})")
+    line = f"{cell}: p = {reason.p_value:.3g} < {reason.limit_p:g} (ratio {reason.ratio:.3f})"
+    return f"reference of {line}" if reason.why == RelaunchWhy.REFERENCE else line
