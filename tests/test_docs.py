@@ -231,12 +231,12 @@ def test_headline_keys_are_the_headline_grid_point(study, acceptance):
 
 def test_gate_study_command_and_summary_lines_equal_the_json(study):
     """The command shown is the run's argv, and the summary lines are what it printed last."""
-    from specguard.research.study.report import summary_line
+    from research.study.report import summary_line
 
     text = STUDY_MD.read_text(encoding="utf-8")
-    m = re.search(r"```bash\n(specguard study .*?)\n```", text, flags=re.S)
-    assert m, "docs/gate-study.md: no ```bash block with the `specguard study` command"
-    assert shlex.split(m.group(1).replace("\\\n", " "))[2:] == study["argv"], \
+    m = re.search(r"```bash\n(python -m research.study .*?)\n```", text, flags=re.S)
+    assert m, "docs/gate-study.md: no ```bash block with the `python -m research.study` command"
+    assert shlex.split(m.group(1).replace("\\\n", " "))[3:] == study["argv"], \
         "docs/gate-study.md: the command differs from gate-study.json's argv"
     shown = [line for line in text.splitlines() if line.startswith("acceptance=")]
     printed = [summary_line(by_acceptance(study, a)) for a in study["other_acceptance"]] + [summary_line(study)]
@@ -701,8 +701,8 @@ def test_statistics_md_half_width():
     (1 % prior, 3 runs of within-run sd 0-1 %, K = 3-5, alpha 0.01 / 28 one-sided)."""
     import numpy as np
 
+    from research.study.legacy import compare_to_history
     from specguard.decide.gates import gate_confidence
-    from specguard.research.study.legacy import compare_to_history
 
     text = " ".join(STATISTICS_MD.read_text(encoding="utf-8").split())
     m = re.search(r"interval's half-width \((\S+)-(\S+) % with a 1 % between-launch spread at alpha 0.01/28\)", text)

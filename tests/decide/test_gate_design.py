@@ -8,6 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from research.study.legacy import unchecked_history_gate
+from research.study.truth import within_factor
 from specguard.config import ConfigError, Tolerances, parse_suite
 from specguard.decide.crossover import estimate_crossover, first_crossing
 from specguard.decide.gates import (
@@ -32,8 +34,6 @@ from specguard.decide.stats import (
     history_spread,
     stalled_runs,
 )
-from specguard.research.study.legacy import unchecked_history_gate
-from specguard.research.study.truth import within_factor
 
 TOL = Tolerances()  # prior 1 %, day share 0.5 %
 

@@ -7,11 +7,11 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from research import study
 from specguard.config import load_suite
 from specguard.emulator.model import simulate_closed_loop
 from specguard.emulator.profile import load_profile
 from specguard.emulator.spec import SpecRequest
-from specguard.research import study
 
 TINY = """
 [sweep]
@@ -163,7 +163,7 @@ def test_emulator_noise_presets_are_the_committed_measurements():
     import json
     from pathlib import Path
 
-    from specguard.research.study import EMULATOR_BUSY, EMULATOR_QUIET
+    from research.study import EMULATOR_BUSY, EMULATOR_QUIET
 
     evidence = Path(__file__).resolve().parents[2] / "docs" / "evidence" / "noise"
     for label, noise in (("quiet", EMULATOR_QUIET), ("busy", EMULATOR_BUSY)):
@@ -307,7 +307,7 @@ def _outcome(failed=False, gates=(), inconclusive=0, launches=3, crossovers=None
 
 
 def test_summarise_counts_fail_rates_cost_and_the_crossovers_scores(tiny):
-    from specguard.research.study.run import _summarise
+    from research.study.run import _summarise
 
     rows = [_outcome(crossovers={"eagle3": 4}), _outcome(True, ["throughput"], 2, 4, {"eagle3": 4}, relaunched=["eagle3"]),
             _outcome(crossovers={"eagle3": 1}, crossover_c={"eagle3": 30.0}), _outcome(crossovers={"eagle3": None})]
@@ -324,7 +324,7 @@ def test_summarise_counts_fail_rates_cost_and_the_crossovers_scores(tiny):
 
 
 def test_the_table_row_names_each_designs_rule_and_prior_dof():
-    from specguard.research.study.report import render_table
+    from research.study.report import render_table
 
     def point(design, dof=16.0):
         scen = {"scenario": "A/A", "fail_rate": 0.0, "fail_ci95": (0.0, 0.019), "launches_per_config": 1.27,
@@ -342,23 +342,19 @@ def test_the_table_row_names_each_designs_rule_and_prior_dof():
     assert "| 0.01 (8, pooled-t, cell) |" in lines[3] and "| 0.01 (16, pooled-t, cell) |" in lines[4]
 
 
-def test_study_usage_errors_are_one_line_and_exit_4_through_specguard(tiny, capsys):
-    from specguard.cli import main
-
+def test_study_usage_errors_are_one_line_and_exit_4(tiny, capsys):
     for flags, wanted in ((["--design", "on-suspicion,halves"], "unknown --design halves; use legacy, "),
                           (["--fail-rule", "maybe"], "unknown --fail-rule maybe; use significant, beyond-tolerance"),
                           (["--noise", "gpu,loud"], "unknown --noise loud; use emulator, "),
                           (["--config", "baseline"], "--config must name a speculative configuration of ")):
-        assert study.main(["--suite", str(tiny.path), *flags]) == 2
+        assert study.main(["--suite", str(tiny.path), *flags]) == 4
         err = capsys.readouterr().err.strip().splitlines()
-        assert len(err) == 1 and err[0].startswith(f"specguard study: {wanted}"), err
-        assert main(["study", "--suite", str(tiny.path), *flags]) == 4
-        capsys.readouterr()
+        assert len(err) == 1 and err[0].startswith(f"python -m research.study: {wanted}"), err
 
 
 def test_the_first_issue14_design_decides_with_halved_alphas_and_ordinary_gates_otherwise(tiny):
-    from specguard.research.study.legacy import R1_RULES
-    from specguard.research.study.session_decisions import decision_rules
+    from research.study.legacy import R1_RULES
+    from research.study.session_decisions import decision_rules
 
     tol = replace(tiny.tolerances, history_sessions=3, family_alpha=0.01)
     r1, default = study.GateSettings(3, tol, "on-suspicion-r1"), study.GateSettings(3, tol, "on-suspicion")
@@ -371,7 +367,7 @@ def test_the_first_issue14_design_decides_with_halved_alphas_and_ordinary_gates_
     assert share["throughput"] == pytest.approx(0.01 / 8)  # r1 weighs every gate test the same: 8 can fail
     assert not v1.failed and v1.enforced == 8
     # the halved alpha reaches the gates: the interval of a throughput cell is the one at alpha / 2
-    from specguard.research.study.session_decisions import _start
+    from research.study.session_decisions import _start
 
     assert _start(tiny, r1, launches, trial.history).alpha["throughput"] == pytest.approx(0.01 / 8 / 2)
     assert _start(tiny, default, launches, trial.history).alpha["throughput"] == \
@@ -444,7 +440,7 @@ def test_a_session_decides_step_time_and_names_the_half_that_moved(tiny):
 
 
 def test_summaries_count_each_levels_catch_and_wrong_halves(tiny):
-    from specguard.research.study.run import _attribution_correct, _summarise
+    from research.study.run import _attribution_correct, _summarise
 
     engine = next(c for c in study.scenarios(tiny, "eagle3") if c.name == "engine slowdown 5%")
     drafter = next(c for c in study.scenarios(tiny, "eagle3") if c.name == "acceptance -8%")
@@ -471,7 +467,7 @@ def test_the_summary_line_names_the_new_headline_keys():
 
 
 def test_cell_rates_fail_a_large_drop_and_keep_unchanged_cells():
-    from specguard.research.study.cell_rates import AUDIT_CASES, CellCase, cell_rates
+    from research.study.cell_rates import AUDIT_CASES, CellCase, cell_rates
 
     assert cell_rates(CellCase(drop=0.10, launches=3), 200)["fail_rate"] > 0.9
     unchanged = cell_rates(CellCase(), 400)

@@ -10,6 +10,15 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
+from research.study.legacy import (
+    MIN_SESSIONS_FOR_SPREAD,
+    R1_RULES,
+    compare_to_history,
+    history_gate,
+    speculation_gate,
+    unchecked_history_gate,
+    unchecked_must_win_gate,
+)
 from specguard.config import Tolerances
 from specguard.decide.gates import (
     ERROR,
@@ -24,15 +33,6 @@ from specguard.decide.gates import (
     must_win_gate,
 )
 from specguard.decide.stats import RatioEstimate
-from specguard.research.study.legacy import (
-    MIN_SESSIONS_FOR_SPREAD,
-    R1_RULES,
-    compare_to_history,
-    history_gate,
-    speculation_gate,
-    unchecked_history_gate,
-    unchecked_must_win_gate,
-)
 
 BASE = [[1000, 1005, 995], [1010, 1000, 1002], [990, 995, 1000]]
 

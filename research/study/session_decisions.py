@@ -11,6 +11,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from research.study.legacy import R1_RULES, decide_legacy_session
+from research.study.plan import LEGACY, R1, GateSettings, suite_alphas
+from research.study.simulate import Launch, reference_of
+from research.study.verdict import DecisionRules, SessionVerdict, cut_repeats, speculation_ratios
 from specguard.config import ServerConfig, Suite
 from specguard.decide.crossover import estimate_crossover
 from specguard.decide.gates import (
@@ -24,10 +28,6 @@ from specguard.decide.gates import (
     step_time_gate,
 )
 from specguard.decide.stats import FAIL, INCONCLUSIVE, PASS, RatioEstimate
-from specguard.research.study.legacy import R1_RULES, decide_legacy_session
-from specguard.research.study.plan import LEGACY, R1, GateSettings, suite_alphas
-from specguard.research.study.simulate import Launch, reference_of
-from specguard.research.study.verdict import DecisionRules, SessionVerdict, cut_repeats, speculation_ratios
 
 
 def decide_session(suite: Suite, settings: GateSettings, current: dict[str, Launch],

@@ -17,6 +17,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from research.study.plan import GateSettings, gate_tests
+from research.study.simulate import Launch, reference_of
+from research.study.verdict import DecisionRules, SessionVerdict, cut_repeats, speculation_ratios
 from specguard.config import Suite, Tolerances
 from specguard.decide.crossover import estimate_crossover
 from specguard.decide.gates import (
@@ -40,9 +43,6 @@ from specguard.decide.stats import (
     compare_sessions,
     null_ratio,
 )
-from specguard.research.study.plan import GateSettings, gate_tests
-from specguard.research.study.simulate import Launch, reference_of
-from specguard.research.study.verdict import DecisionRules, SessionVerdict, cut_repeats, speculation_ratios
 
 MIN_SESSIONS_FOR_SPREAD = 3  # legacy: fewer stored sessions, the prior between-session spread is used
 

@@ -8,11 +8,11 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from research.study.noise import Noise
+from research.study.simulate import Change
 from specguard.config import Suite, Tolerances
 from specguard.decide.gates import GateDesign, family_alphas
 from specguard.emulator.model import PER_REQUEST
-from specguard.research.study.noise import Noise
-from specguard.research.study.simulate import Change
 
 # legacy: the gates before issue 14 (one launch, spread as known, speculation against the prior
 # only; research/study/legacy.py); launches=L: L launches per configuration, pooled; on-suspicion

@@ -9,17 +9,17 @@ from typing import Any
 
 import numpy as np
 
+from research.study.legacy import speculation_gate
+from research.study.noise import Noise
+from research.study.plan import LEGACY, GateSettings, gate_tests
+from research.study.run import wilson
+from research.study.session_decisions import decision_rules
+from research.study.simulate import Launch, reference_of, seed_of, simulate_launch
+from research.study.truth import CROSSOVER_FACTOR, true_crossover_c, within_factor
 from specguard.config import Suite
 from specguard.decide.crossover import estimate_crossover
 from specguard.decide.gates import must_win_gate
 from specguard.decide.stats import RatioEstimate
-from specguard.research.study.legacy import speculation_gate
-from specguard.research.study.noise import Noise
-from specguard.research.study.plan import LEGACY, GateSettings, gate_tests
-from specguard.research.study.run import wilson
-from specguard.research.study.session_decisions import decision_rules
-from specguard.research.study.simulate import Launch, reference_of, seed_of, simulate_launch
-from specguard.research.study.truth import CROSSOVER_FACTOR, true_crossover_c, within_factor
 
 
 def _stage1_ratio(g: GateSettings, spec: list[Launch], ref: list[Launch], spec_name: str, ref_name: str, c: int,

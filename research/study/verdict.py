@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from research.study.simulate import Launch
 from specguard.config import Tolerances
 from specguard.decide.crossover import CrossoverEstimate
 from specguard.decide.gates import GateDesign, GateResult, final_failures, launch_history_gate, must_win_gate
 from specguard.decide.stats import RatioEstimate
-from specguard.research.study.simulate import Launch
 
 
 @dataclass
