@@ -696,28 +696,6 @@ def test_readme_guarantee_table_equals_the_json(study):
 
 # ---------------------------------------------------------------- docs/statistics.md
 
-def test_statistics_md_half_width():
-    """The interval half-width docs/statistics.md quotes, computed with the gate's own function
-    (1 % prior, 3 runs of within-run sd 0-1 %, K = 3-5, alpha 0.01 / 28 one-sided)."""
-    import numpy as np
-
-    from research.study.legacy import compare_to_history
-    from specguard.decide.gates import gate_confidence
-
-    text = " ".join(STATISTICS_MD.read_text(encoding="utf-8").split())
-    m = re.search(r"interval's half-width \((\S+)-(\S+) % with a 1 % between-launch spread at alpha 0.01/28\)", text)
-    assert m, "docs/statistics.md: the half-width sentence was reworded; update tests/test_docs.py"
-    widths = []
-    for within in (0.0, 0.005, 0.01):
-        runs = list(np.exp(np.array([-1.0, 0.0, 1.0]) * within))
-        for k in (3, 5):
-            e = compare_to_history(runs, [runs] * k, threshold=0.97, prior_between_sd=0.01,
-                                   confidence=gate_confidence(0.01 / 28))
-            widths.append(math.log(e.high / e.ratio) * 100)
-    lo, hi = map(float, m.groups())
-    assert lo <= min(widths) and max(widths) <= hi, f"half-widths {min(widths):.2f}-{max(widths):.2f} %, doc says {lo}-{hi} %"
-
-
 def test_statistics_md_power_sentence_equals_the_earlier_study(earlier_study):
     """The beyond-tolerance vs significant power sentence quotes the earlier study's grid (it ran
     both rules; the current one ran only the default), repeats 3, K = 3-5, 1 % spread."""

@@ -4,8 +4,7 @@
 - ``simulate``: launches of the emulator's scheduler in virtual time, trials, injected changes;
 - ``noise``, ``client_noise``: the noise presets and the real-time client's measured extra noise;
 - ``plan``: the grid of gate settings and the designs compared;
-- ``session_decisions``: one session decided as the pytest session decides it; ``legacy``: the
-  retired designs' rules;
+- ``session_decisions``: one session decided as the pytest session decides it;
 - ``run``, ``cache``, ``truth``, ``crossover_study``, ``report``, ``cli``: running, caching,
   scoring and reporting a study.
 

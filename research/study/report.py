@@ -5,10 +5,12 @@ from __future__ import annotations
 from dataclasses import asdict, replace
 from typing import Any
 
-from research.study.plan import LEGACY, R1, R1_PRIOR_DOF
 from research.study.simulate import ACCEPTANCE_DROP, ENGINE_SLOWDOWN
 from specguard.config import Tolerances
 
+# Designs a stored study may hold that the study no longer runs (research/README.md): rows without
+# a "design" are the earliest studies' legacy gates (no prior dof); on-suspicion-r1 ran at 8.
+LEGACY, R1, R1_PRIOR_DOF = "legacy", "on-suspicion-r1", 8.0
 # Headline rates are the worst over the studied history depths of at least this many stored
 # sessions (a suite stores 3-5).
 DEEP_HISTORY = 3

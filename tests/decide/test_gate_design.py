@@ -8,7 +8,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from research.study.legacy import unchecked_history_gate
 from research.study.truth import within_factor
 from specguard.config import ConfigError, Tolerances, parse_suite
 from specguard.decide.crossover import estimate_crossover, first_crossing
@@ -17,6 +16,7 @@ from specguard.decide.gates import (
     GateResult,
     design_of,
     final_failures,
+    gate_confidence,
     launch_history_gate,
     must_win_gate,
     relaunch_plan,
@@ -253,9 +253,12 @@ def test_the_cell_prior_check_raises_a_prior_its_history_contradicts_and_names_i
     hist = [list(100 * np.exp(rng.normal(0, 0.03) + rng.normal(0, 0.002, 3))) for _ in range(5)]  # 3 % spread
     kw = dict(tolerance=0.03, prior_between_sd=0.005, alpha_cell=0.001, rule="significant")
     checked = launch_history_gate("throughput", "b", 4, [[99.0, 99.1, 98.9]], hist, **kw)
-    off = unchecked_history_gate("throughput", "b", 4, [[99.0, 99.1, 98.9]], hist, **kw)
+    d = GateDesign()  # the same comparison with the prior never checked against the cell's history
+    off = compare_launches([[99.0, 99.1, 98.9]], hist, threshold=0.97, prior_between_sd=0.005,
+                           prior_day_sd=min(d.prior_day_sd, 0.005), confidence=gate_confidence(0.001), rule="significant",
+                           prior_dof=d.prior_dof, pass_confidence=d.pass_confidence)
     assert checked.estimate.between_source == "history of 5 sessions (the prior 0.50% contradicted, dropped)"
-    assert checked.estimate.between_sd > 2 * off.estimate.between_sd  # 16 pseudo dof at 0.5 % no longer drown 3 %
+    assert checked.estimate.between_sd > 2 * off.between_sd  # 16 pseudo dof at 0.5 % no longer drown 3 %
     right = launch_history_gate("throughput", "b", 4, [[99.0, 99.1, 98.9]], hist, **{**kw, "prior_between_sd": 0.03})
     assert "raised" not in right.estimate.between_source  # a prior the history agrees with stands
 
