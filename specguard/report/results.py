@@ -21,14 +21,17 @@ from specguard.decide.crossover import CrossoverEstimate
 from specguard.decide.gates import GateResult, holm_failures
 from specguard.decide.stats import RatioEstimate
 from specguard.labels import GateLabel
-
-# The document's types are in schema.py; these stay importable from here, where the document is
-# defined (docs/design.md) and session/results.py imports them.
-from specguard.report.schema import CellDoc as CellDoc
-from specguard.report.schema import ConfigDoc as ConfigDoc
-from specguard.report.schema import CrossoverDoc, DecisionDoc, EstimateDoc, LatencyKey, SummaryDoc
-from specguard.report.schema import ResultsDoc as ResultsDoc
-from specguard.report.schema import ServerDoc as ServerDoc
+from specguard.report.schema import (
+    CellDoc,
+    ConfigDoc,
+    CrossoverDoc,
+    DecisionDoc,
+    EstimateDoc,
+    LatencyKey,
+    ResultsDoc,
+    ServerDoc,
+    SummaryDoc,
+)
 
 if TYPE_CHECKING:  # recommend imports this module
     from specguard.report.recommend import LevelRatio

@@ -14,16 +14,13 @@ from specguard.report.results import (
     CONFIG_FIELDS,
     SCHEMA,
     SCHEMA_VERSION,
-    CellDoc,
-    ConfigDoc,
-    ResultsDoc,
-    ServerDoc,
     cell_summary,
     clean,
     crossovers,
     decision_dict,
     detectable_drop,
 )
+from specguard.report.schema import CellDoc, ConfigDoc, ResultsDoc, ServerDoc
 from specguard.session.gate_session import GateSession
 
 
