@@ -19,12 +19,11 @@ from specguard.measure.sweep import measure_cell
 from specguard.report import compare, export, recommend, results
 from specguard.report.publish import write_report_dir
 from specguard.report.results import ResultsError
-from specguard.research import calibrate, study
-from specguard.research.tune import cli as tune_cli
 from specguard.server import ServerHandle, ServerStartError, attach, launch, stop
 from specguard.session import api_key_from
 from specguard.slo import SLOError, parse_slo
 from specguard.timeline import cli as history_cli
+from specguard.tune import cli as tune_cli
 from specguard.workload import WORKLOAD_KINDS, Workload, WorkloadError, WorkloadSpec, build_workload
 
 # What add_subparsers() returns: each command adds its parser to it
@@ -333,8 +332,6 @@ def _main(argv: list[str]) -> int:
     _results_parsers(sub)
     _init_parser(sub)
     ab.add_parser(sub)
-    study.add_parser(sub)
-    calibrate.add_parser(sub)
     tune_cli.add_parser(sub)
     history_cli.add_parser(sub)
     export.add_parser(sub)
@@ -342,12 +339,8 @@ def _main(argv: list[str]) -> int:
         return cmd_emulate(argv[1:])
     args = parser.parse_args(argv)
     commands = {"bench": cmd_bench, "init": cmd_init, "compare": cmd_compare, "recommend": cmd_recommend, "report": cmd_report,
-                "study": study.run, "calibrate": calibrate.run, "tune": tune_cli.run, "history": history_cli.run,
-                "export": export.run, "ab": ab.run, "bisect": ab.run}
-    code = commands[args.command](args)
-    if args.command in ("study", "calibrate") and code == 2:  # their usage errors: 4 like everyone's
-        return ExitCode.USAGE
-    return code
+                "tune": tune_cli.run, "history": history_cli.run, "export": export.run, "ab": ab.run, "bisect": ab.run}
+    return commands[args.command](args)
 
 
 if __name__ == "__main__":

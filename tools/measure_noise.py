@@ -7,13 +7,13 @@ Each session is what `pytest perf_tests` does with the default suite (every conf
 launched anew), with `--repeats 5` and an empty baseline directory (so nothing is compared or
 written to baselines/), its results JSON kept. Then `study.measure_noise` turns the sessions into
 the client's extra spread over the virtual-time model, stalls and real/model means: the numbers
-behind `EMULATOR_QUIET` / `EMULATOR_BUSY` in specguard/research/study/noise.py and the shipped suite's
+behind `EMULATOR_QUIET` / `EMULATOR_BUSY` in research/study/noise.py and the shipped suite's
 `prior_between_sd`.
 
 Everything lands in docs/evidence/noise/<label>/: session-N.json (raw results), manifest.json
 (command, date, machine, commit, load average before/after each session, exit codes) and
 noise.json (measure_noise's report and the derived preset). The study can then be re-run on it:
-`specguard study --noise-from docs/evidence/noise/<label>/session-*.json ...`.
+`python -m research.study --noise-from docs/evidence/noise/<label>/session-*.json ...`.
 
 A quiet measurement refuses to start while the 1-minute load average is above --max-load
 (default 1.0): shared-machine load is exactly what it must not contain.
@@ -87,8 +87,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"session {i} did not produce results (exit {code}); last output:\n{tail}", file=sys.stderr)
             return 1
 
+    from research import study
     from specguard.config import load_suite
-    from specguard.research import study
 
     docs = [json.loads((out / f"session-{i}.json").read_text(encoding="utf-8")) for i in range(1, args.sessions + 1)]
     noise, report = study.measure_noise(docs, load_suite(args.suite))

@@ -29,7 +29,7 @@ from specguard.decide.stats import (
 )
 from specguard.labels import Verdict
 from specguard.report.verdict_text import message, relaunch_reason
-from specguard.research.study.truth import within_factor
+from research.study.truth import within_factor
 
 PASS, FAIL, INCONCLUSIVE = Verdict.PASS, Verdict.FAIL, Verdict.INCONCLUSIVE
 

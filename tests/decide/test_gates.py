@@ -3,8 +3,7 @@
 Each test pins one behaviour a plausible one-line bug would break (docs/mutation.md lists the
 mutants these were written against): the interval level a cell's alpha maps to, which verdicts
 count as failures, and which results Holm adds. Where speculation stops paying is
-tests/decide/test_crossover.py; the retired one-launch gates the study still compares against are
-tests/research/test_study_legacy.py.
+tests/decide/test_crossover.py.
 """
 
 from __future__ import annotations

@@ -1,7 +1,4 @@
-"""The statistics behind the gates: coverage, false alarms and power on simulated data.
-
-The retired one-launch comparison (``compare_to_history``) is tested with the study's legacy
-design, tests/research/test_study_legacy.py."""
+"""The statistics behind the gates: coverage, false alarms and power on simulated data."""
 
 import math
 

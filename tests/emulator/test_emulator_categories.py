@@ -125,11 +125,11 @@ def test_a_code_only_acceptance_drop_shows_in_the_code_category_and_is_diluted_o
     assert low_all / base_all < 0.99
 
 
-# -- specguard calibrate: per-category acceptance from a sweep's results ----------------------------
+# -- research.calibrate: per-category acceptance from a sweep's results ----------------------------
 def test_calibrate_fits_per_category_acceptance(tmp_path):
     from dataclasses import replace
 
-    from specguard.research import calibrate
+    from research import calibrate
 
     cells = [{"config": "mtp", "runs": [
         {"categories": {"code": {"accept_length": 1.9, "total_verify_ct": 100},

@@ -317,7 +317,7 @@ def calibrate_and_check(work: Path, results: Path, real_tok_s: dict[int, float],
     the written profile and fails beyond 10 % of the measured tok/s; then the emulator is LAUNCHED
     with it and measured live, and must come within 25 % of the real server at C=1 and C=2."""
     profile = work / "sglang-cpu-profile.toml"
-    proc = subprocess.run([sys.executable, "-m", "specguard.research.calibrate", str(results), "--out", str(profile)],
+    proc = subprocess.run([sys.executable, "-m", "research.calibrate", str(results), "--out", str(profile)],
                           cwd=REPO, capture_output=True, text=True, timeout=300)
     (work / "calibrate.txt").write_text(proc.stdout + proc.stderr)
     assert proc.returncode == 0 and profile.is_file(), proc.stdout[-3000:] + proc.stderr[-3000:]

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import numpy as np
 
+from research.study.ab_power import AbCase, ab_rates, ab_run
 from specguard.config import load_suite
-from specguard.research.study.ab_power import AbCase, ab_rates, ab_run
 
 SUITE = load_suite(Path(__file__).resolve().parents[2] / "perf_tests" / "suite.toml")
 

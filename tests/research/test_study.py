@@ -7,11 +7,11 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from research import study
 from specguard.config import load_suite
 from specguard.emulator.model import simulate_closed_loop
 from specguard.emulator.profile import load_profile
 from specguard.emulator.spec import SpecRequest
-from specguard.research import study
 
 TINY = """
 [sweep]
@@ -50,7 +50,6 @@ def tiny(tmp_path):
 def test_gate_tests_count_like_the_plugin():
     suite = load_suite("perf_tests/suite.toml")
     assert study.gate_tests(suite) == 40  # 12 throughput + 12 step time + 8 accept + 8 speculation
-    assert study.gate_tests(suite, step_time=False) == 28  # the family before the step_time gate
 
 
 def test_noise_free_launch_is_the_simulator(tiny):
@@ -80,10 +79,10 @@ def test_scenarios_put_speculation_at_095_where_it_must_win(tiny):
 def test_a_session_fails_on_a_large_drop_and_passes_unchanged(tiny):
     noise = study.Noise(within={}, between={}, stall_rate=0.0)
     trial = study.simulate_trial(tiny, 0, 3, 5, 3, noise, [study.Change("big", "eagle3", step_scale=1.5)])
-    settings = study.GateSettings(3, tiny.tolerances)
+    settings = study.GateSettings(3, tiny.tolerances, "on-suspicion")
     same = study.decide_session(tiny, settings, trial.current, trial.history)
     dropped = study.decide_session(tiny, settings, {**trial.current, "eagle3": trial.changed["big"]}, trial.history)
-    assert not same.failed and same.enforced == 8  # throughput x4, accept length x2, speculation at c1 and c4
+    assert not same.failed and same.enforced == 12  # throughput, step time x4, accept length x2, speculation x2
     assert dropped.failed and {"throughput", "speculation"} <= {g.gate for g in dropped.failing}
     assert same.crossovers == {"eagle3": None}  # speculation wins at both levels of the tiny sweep
 
@@ -163,7 +162,7 @@ def test_emulator_noise_presets_are_the_committed_measurements():
     import json
     from pathlib import Path
 
-    from specguard.research.study import EMULATOR_BUSY, EMULATOR_QUIET
+    from research.study import EMULATOR_BUSY, EMULATOR_QUIET
 
     evidence = Path(__file__).resolve().parents[2] / "docs" / "evidence" / "noise"
     for label, noise in (("quiet", EMULATOR_QUIET), ("busy", EMULATOR_BUSY)):
@@ -240,8 +239,8 @@ def test_relaunches_follow_suspicion_up_to_max_launches_and_keep_the_pair_level(
     both = run("on-suspicion", "slow", "ref slow")
     assert both.launches == {"baseline": 3, "eagle3": 3}
     assert not any("reference of" in w for w in both.relaunched["baseline"])
-    assert study.GateSettings(3, tol, "on-suspicion-r1").gate_design().max_launches == 2
-    assert study.max_launches([study.GateSettings(3, tol, d) for d in ("legacy", "on-suspicion-r1")]) == 2
+    assert study.GateSettings(3, tol, "on-suspicion-max2").gate_design().max_launches == 2
+    assert study.max_launches([study.GateSettings(3, tol, d) for d in ("attach", "on-suspicion-max2")]) == 2
     assert study.max_launches([study.GateSettings(3, tol, "on-suspicion")]) == 3
 
 
@@ -307,7 +306,7 @@ def _outcome(failed=False, gates=(), inconclusive=0, launches=3, crossovers=None
 
 
 def test_summarise_counts_fail_rates_cost_and_the_crossovers_scores(tiny):
-    from specguard.research.study.run import _summarise
+    from research.study.run import _summarise
 
     rows = [_outcome(crossovers={"eagle3": 4}), _outcome(True, ["throughput"], 2, 4, {"eagle3": 4}, relaunched=["eagle3"]),
             _outcome(crossovers={"eagle3": 1}, crossover_c={"eagle3": 30.0}), _outcome(crossovers={"eagle3": None})]
@@ -324,7 +323,7 @@ def test_summarise_counts_fail_rates_cost_and_the_crossovers_scores(tiny):
 
 
 def test_the_table_row_names_each_designs_rule_and_prior_dof():
-    from specguard.research.study.report import render_table
+    from research.study.report import render_table
 
     def point(design, dof=16.0):
         scen = {"scenario": "A/A", "fail_rate": 0.0, "fail_ci95": (0.0, 0.019), "launches_per_config": 1.27,
@@ -342,40 +341,14 @@ def test_the_table_row_names_each_designs_rule_and_prior_dof():
     assert "| 0.01 (8, pooled-t, cell) |" in lines[3] and "| 0.01 (16, pooled-t, cell) |" in lines[4]
 
 
-def test_study_usage_errors_are_one_line_and_exit_4_through_specguard(tiny, capsys):
-    from specguard.cli import main
-
-    for flags, wanted in ((["--design", "on-suspicion,halves"], "unknown --design halves; use legacy, "),
+def test_study_usage_errors_are_one_line_and_exit_4(tiny, capsys):
+    for flags, wanted in ((["--design", "on-suspicion,legacy"], "unknown --design legacy; use attach, "),
                           (["--fail-rule", "maybe"], "unknown --fail-rule maybe; use significant, beyond-tolerance"),
                           (["--noise", "gpu,loud"], "unknown --noise loud; use emulator, "),
                           (["--config", "baseline"], "--config must name a speculative configuration of ")):
-        assert study.main(["--suite", str(tiny.path), *flags]) == 2
+        assert study.main(["--suite", str(tiny.path), *flags]) == 4
         err = capsys.readouterr().err.strip().splitlines()
-        assert len(err) == 1 and err[0].startswith(f"specguard study: {wanted}"), err
-        assert main(["study", "--suite", str(tiny.path), *flags]) == 4
-        capsys.readouterr()
-
-
-def test_the_first_issue14_design_decides_with_halved_alphas_and_ordinary_gates_otherwise(tiny):
-    from specguard.research.study.legacy import R1_RULES
-    from specguard.research.study.session_decisions import decision_rules
-
-    tol = replace(tiny.tolerances, history_sessions=3, family_alpha=0.01)
-    r1, default = study.GateSettings(3, tol, "on-suspicion-r1"), study.GateSettings(3, tol, "on-suspicion")
-    assert decision_rules(r1) is R1_RULES and decision_rules(default).stage_alpha_share == 1.0
-    gpu = study.preset("gpu", tiny.sweep.concurrency)
-    trial = study.simulate_trial(tiny, 1, 2, 3, 3, gpu, [], 2)
-    launches = {n: [first, *trial.more[n]] for n, first in trial.current.items()}
-    v1 = study.decide_design(tiny, r1, launches, trial.history)
-    share = study.suite_alphas(tiny, 0.01, r1.gate_design(), step_time=False)  # r1 predates the step_time gate
-    assert share["throughput"] == pytest.approx(0.01 / 8)  # r1 weighs every gate test the same: 8 can fail
-    assert not v1.failed and v1.enforced == 8
-    # the halved alpha reaches the gates: the interval of a throughput cell is the one at alpha / 2
-    from specguard.research.study.session_decisions import _start
-
-    assert _start(tiny, r1, launches, trial.history).alpha["throughput"] == pytest.approx(0.01 / 8 / 2)
-    assert _start(tiny, default, launches, trial.history).alpha["throughput"] == \
-        study.suite_alphas(tiny, 0.01, default.gate_design())["throughput"]
+        assert len(err) == 1 and err[0].startswith(f"python -m research.study: {wanted}"), err
 
 
 # -- engine and drafter apart (issue 23) ----------------------------------------------------------
@@ -439,12 +412,10 @@ def test_a_session_decides_step_time_and_names_the_half_that_moved(tiny):
         f"{g.gate} {g.config} c{g.concurrency}" for g in drafter.failing}
     assert drafter.attributions["eagle3 c1"] == "drafter"
     assert drafter.attributions["eagle3 c4"] in ("drafter", "both")  # this sweep's c4 step time moves too (above)
-    legacy = study.decide_session(tiny, study.GateSettings(3, tiny.tolerances), trial.current, trial.history)
-    assert legacy.enforced == 8 and not legacy.attributions  # the committed gates had neither
 
 
 def test_summaries_count_each_levels_catch_and_wrong_halves(tiny):
-    from specguard.research.study.run import _attribution_correct, _summarise
+    from research.study.run import _attribution_correct, _summarise
 
     engine = next(c for c in study.scenarios(tiny, "eagle3") if c.name == "engine slowdown 5%")
     drafter = next(c for c in study.scenarios(tiny, "eagle3") if c.name == "acceptance -8%")
@@ -471,7 +442,7 @@ def test_the_summary_line_names_the_new_headline_keys():
 
 
 def test_cell_rates_fail_a_large_drop_and_keep_unchanged_cells():
-    from specguard.research.study.cell_rates import AUDIT_CASES, CellCase, cell_rates
+    from research.study.cell_rates import AUDIT_CASES, CellCase, cell_rates
 
     assert cell_rates(CellCase(drop=0.10, launches=3), 200)["fail_rate"] > 0.9
     unchanged = cell_rates(CellCase(), 400)

@@ -9,9 +9,9 @@ the study's own CLI with ``session_decisions.ATTRIBUTION_CONFIDENCE`` set to 0.9
 
 import sys
 
-import specguard.research.study.session_decisions as decisions
+import research.study.session_decisions as decisions
 
 decisions.ATTRIBUTION_CONFIDENCE = 0.95
-from specguard.research.study.cli import main  # noqa: E402  (after the level is set)
+from research.study.cli import main  # noqa: E402  (after the level is set)
 
 sys.exit(main(sys.argv[1:]))

@@ -14,11 +14,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from research.study.noise import Noise, rescalable
 from specguard.config import ServerConfig, Suite
 from specguard.emulator.model import PER_REQUEST, BatchScheduler, GenRequest, SchedulerConfig, Step, run_closed_loop
 from specguard.emulator.profile import EmulatorProfile, load_profile
 from specguard.emulator.spec import SpecRequest, resolve_settings
-from specguard.research.study.noise import Noise, rescalable
 
 # (tok/s per run, accept length per run (empty without speculation), step rate per run: 1000 / the
 # engine's step time in ms, as RunSeries.step_rates gives the step_time gate)

@@ -1,4 +1,5 @@
-"""specguard tune: grid, prediction, racing, SGLang adaptive-config emission, CLI."""
+"""specguard tune: grid, prediction, racing, SGLang adaptive-config emission, CLI (its virtual-time
+run from the research checkout: tests/research/test_tune_sim.py)."""
 
 from __future__ import annotations
 
@@ -8,14 +9,15 @@ import sys
 
 import numpy as np
 import pytest
+from tune_support import SIM_SUITE
 
 from specguard.cli import main
 from specguard.config import ServerConfig, parse_suite
 from specguard.emulator.adaptive import AdaptivePolicy, AdaptiveSettings, candidate_union, load_adaptive_config
 from specguard.emulator.launch_server import decode_cuda_graph_bs
 from specguard.emulator.spec import expected_accept_length
-from specguard.research.tune import output
-from specguard.research.tune.grid import (
+from specguard.tune import output
+from specguard.tune.grid import (
     FIXED,
     REFERENCE,
     Setting,
@@ -25,7 +27,7 @@ from specguard.research.tune.grid import (
     predict_tok_s,
     predicted_accept_length,
 )
-from specguard.research.tune.race import CellRuns, Ledger, RacePlan, choices, choose, full_grid, race
+from specguard.tune.race import CellRuns, Ledger, RacePlan, choices, choose, full_grid, race
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -158,8 +160,8 @@ def test_racing_runs_its_steps_in_order_probes_then_predicted_then_close_calls()
 def test_verify_judges_each_level_against_the_best_fixed_no_speculation_and_the_default():
     from types import SimpleNamespace
 
-    from specguard.research.tune.cli import _verify_level
-    from specguard.research.tune.grid import ADAPTIVE
+    from specguard.tune.grid import ADAPTIVE
+    from specguard.tune.verify import _verify_level
 
     tuned, default = Setting(ADAPTIVE, 2, 1, 3, adaptive_config="tuned"), Setting(ADAPTIVE, adaptive_config="default")
     best = Setting(FIXED, 2, 1, 3)
@@ -239,67 +241,6 @@ def test_suite_snippet_is_a_valid_suite_configuration_with_its_must_win_level(tm
 
 
 # -- CLI ---------------------------------------------------------------------------------------
-SIM_SUITE = """
-[sweep]
-concurrency = [1, 16, 64]
-requests_per_worker = 2
-warmup = 1
-repeats = 2
-
-[workload]
-kind = "repeated-id"
-input_len = 200
-output_len = 40
-
-[tolerances]
-throughput = 0.05
-prior_between_sd = 0.02
-
-[servers.baseline]
-engine = "emulator"
-model_path = "/models/Qwen3.5-122B-A10B"
-args = ["--emulator-profile", "seed-a"]
-
-[servers.mtp]
-engine = "emulator"
-model_path = "/models/Qwen3.5-122B-A10B"
-speculative_algorithm = "NEXTN"
-num_steps = 1
-eagle_topk = 1
-num_draft_tokens = 2
-reference = "baseline"
-args = ["--emulator-profile", "seed-a"]
-"""
-
-
-def test_cli_tune_simulated_with_verify_writes_every_file(tmp_path, capsys):
-    suite = tmp_path / "suite.toml"
-    suite.write_text(SIM_SUITE)
-    out = tmp_path / "out"
-    code = main(["tune", "--suite", str(suite), "--out", str(out), "--simulate", "--verify", "--steps", "1,2,3,5"])
-    assert code == 0, capsys.readouterr()
-    doc = json.loads((out / "tune.json").read_text())
-    adaptive = [p for p in out.iterdir() if "adaptive" in p.name]
-    assert len(adaptive) == 1
-    load_adaptive_config(adaptive[0])  # SGLang's parser rules accept it
-    assert (out / "launch-flags.txt").read_text().split()[-2:] == ["--max-running-requests", "64"]
-    assert "[servers.mtp-tuned]" in (out / "suite-snippet.toml").read_text()
-    assert [r["concurrency"] for r in doc["table"]] == [1, 16, 64]
-    assert {"concurrency", "tuned_tok_s", "default_adaptive_tok_s", "best_fixed_tok_s", "no_speculation_tok_s",
-            "verdicts"} <= set(doc["verify"][0])
-    assert doc["table"][-1]["best"]["name"] == "reference"  # seed-A: speculation loses at 64
-    # seed-A's acceptance (profile accept_prob 1.0, 0.85, 0.7, 0.7 ...) read back from the histogram;
-    # a request's last verify is cut at its remaining tokens, which lowers it a little at 40 tokens
-    assert doc["acceptance_by_position"][:3] == pytest.approx([1.0, 0.85, 0.85 * 0.7], abs=0.07)
-    assert doc["cost"]["search_runs"] < doc["cost"]["full_grid_runs"]
-    # the one speculative setting a deployment would otherwise run everywhere, measured at every
-    # level in the verify session: the tuned config's total beats it (speculation loses at 64)
-    spec = doc["verify_summary"]["best_single_fixed_speculative_measured_everywhere"]
-    assert spec["setting"].startswith("steps") and spec["tuned_over_it"] > 0
-    single = doc["verify_summary"]["best_single_fixed_measured_everywhere"]
-    assert single["tok_s"] >= spec["tok_s"]  # no speculation counted among the fixed settings
-    printed = capsys.readouterr().out
-    assert "verify C=64" in printed and f"over the best single fixed speculative setting ({spec['setting']}" in printed
 
 
 def test_cli_tune_usage_errors_are_one_line(tmp_path, capsys):
@@ -308,8 +249,6 @@ def test_cli_tune_usage_errors_are_one_line(tmp_path, capsys):
     assert main(["tune", "--suite", str(suite), "--out", str(tmp_path / "o"), "--config", "baseline"]) == 4
     err = capsys.readouterr().err
     assert "not speculative" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
-    assert main(["tune", "--suite", str(suite), "--out", str(tmp_path / "o"), "--seeds", "3"]) == 4
-    assert "--simulate" in capsys.readouterr().err
     assert main(["tune", "--suite", str(tmp_path / "missing.toml"), "--out", str(tmp_path / "o")]) == 4
 
 

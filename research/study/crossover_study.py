@@ -9,31 +9,25 @@ from typing import Any
 
 import numpy as np
 
+from research.study.noise import Noise
+from research.study.plan import GateSettings, gate_tests
+from research.study.run import wilson
+from research.study.simulate import Launch, reference_of, seed_of, simulate_launch
+from research.study.truth import CROSSOVER_FACTOR, true_crossover_c, within_factor
 from specguard.config import Suite
 from specguard.decide.crossover import estimate_crossover
 from specguard.decide.gates import must_win_gate
 from specguard.decide.stats import RatioEstimate
-from specguard.research.study.legacy import speculation_gate
-from specguard.research.study.noise import Noise
-from specguard.research.study.plan import LEGACY, GateSettings, gate_tests
-from specguard.research.study.run import wilson
-from specguard.research.study.session_decisions import decision_rules
-from specguard.research.study.simulate import Launch, reference_of, seed_of, simulate_launch
-from specguard.research.study.truth import CROSSOVER_FACTOR, true_crossover_c, within_factor
 
 
 def _stage1_ratio(g: GateSettings, spec: list[Launch], ref: list[Launch], spec_name: str, ref_name: str, c: int,
                   alpha: float) -> RatioEstimate:
     """The speculation estimate at level c a design reads the crossover from: its stage 1."""
-    if g.design == LEGACY:
-        result = speculation_gate(spec_name, c, spec[0][c][0], ref[0][c][0], ref_name, must_win=False,
-                                  tol=g.tolerances, alpha_cell=alpha)
-    else:
-        d = g.gate_design()
-        n_l = 1 if d.sequential else d.launches
-        result = must_win_gate(spec_name, c, [launch[c][0] for launch in spec[:n_l]],
-                               [launch[c][0] for launch in ref[:n_l]], ref_name, must_win=False, tol=g.tolerances,
-                               alpha_cell=alpha * decision_rules(g).stage_alpha_share, design=d)
+    d = g.gate_design()
+    n_l = 1 if d.sequential else d.launches
+    result = must_win_gate(spec_name, c, [launch[c][0] for launch in spec[:n_l]],
+                           [launch[c][0] for launch in ref[:n_l]], ref_name, must_win=False, tol=g.tolerances,
+                           alpha_cell=alpha, design=d)
     if result.estimate is None:
         raise ValueError(f"{result.message}: no estimate to read the crossover from")
     return result.estimate
@@ -44,7 +38,7 @@ def _crossover_session(suite: Suite, noise: Noise, designs: Sequence[GateSetting
     spec_name = next(n for n, c in suite.servers.items() if c.speculative)
     ref = reference_of(suite.servers[spec_name])
     day = float(np.random.default_rng([seed, index, 12]).normal(0.0, noise.day_pct / 100)) if noise.day_pct else 0.0
-    max_l = max(1 if g.design == LEGACY or g.gate_design().sequential else g.gate_design().launches for g in designs)
+    max_l = max(1 if g.gate_design().sequential else g.gate_design().launches for g in designs)
     runs = {n: [simulate_launch(suite, n, seed_of(seed, index, 5, k, j), designs[0].repeats, noise, None, day)
                 for k in range(max_l)] for j, n in enumerate(names) if n in (spec_name, ref)}
     alpha = suite.tolerances.family_alpha / gate_tests(suite)

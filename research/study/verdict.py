@@ -1,15 +1,14 @@
-"""A simulated session's verdict, as the study counts it, and the rules its cells are decided with."""
+"""A simulated session's verdict, as the study counts it."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from specguard.config import Tolerances
+from research.study.simulate import Launch
 from specguard.decide.crossover import CrossoverEstimate
-from specguard.decide.gates import GateDesign, GateResult, final_failures, launch_history_gate, must_win_gate
+from specguard.decide.gates import GateResult
 from specguard.decide.stats import RatioEstimate
-from specguard.research.study.simulate import Launch
 
 
 @dataclass
@@ -40,22 +39,3 @@ def speculation_ratios(results: Sequence[GateResult]) -> dict[str, dict[int, Rat
         if r.gate == "speculation" and r.estimate is not None:
             out.setdefault(r.config, {})[r.concurrency] = r.estimate
     return out
-
-
-def _final_failures(final: Sequence[GateResult], tol: Tolerances, design: GateDesign) -> list[GateResult]:
-    return final_failures(final, [], tol, design)
-
-
-@dataclass(frozen=True)
-class DecisionRules:
-    """The functions a design's cells are decided with: the gates' own by default; a retired
-    design brings its own (legacy.py)."""
-
-    history_gate: Callable[..., GateResult] = launch_history_gate
-    must_win_gate: Callable[..., GateResult] = must_win_gate
-    # the engine's step time and the attribution of a speculative cell's tok/s verdict (issue 23);
-    # False for designs that predate them
-    step_time: bool = True
-    stage_alpha_share: float = 1.0  # of each test's alpha, spent at every stage
-    # the session's failures from each test's final decision
-    failures: Callable[[Sequence[GateResult], Tolerances, GateDesign], list[GateResult]] = _final_failures

@@ -7,13 +7,13 @@ import sys
 import time
 from typing import Any, cast
 
+from research.study.cache import cached_trial
+from research.study.plan import StudyPlan, max_launches
+from research.study.session_decisions import decide_session
+from research.study.simulate import ACCEPTANCE_DROP, ENGINE_SLOWDOWN, Change, Trial
+from research.study.truth import CROSSOVER_FACTOR, level_distance, true_crossover_c, true_crossovers, within_factor
+from research.study.verdict import SessionVerdict
 from specguard.config import Suite
-from specguard.research.study.cache import cached_trial
-from specguard.research.study.plan import StudyPlan, max_launches
-from specguard.research.study.session_decisions import decide_session
-from specguard.research.study.simulate import ACCEPTANCE_DROP, ENGINE_SLOWDOWN, Change, Trial
-from specguard.research.study.truth import CROSSOVER_FACTOR, level_distance, true_crossover_c, true_crossovers, within_factor
-from specguard.research.study.verdict import SessionVerdict
 
 Outcome = dict[str, Any]  # one session's outcome at one grid point and scenario (``decide_trial``)
 

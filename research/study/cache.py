@@ -1,5 +1,5 @@
 """Simulated trials kept on disk and reused: they do not depend on the gate settings, so a grid
-can be decided again without simulating again (``specguard study --cache``)."""
+can be decided again without simulating again (``python -m research.study --cache``)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
-from specguard.research.study.plan import StudyPlan
-from specguard.research.study.simulate import Trial, extend_trial, rescale_trial, simulate_trial
+from research.study.plan import StudyPlan
+from research.study.simulate import Trial, extend_trial, rescale_trial, simulate_trial
 
 # Sweep fields that only the decisions read, with the values every cached trial so far was keyed
 # with: the key holds them fixed, so changing them in a suite neither misses nor re-simulates.

@@ -9,9 +9,9 @@ from typing import Any
 
 import numpy as np
 
+from research.study.noise import Noise
+from research.study.simulate import seed_of, simulate_launch
 from specguard.config import Suite
-from specguard.research.study.noise import Noise
-from specguard.research.study.simulate import seed_of, simulate_launch
 
 CellLogs = dict[tuple[str, int], np.ndarray]  # (configuration, concurrency) -> log tok/s of the runs
 STALL_SDS = 5.0  # a run this many robust sds below its cell's median is a stall (cf. stats.outliers)

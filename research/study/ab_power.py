@@ -1,7 +1,7 @@
 """`specguard ab` on simulated launches: its false fails and its power for a tok/s drop, through
 the comparison's own rounds and decisions (``ab.rounds.Comparison`` with a synthetic
 ``Launcher``), on the default suite's configurations, levels and gates (issue 26;
-`python -m specguard.research.study.ab_power`, docs/ab.md quotes it).
+`python -m research.study.ab_power`, docs/ab.md quotes it).
 
 A simulated A/B run is one session on one machine: the study's gpu noise, a day offset shared by
 every launch of the run (it cancels between the builds, as the ABBA design intends), each launch
@@ -19,12 +19,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from research.study.cell_rates import CellCase, cell_rates
+from research.study.noise import GPU_DAY_SHARE, GPU_WITHIN
 from specguard.ab.plan import budget_of, gate_specs, levels_of
 from specguard.ab.rounds import STEP_RATE, Comparison, LaunchResult, Selection
 from specguard.config import Suite, load_suite
 from specguard.labels import ACCEPT_LENGTH, THROUGHPUT
-from specguard.research.study.cell_rates import CellCase, cell_rates
-from specguard.research.study.noise import GPU_DAY_SHARE, GPU_WITHIN
 
 ACCEPT_RUN_SD = 0.001
 BASE_TOK_S, BASE_ACCEPT = 1000.0, 3.0
@@ -99,7 +99,7 @@ def ab_rates(suite: Suite, case: AbCase, n: int, seed: int = 0) -> dict[str, flo
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m specguard.research.study.ab_power", description=__doc__)
+    p = argparse.ArgumentParser(prog="python -m research.study.ab_power", description=__doc__)
     p.add_argument("--suite", default="perf_tests/suite.toml")
     p.add_argument("--runs", type=int, default=400, help="simulated A/B runs per case")
     p.add_argument("--seed", type=int, default=0)

@@ -6,9 +6,9 @@ import math
 from collections.abc import Sequence
 from dataclasses import replace
 
+from research.study.simulate import reference_of, simulate_launch
 from specguard.config import Suite
 from specguard.decide.crossover import first_crossing
-from specguard.research.study.simulate import reference_of, simulate_launch
 
 CROSSOVER_FACTOR = 1.25  # a crossover estimate counts as right within this factor of the truth
 

@@ -3,7 +3,7 @@
 The runs go to the functions the session calls, with the arguments it passes: per-test alphas
 from ``gates.family_alphas``, the must-win gate with both configurations' stored sessions at its
 level, ``gates.relaunch_plan`` after each stage, and Holm over each test's final decision
-(``gates.final_failures``). Retired designs decide with their own rules (legacy.py).
+(``gates.final_failures``).
 """
 
 from __future__ import annotations
@@ -11,6 +11,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from research.study.plan import GateSettings, suite_alphas
+from research.study.simulate import Launch, reference_of
+from research.study.verdict import SessionVerdict, cut_repeats, speculation_ratios
 from specguard.config import ServerConfig, Suite
 from specguard.decide.crossover import estimate_crossover
 from specguard.decide.gates import (
@@ -18,16 +21,14 @@ from specguard.decide.gates import (
     GateDesign,
     GateResult,
     attribution,
+    final_failures,
     final_results,
     launch_history_gate,
+    must_win_gate,
     relaunch_plan,
     step_time_gate,
 )
 from specguard.decide.stats import FAIL, INCONCLUSIVE, PASS, RatioEstimate
-from specguard.research.study.legacy import R1_RULES, decide_legacy_session
-from specguard.research.study.plan import LEGACY, R1, GateSettings, suite_alphas
-from specguard.research.study.simulate import Launch, reference_of
-from specguard.research.study.verdict import DecisionRules, SessionVerdict, cut_repeats, speculation_ratios
 
 
 def decide_session(suite: Suite, settings: GateSettings, current: dict[str, Launch],
@@ -35,15 +36,8 @@ def decide_session(suite: Suite, settings: GateSettings, current: dict[str, Laun
     """Every gate of one session on simulated runs, with the session's alpha per cell and Holm.
 
     ``more``: further launches per configuration (used by the designs that relaunch)."""
-    if settings.design == LEGACY:
-        return decide_legacy_session(suite, settings, current, history)
     launches = {n: [first, *((more or {}).get(n, []))] for n, first in current.items()}
     return decide_design(suite, settings, launches, history)
-
-
-def decision_rules(settings: GateSettings) -> DecisionRules:
-    """The functions a grid point's design decides its cells with."""
-    return R1_RULES if settings.design == R1 else DecisionRules()
 
 
 @dataclass
@@ -53,7 +47,6 @@ class _SessionState:
     suite: Suite
     settings: GateSettings
     design: GateDesign
-    rules: DecisionRules
     cut: dict[str, list[Launch]]  # configuration -> its launches available, runs cut to the repeats
     hist: list[dict[str, Launch]]
     alpha: dict[str, float]
@@ -72,15 +65,13 @@ def _start(suite: Suite, settings: GateSettings, launches: dict[str, list[Launch
            history: Sequence[dict[str, Launch]]) -> _SessionState:
     tol = settings.tolerances
     design = settings.gate_design()
-    rules = decision_rules(settings)
-    alpha = {g: a * rules.stage_alpha_share
-             for g, a in suite_alphas(suite, tol.family_alpha, design, rules.step_time).items()}
+    alpha = suite_alphas(suite, tol.family_alpha, design)
     r = settings.repeats
     hist = [{n: cut_repeats(session, r) for n, session in h.items()} for h in history[: tol.history_sessions]]
     most = max(design.launches, design.max_launches) if design.sequential else design.launches
     cut = {n: [cut_repeats(launch, r) for launch in ls[:most]] for n, ls in launches.items()}
     used = {n: min(design.launches, len(ls)) for n, ls in cut.items()}
-    return _SessionState(suite, settings, design, rules, cut, hist, alpha, used)
+    return _SessionState(suite, settings, design, cut, hist, alpha, used)
 
 
 def decide_design(suite: Suite, settings: GateSettings, launches: dict[str, list[Launch]],
@@ -141,7 +132,7 @@ def _reference_comes_along(state: _SessionState, name: str, ref: str, wanted: di
 
 def _verdict(state: _SessionState) -> SessionVerdict:
     final = final_results(state.stage1, state.later)
-    failing = state.rules.failures(final, state.settings.tolerances, state.design)
+    failing = final_failures(final, [], state.settings.tolerances, state.design)
     enforced = [g for g in final if g.enforced]
     estimates = {n: estimate_crossover(rt) for n, rt in speculation_ratios(final).items()}
     halves = {f"{g.config} c{g.concurrency}": g.attribution for g in final
@@ -155,31 +146,30 @@ def _decide_cells(state: _SessionState, launches: dict[str, list[Launch]], stage
                   only: set[str]) -> list[GateResult]:
     """Every gate of ``only``'s cells on ``launches``, at the stage's per-test alpha
     (``state.alpha``: "speculation" where it must win, "speculation, report only" elsewhere)."""
-    tol, design, rules, hist, alpha = state.settings.tolerances, state.design, state.rules, state.hist, state.alpha
+    tol, design, hist, alpha = state.settings.tolerances, state.design, state.hist, state.alpha
     out: list[GateResult] = []
     for name, cfg in state.suite.servers.items():
         if name not in only:
             continue
         for c in state.suite.sweep.concurrency:
             tok = [launch[c][0] for launch in launches[name]]
-            throughput = rules.history_gate("throughput", name, c, tok, [h[name][c][0] for h in hist],
-                                            tolerance=tol.throughput, prior_between_sd=tol.prior_between_sd,
-                                            alpha_cell=alpha["throughput"], rule=tol.fail_rule, design=design,
-                                            stage=stage)
+            throughput = launch_history_gate("throughput", name, c, tok, [h[name][c][0] for h in hist],
+                                             tolerance=tol.throughput, prior_between_sd=tol.prior_between_sd,
+                                             alpha_cell=alpha["throughput"], rule=tol.fail_rule, design=design,
+                                             stage=stage)
             out.append(throughput)
-            if rules.step_time:
-                out.append(step_time_gate(name, c, [launch[c][2] for launch in launches[name]],
-                                          [h[name][c][2] for h in hist], tolerance=tol.step_time,
-                                          prior_between_sd=tol.prior_between_sd, alpha_cell=alpha["step_time"],
-                                          rule=tol.fail_rule, design=design, stage=stage))
+            out.append(step_time_gate(name, c, [launch[c][2] for launch in launches[name]],
+                                      [h[name][c][2] for h in hist], tolerance=tol.step_time,
+                                      prior_between_sd=tol.prior_between_sd, alpha_cell=alpha["step_time"],
+                                      rule=tol.fail_rule, design=design, stage=stage))
             if not cfg.speculative:
                 continue
-            if rules.step_time and throughput.estimate is not None:
+            if throughput.estimate is not None:
                 throughput.attribution = _attribution(state, name, c, launches)
-            out.append(rules.history_gate("accept_length", name, c, [launch[c][1] for launch in launches[name]],
-                                          [h[name][c][1] for h in hist], tolerance=tol.accept_length,
-                                          prior_between_sd=tol.prior_between_sd_accept, alpha_cell=alpha["accept_length"],
-                                          rule=tol.fail_rule, design=design, prior_day_sd=0.0, stage=stage))
+            out.append(launch_history_gate("accept_length", name, c, [launch[c][1] for launch in launches[name]],
+                                           [h[name][c][1] for h in hist], tolerance=tol.accept_length,
+                                           prior_between_sd=tol.prior_between_sd_accept, alpha_cell=alpha["accept_length"],
+                                           rule=tol.fail_rule, design=design, prior_day_sd=0.0, stage=stage))
             out.append(_must_win(state, name, cfg, c, tok, launches, stage))
     return out
 
@@ -212,10 +202,10 @@ def _must_win(state: _SessionState, name: str, cfg: ServerConfig, c: int, tok: l
     ref = reference_of(cfg)
     pair = ([h[name][c][0] for h in hist], [h[ref][c][0] for h in hist]) if state.settings.pair_histories else None
     must_win = limit is not None and c <= limit
-    return state.rules.must_win_gate(name, c, tok, [launch[c][0] for launch in launches[ref]], ref,
-                                     must_win=must_win, tol=state.settings.tolerances,
-                                     alpha_cell=state.alpha["speculation" if must_win else "speculation, report only"],
-                                     design=state.design, stage=stage, pair_histories=pair)
+    return must_win_gate(name, c, tok, [launch[c][0] for launch in launches[ref]], ref,
+                         must_win=must_win, tol=state.settings.tolerances,
+                         alpha_cell=state.alpha["speculation" if must_win else "speculation, report only"],
+                         design=state.design, stage=stage, pair_histories=pair)
 
 
 def _reference_follows(rule: str, results: Sequence[GateResult], ref: str | None, last: bool) -> bool:

@@ -1,4 +1,4 @@
-"""`specguard study`: the gate's false-fail rate and power on simulated sessions (docs/gate-study.md)."""
+"""`python -m research.study`: the gate's false-fail rate and power on simulated sessions (docs/gate-study.md)."""
 
 from __future__ import annotations
 
@@ -9,18 +9,19 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
+from research.study.client_noise import measure_noise
+from research.study.crossover_study import crossover_study
+from research.study.noise import NOISE_PRESETS, Noise, preset, rescalable
+from research.study.plan import ATTACH, DEFAULT_DESIGN, DESIGNS, GateSettings, StudyPlan, gate_tests, settings_grid
+from research.study.report import ATTACH_KEYS, headline, matches, render_levels, render_table, summary_line
+from research.study.run import run_study
+from research.study.simulate import scenarios
 from specguard.config import FAIL_RULES, Suite, Tolerances, load_suite
 from specguard.decide.baselines import atomic_write_json
 from specguard.emulator.model import ACCEPTANCE_MODES, PER_REQUEST, PER_RUN
-from specguard.research import SubParsers
-from specguard.research.study.client_noise import measure_noise
-from specguard.research.study.crossover_study import crossover_study
-from specguard.research.study.noise import NOISE_PRESETS, Noise, preset, rescalable
-from specguard.research.study.plan import ATTACH, DEFAULT_DESIGN, DESIGNS, GateSettings, StudyPlan, gate_tests, settings_grid
-from specguard.research.study.report import ATTACH_KEYS, headline, matches, render_levels, render_table, summary_line
-from specguard.research.study.run import run_study
-from specguard.research.study.simulate import scenarios
+from specguard.labels import ExitCode
 
+PROG = "python -m research.study"
 DEFAULT_SUITE = Path("perf_tests/suite.toml")
 
 
@@ -36,10 +37,10 @@ def _names(text: str) -> list[str]:
     return [x for x in text.split(",") if x]
 
 
-def add_parser(subparsers: SubParsers) -> argparse.ArgumentParser:
-    """`specguard study`: the gate's false-fail rate and power on simulated sessions."""
-    p = subparsers.add_parser(
-        "study", help="measure the gate's false-fail rate and power on the emulator's model")
+def build_parser() -> argparse.ArgumentParser:
+    """`python -m research.study`: the gate's false-fail rate and power on simulated sessions."""
+    p = argparse.ArgumentParser(prog=PROG, description="measure the gate's false-fail rate and power on the emulator's "
+                                                       "model (docs/gate-study.md)")
     p.add_argument("--suite", type=Path, default=DEFAULT_SUITE)
     p.add_argument("--sessions", type=int, default=200, help="simulated sessions per scenario")
     p.add_argument("--seed", type=int, default=0)
@@ -175,8 +176,8 @@ def run(args: argparse.Namespace) -> int:
     config = args.config or next((n for n, s in suite.servers.items() if s.speculative), None)
     error = _usage_error(args, suite, config)
     if error or config is None:
-        print(f"specguard study: {error}", file=sys.stderr)
-        return 2
+        print(f"{PROG}: {error}", file=sys.stderr)
+        return ExitCode.USAGE
     grid = _grid(args, suite)
     measured, noise_report = _measured_noise(args, suite)
     by_acceptance = {acc: {name: _study(name, args, suite, config, grid, measured, acc) for name in args.noise}
@@ -188,7 +189,7 @@ def run(args: argparse.Namespace) -> int:
     head_acceptance = args.acceptance[0]
     head = heads[head_acceptance]
     if not head:
-        print(f"specguard study: the grid has no point with the {args.headline} tolerances at repeats="
+        print(f"{PROG}: the grid has no point with the {args.headline} tolerances at repeats="
               f"{suite.sweep.repeats}; the document gets no headline rates", file=sys.stderr)
     cross = _crossover(args, grid, target)
     seed_a = next((r["within_1_25x"] for r in (cross or {}).get("rows", []) if r["design"] == design), None)
@@ -209,6 +210,4 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="specguard")
-    add_parser(parser.add_subparsers(dest="command", required=True))
-    return run(parser.parse_args(["study", *(sys.argv[1:] if argv is None else argv)]))
+    return run(build_parser().parse_args(sys.argv[1:] if argv is None else argv))

@@ -24,7 +24,7 @@ import numpy as np
 from scipy import special
 
 from specguard.decide.stats import RatioEstimate, compare_sessions
-from specguard.research.tune.grid import REFERENCE, Setting, acceptance_from_histogram, predict_tok_s, predicted_accept_length
+from specguard.tune.grid import REFERENCE, Setting, acceptance_from_histogram, predict_tok_s, predicted_accept_length
 
 
 @dataclass

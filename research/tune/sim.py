@@ -1,37 +1,25 @@
-"""Where a setting is measured: a real launch (server.launch + measure_cell), or the emulator's
-virtual-time simulator (the same scheduler code the emulator's HTTP server runs), which makes
-checking the racing against the full grid over many seeds cheap."""
+"""`specguard tune` in the emulator's virtual time: each run is the emulator's scheduler (the code
+its HTTP server runs) driven by a closed loop, which makes checking the racing against the full
+grid over many seeds cheap (``python -m research.tune``, docs/tuning.md)."""
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import hashlib
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 
-from specguard.config import ServerConfig, SweepConfig
 from specguard.emulator.model import BatchScheduler, GenRequest, SchedulerConfig, Step
-from specguard.engines import get_engine
-from specguard.measure.sweep import measure_cell
-from specguard.research.tune.grid import ADAPTIVE, LAUNCHED, REFERENCE, Setting, server_config_for
-from specguard.research.tune.race import CellRuns
-from specguard.server import ServerStartError, launch, stop
-from specguard.workload import Workload
+from specguard.tune.grid import ADAPTIVE, LAUNCHED, REFERENCE, Setting
+from specguard.tune.race import CellRuns
 
 
 def _key(seed: int, name: str, level: int, k: int) -> int:
     """A stable RNG seed for (world seed, setting, level, run index)."""
     return int.from_bytes(hashlib.blake2b(f"{seed}/{name}/{level}/{k}".encode(), digest_size=8).digest(), "little")
-
-
-def adaptive_flags(path: str | None) -> list[str]:
-    """SGLang's flags for adaptive mode; no path = its DEFAULT_ADAPTIVE_CONFIG."""
-    return ["--speculative-adaptive"] + (["--speculative-adaptive-config", str(path)] if path else [])
 
 
 class _HistogramScheduler(BatchScheduler):
@@ -50,54 +38,6 @@ class _HistogramScheduler(BatchScheduler):
             for j, n in enumerate(h):
                 hist[j] += n
         return finished
-
-
-@dataclass
-class ServerRunner:
-    """One launch per call, through the suite's engine; the server is stopped before returning."""
-
-    spec_cfg: ServerConfig
-    reference_cfg: ServerConfig
-    sweep: SweepConfig
-    workload: Workload
-    cap: int | None
-    log_dir: Path
-    api_key: str | None = None
-    adaptive_paths: dict[str, str | None] = field(default_factory=lambda: {"default": None})
-    progress: Callable[[str], None] = lambda _: None
-    graph_sizes: list[int] | None = None  # decode CUDA-graph batch sizes a speculative launch reported
-    started: list[str] = field(default_factory=list)  # redacted launch commands, in order
-
-    def config_for(self, setting: Setting) -> ServerConfig:
-        if setting.kind == REFERENCE:
-            return self.reference_cfg
-        extra = adaptive_flags(self.adaptive_paths[setting.adaptive_key]) if setting.kind == ADAPTIVE else []
-        return server_config_for(self.spec_cfg, setting, cap=self.cap, extra_args=extra)
-
-    def measure(self, setting: Setting, levels: Sequence[int], warmup: int, repeats: int) -> dict[int, CellRuns]:
-        cfg = self.config_for(setting)
-        try:
-            handle = launch(cfg, get_engine(cfg.engine), log_dir=self.log_dir, api_key=self.api_key)
-        except ServerStartError as exc:
-            return {c: CellRuns(error=f"launch failed: {exc}") for c in levels}
-        self.started.append(" ".join(handle.command))
-        out: dict[int, CellRuns] = {}
-        try:
-            if setting.kind != REFERENCE and handle.effective.decode_cuda_graph_bs:
-                self.graph_sizes = list(handle.effective.decode_cuda_graph_bs)
-            sweep = dataclasses.replace(self.sweep, warmup=warmup, repeats=repeats)
-            for c in levels:
-                cell = measure_cell(handle, self.workload, sweep, c, progress=self.progress)
-                hist: list[int] = []
-                for r in cell.runs:
-                    h = r.correct_drafts_histogram or []
-                    hist += [0] * (len(h) - len(hist))
-                    for k, n in enumerate(h):
-                        hist[k] += n
-                out[c] = CellRuns(cell.throughputs, hist, cell.accept_lengths, cell.error)
-        finally:
-            stop(handle)
-        return out
 
 
 @dataclass
@@ -126,6 +66,8 @@ class SimRunner:
     launched_params: tuple[int | None, int | None, int | None] = (None, None, None)
     launched_cap: int | None = None
     _runs: dict[tuple[Setting, int], int] = field(default_factory=dict)  # measured runs so far per (setting, level)
+    progress: Callable[[str], None] = lambda _: None
+    mode: str = "simulated (virtual time)"
 
     def _drift(self, setting: Setting) -> float:
         """This seed's speed offset of a setting's server (mean-one lognormal, sd drift_pct)."""

@@ -5,10 +5,12 @@ from __future__ import annotations
 from dataclasses import asdict, replace
 from typing import Any
 
+from research.study.simulate import ACCEPTANCE_DROP, ENGINE_SLOWDOWN
 from specguard.config import Tolerances
-from specguard.research.study.plan import LEGACY, R1, R1_PRIOR_DOF
-from specguard.research.study.simulate import ACCEPTANCE_DROP, ENGINE_SLOWDOWN
 
+# Designs a stored study may hold that the study no longer runs (research/README.md): rows without
+# a "design" are the earliest studies' legacy gates (no prior dof); on-suspicion-r1 ran at 8.
+LEGACY, R1, R1_PRIOR_DOF = "legacy", "on-suspicion-r1", 8.0
 # Headline rates are the worst over the studied history depths of at least this many stored
 # sessions (a suite stores 3-5).
 DEEP_HISTORY = 3
@@ -169,7 +171,7 @@ def render_levels(result: dict[str, Any], scenario: str = ENGINE_SLOWDOWN) -> st
 
 
 def summary_line(doc: dict[str, Any]) -> str:
-    """The last line of `specguard study`: the headline keys of gate-study.json, by the same names."""
+    """The last line of `python -m research.study`: the headline keys of gate-study.json, by the same names."""
     def fmt(v: Any) -> str:
         return "nan" if v is None else (f"{v:.4g}" if isinstance(v, float) else str(v))
     return " ".join(f"{k}={fmt(doc.get(k))}" for k in HEADLINE_KEYS)

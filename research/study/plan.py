@@ -8,34 +8,26 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from research.study.noise import Noise
+from research.study.simulate import Change
 from specguard.config import Suite, Tolerances
 from specguard.decide.gates import GateDesign, family_alphas
 from specguard.emulator.model import PER_REQUEST
-from specguard.research.study.noise import Noise
-from specguard.research.study.simulate import Change
 
-# legacy: the gates before issue 14 (one launch, spread as known, speculation against the prior
-# only; research/study/legacy.py); launches=L: L launches per configuration, pooled; on-suspicion
-# (the default): one launch, another for every configuration with a suspicious cell after each
-# stage, up to GateDesign.max_launches (3), the reference along where a must-win speculation cell
-# leans to a loss (GateDesign.reference_losing_p); on-suspicion-noref: the same, the reference
-# along only for a suspicious speculation cell; on-suspicion-max2: that with at most 2 launches
-# (the second issue-14 round's design); on-suspicion-r1: the first issue-14 design (legacy.py).
-DESIGNS = ("legacy", "attach", "launches=1", "launches=2", "on-suspicion", "on-suspicion-noref", "on-suspicion-max2",
-           "on-suspicion-r1")
+# launches=L: L launches per configuration, pooled; on-suspicion (the default): one launch,
+# another for every configuration with a suspicious cell after each stage, up to
+# GateDesign.max_launches (3), the reference along where a must-win speculation cell leans to a
+# loss (GateDesign.reference_losing_p); on-suspicion-noref: the same, the reference along only
+# for a suspicious speculation cell; on-suspicion-max2: that with at most 2 launches (the second
+# issue-14 round's design). The retired designs "legacy" and "on-suspicion-r1" are gone
+# (research/README.md says what they showed); gate-study.json still holds their rows.
+DESIGNS = ("attach", "launches=1", "launches=2", "on-suspicion", "on-suspicion-noref", "on-suspicion-max2")
 ATTACH = "attach"  # attach mode: the server is not ours to relaunch, one launch decided at the whole alpha
 DEFAULT_DESIGN = "on-suspicion" if GateDesign().sequential else f"launches={GateDesign().launches}"
-LEGACY = "legacy"
-R1 = "on-suspicion-r1"
-# The GateDesign fields each earlier design sets; on-suspicion-r1 also decides with retired rules
-# the gates no longer have (each stage at half the cell alpha, the prior never checked; legacy.py).
-# "Halves" splits the alpha between two stages only, so r1 stays at 2 launches.
-R1_PRIOR_DOF = 8.0
+# The GateDesign fields each earlier design sets.
 DESIGN_FIELDS: dict[str, dict[str, Any]] = {
     "on-suspicion-noref": {"reference_losing_p": 0.0},
     "on-suspicion-max2": {"max_launches": 2, "reference_losing_p": 0.0},
-    R1: {"max_launches": 2, "reference_losing_p": 0.0, "prior_dof": R1_PRIOR_DOF,
-         "gate_weights": (("throughput", 1.0), ("accept_length", 1.0), ("speculation", 1.0))},
 }
 # What gate-study.json records for every grid point: the between-session variance rule and the
 # history each cell's spread comes from, the gates' only ones (docs/statistics.md).
@@ -48,7 +40,7 @@ class GateSettings:
 
     repeats: int
     tolerances: Tolerances  # history_sessions = K, the stored baseline sessions compared with
-    design: str = LEGACY  # one of DESIGNS
+    design: str = DEFAULT_DESIGN  # one of DESIGNS
     overrides: tuple[tuple[str, Any], ...] = ()  # further GateDesign fields, e.g. (("suspicion_p", 0.1),)
     pair_histories: bool = True  # the must-win gate gets both configurations' histories at its level
     # When the reference of a relaunched speculative configuration gets a launch too (while it has
@@ -70,7 +62,7 @@ class GateSettings:
                 f"prior={t.prior_between_sd:g}/{t.prior_between_sd_accept:g} alpha={t.family_alpha:g} rule={t.fail_rule}")
 
     def gate_design(self) -> GateDesign:
-        """The decide/ design this grid point runs (``legacy`` has none: the earlier gates)."""
+        """The decide/ design this grid point runs."""
         t = self.tolerances
         fixed = {ATTACH: 1, "launches=1": 1, "launches=2": 2, "launches=3": 3}.get(self.design, 1)
         design = GateDesign(launches=fixed, relaunch="on-suspicion" if self.design.startswith("on-suspicion") else "off",
@@ -85,8 +77,6 @@ class GateSettings:
 
 def launches_used(settings: GateSettings) -> int:
     """Launches per configuration a grid point's design may use: ``max_launches`` when relaunching."""
-    if settings.design == LEGACY:
-        return 1
     d = settings.gate_design()
     return max(d.launches, d.max_launches) if d.sequential else d.launches
 
@@ -94,10 +84,9 @@ def launches_used(settings: GateSettings) -> int:
 def settings_grid(suite: Suite, repeats: Sequence[int], history: Sequence[int], tolerance: Sequence[float],
                   tolerance_accept: Sequence[float], prior: Sequence[float], prior_accept: Sequence[float],
                   family_alpha: Sequence[float], rules: Sequence[str] | None = None,
-                  designs: Sequence[str] = (LEGACY,), prior_dof: Sequence[float] | None = None) -> list[GateSettings]:
+                  designs: Sequence[str] = (DEFAULT_DESIGN,), prior_dof: Sequence[float] | None = None) -> list[GateSettings]:
     """The grid. A prior spread p comes with a day share scaled like the suite's
-    (the library default's, prior_day_sd / prior_between_sd = 0.5), so "prior at half" halves both.
-    ``legacy`` has no prior dof: it runs at the first one only."""
+    (the library default's, prior_day_sd / prior_between_sd = 0.5), so "prior at half" halves both."""
     base, lib = suite.tolerances, Tolerances()
     day_frac = lib.prior_day_sd / lib.prior_between_sd  # the library's day share, so the defaults are a grid point
     dofs = list(prior_dof or [base.prior_between_dof])
@@ -106,29 +95,24 @@ def settings_grid(suite: Suite, repeats: Sequence[int], history: Sequence[int], 
                                     prior_between_dof=dof), design)
             for design, rule, r, k, t, ta, p, pa, a, dof in itertools.product(
                 designs, rules or [base.fail_rule], repeats, history, tolerance, tolerance_accept, prior, prior_accept,
-                family_alpha, dofs)
-            if not (design == LEGACY and dof != dofs[0])]
+                family_alpha, dofs)]
 
 
-def gate_tests(suite: Suite, step_time: bool = True) -> int:
+def gate_tests(suite: Suite) -> int:
     """Number of gate tests in a full run: throughput and step time per cell, accept length and
-    speculation per speculative cell (what the plugin counts to set alpha per cell);
-    ``step_time=False``: the family before the step_time gate existed (the retired designs')."""
+    speculation per speculative cell (what the plugin counts to set alpha per cell)."""
     levels = len(suite.sweep.concurrency)
     spec = sum(1 for s in suite.servers.values() if s.speculative)
-    return levels * ((2 if step_time else 1) * len(suite.servers) + 2 * spec)
+    return levels * (2 * len(suite.servers) + 2 * spec)
 
 
-def suite_alphas(suite: Suite, family_alpha: float, design: GateDesign, step_time: bool = True) -> dict[str, float]:
+def suite_alphas(suite: Suite, family_alpha: float, design: GateDesign) -> dict[str, float]:
     """Gate -> per-test alpha of a full run (``gates.family_alphas`` over every gate test, as the
-    session splits it), with "speculation, report only" for levels where speculation need not win;
-    ``step_time=False``: without the step_time tests (the retired designs' family)."""
+    session splits it), with "speculation, report only" for levels where speculation need not win."""
     tests: list[tuple[str, bool]] = []
     for cfg in suite.servers.values():
         for c in suite.sweep.concurrency:
-            tests.append(("throughput", True))
-            if step_time:
-                tests.append(("step_time", True))
+            tests += [("throughput", True), ("step_time", True)]
             if cfg.speculative:
                 limit = cfg.speculation_must_win_up_to
                 tests += [("accept_length", True), ("speculation", limit is not None and c <= limit)]

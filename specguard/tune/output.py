@@ -16,8 +16,8 @@ from typing import Any
 from specguard.config import ServerConfig
 from specguard.decide.stats import RatioEstimate
 from specguard.emulator.adaptive import AdaptiveConfigError, check_adaptive_config
-from specguard.research.tune.grid import REFERENCE, Setting, TuneError, algorithm_of
-from specguard.research.tune.race import Ledger, RacePlan, ratio, tok_s_interval
+from specguard.tune.grid import REFERENCE, Setting, TuneError, algorithm_of
+from specguard.tune.race import Ledger, RacePlan, ratio, tok_s_interval
 
 ADAPTIVE_FILE = "tuned_speculative_adaptive.json"
 DEFAULT_ADAPTIVE_NOTE = "SGLang 0.5.23 DEFAULT_ADAPTIVE_CONFIG (srt/speculative/adaptive_spec_params.py)"

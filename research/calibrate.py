@@ -25,7 +25,7 @@ import numpy as np
 from specguard.emulator.model import SimulationResult, simulate_closed_loop
 from specguard.emulator.profile import DraftProfile, EmulatorProfile, PiecewiseLinear, load_profile
 from specguard.emulator.spec import SpecRequest, resolve_settings, uniform_accept_prob
-from specguard.research import SubParsers
+from specguard.labels import ExitCode
 
 UNCAPPED = 1024  # the profile's cap when the baseline's running requests were not limited
 ITERATIONS = 60
@@ -341,9 +341,13 @@ def launch_flags(sweep: MeasuredSweep) -> list[str]:
 
 
 # -- command line ------------------------------------------------------------------------------
-def add_parser(subparsers: SubParsers) -> argparse.ArgumentParser:
-    """`specguard calibrate`: fit an emulator profile to a measured sweep."""
-    p = subparsers.add_parser("calibrate", help="fit an emulator profile to measured tok/s and accept lengths")
+PROG = "python -m research.calibrate"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """`python -m research.calibrate`: fit an emulator profile to a measured sweep."""
+    p = argparse.ArgumentParser(prog=PROG, description="fit an emulator profile to measured tok/s and accept lengths "
+                                                       "(docs/calibration.md)")
     p.add_argument("measurements", type=Path,
                    help="results JSON (--results-json), or a table: CSV or JSON {\"rows\": [...]} with concurrency, "
                         "baseline_tok_s, spec_tok_s, accept_length and input_len, output_len, cap, algorithm, ...")
@@ -357,12 +361,12 @@ def run(args: argparse.Namespace) -> int:
     try:
         sweep = read_measurements(args.measurements)
         name = args.name or args.out.stem
-        profile = fit_profile(sweep, name, f"fitted to {args.measurements.name} by specguard calibrate")
+        profile = fit_profile(sweep, name, f"fitted to {args.measurements.name} by {PROG}")
     except (OSError, ValueError, KeyError) as exc:
-        print(f"specguard calibrate: {args.measurements}: {exc}", file=sys.stderr)
-        return 2
+        print(f"{PROG}: {args.measurements}: {exc}", file=sys.stderr)
+        return ExitCode.USAGE
     flags = launch_flags(sweep)
-    header = (f"Fitted by `specguard calibrate {args.measurements.name}` (docs/calibration.md).\n"
+    header = (f"Fitted by `{PROG} {args.measurements.name}` (docs/calibration.md).\n"
               f"Workload: {sweep.input_len} input / {sweep.output_len} output tokens"
               f"{', one repeated prompt' if sweep.same_prompt else ''}. Speculative launches: "
               + ("; ".join(flags) or "none"))
@@ -376,14 +380,12 @@ def run(args: argparse.Namespace) -> int:
     if abs(worst.error) * 100 > args.max_error_pct:
         print(f"fit error {worst.error:+.1%} at {worst.series} c{worst.concurrency} exceeds {args.max_error_pct:g}%",
               file=sys.stderr)
-        return 1
-    return 0
+        return ExitCode.REGRESSION
+    return ExitCode.OK
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="specguard")
-    add_parser(parser.add_subparsers(dest="command", required=True))
-    return run(parser.parse_args(["calibrate", *(sys.argv[1:] if argv is None else argv)]))
+    return run(build_parser().parse_args(sys.argv[1:] if argv is None else argv))
 
 
 if __name__ == "__main__":

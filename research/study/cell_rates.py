@@ -1,6 +1,6 @@
 """One cell's fail rates under known noise: the throughput gate (``gates.launch_history_gate``)
 on synthetic launches, where the whole-suite study is too coarse to see a per-cell rate of 1e-3
-(docs/statistics.md quotes these; `python -m specguard.research.study.cell_rates`).
+(docs/statistics.md quotes these; `python -m research.study.cell_rates`).
 
 A stored session and this session's launches are day + launch + run noise on log tok/s: the day
 part (sd = half the between-session spread, as the study's gpu presets) is shared by a session's
@@ -96,7 +96,7 @@ AUDIT_CASES = (
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m specguard.research.study.cell_rates", description=__doc__)
+    p = argparse.ArgumentParser(prog="python -m research.study.cell_rates", description=__doc__)
     p.add_argument("--cells", type=int, default=20000, help="simulated cells per case")
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)

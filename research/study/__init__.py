@@ -1,22 +1,21 @@
 """The gate study: the gate's false-fail rate, power and GPU cost measured on simulated sessions
-(docs/gate-study.md, `specguard study`).
+(docs/gate-study.md, `python -m research.study`).
 
 - ``simulate``: launches of the emulator's scheduler in virtual time, trials, injected changes;
 - ``noise``, ``client_noise``: the noise presets and the real-time client's measured extra noise;
 - ``plan``: the grid of gate settings and the designs compared;
-- ``session_decisions``: one session decided as the pytest session decides it; ``legacy``: the
-  retired designs' rules;
+- ``session_decisions``: one session decided as the pytest session decides it;
 - ``run``, ``cache``, ``truth``, ``crossover_study``, ``report``, ``cli``: running, caching,
   scoring and reporting a study.
 
-The names below are the study's interface (``from specguard.research import study``).
+The names below are the study's interface (``from research import study``).
 """
 
-from specguard.research.study.cache import cached_trial, trial_key
-from specguard.research.study.cli import add_parser, main, run
-from specguard.research.study.client_noise import Spread, measure_noise, results_logs, spreads
-from specguard.research.study.crossover_study import crossover_study
-from specguard.research.study.noise import (
+from research.study.cache import cached_trial, trial_key
+from research.study.cli import build_parser, main, run
+from research.study.client_noise import Spread, measure_noise, results_logs, spreads
+from research.study.crossover_study import crossover_study
+from research.study.noise import (
                                             EMULATOR_BUSY,
                                             EMULATOR_QUIET,
                                             GPU_DAY_SHARE,
@@ -28,7 +27,7 @@ from specguard.research.study.noise import (
                                             preset,
                                             rescalable,
 )
-from specguard.research.study.plan import (
+from research.study.plan import (
                                             DEFAULT_DESIGN,
                                             DESIGNS,
                                             GateSettings,
@@ -38,10 +37,10 @@ from specguard.research.study.plan import (
                                             settings_grid,
                                             suite_alphas,
 )
-from specguard.research.study.report import HEADLINE_KEYS, headline, render_table, summary_line
-from specguard.research.study.run import decide_trial, run_study, summarise, wilson
-from specguard.research.study.session_decisions import decide_design, decide_session
-from specguard.research.study.simulate import (
+from research.study.report import HEADLINE_KEYS, headline, render_table, summary_line
+from research.study.run import decide_trial, run_study, summarise, wilson
+from research.study.session_decisions import decide_design, decide_session
+from research.study.simulate import (
                                             Change,
                                             Launch,
                                             Trial,
@@ -52,12 +51,12 @@ from specguard.research.study.simulate import (
                                             simulate_launch,
                                             simulate_trial,
 )
-from specguard.research.study.truth import CROSSOVER_FACTOR, level_distance, true_crossover_c, true_crossovers, within_factor
-from specguard.research.study.verdict import SessionVerdict
+from research.study.truth import CROSSOVER_FACTOR, level_distance, true_crossover_c, true_crossovers, within_factor
+from research.study.verdict import SessionVerdict
 
 __all__ = ["CROSSOVER_FACTOR", "Change", "DEFAULT_DESIGN", "DESIGNS", "EMULATOR_BUSY", "EMULATOR_QUIET",
            "GPU_DAY_SHARE", "GPU_STALL_FACTORS", "GPU_STALL_RATE", "GPU_WITHIN", "GateSettings", "HEADLINE_KEYS", "Launch",
-           "NOISE_PRESETS", "Noise", "SessionVerdict", "Spread", "StudyPlan", "Trial", "add_parser", "cached_trial",
+           "NOISE_PRESETS", "Noise", "SessionVerdict", "Spread", "StudyPlan", "Trial", "build_parser", "cached_trial",
            "crossover_study", "decide_design", "decide_session", "decide_trial", "extend_trial", "gate_tests", "headline",
            "level_distance", "main", "max_launches", "measure_noise", "preset", "render_table", "rescalable",
            "rescale_trial", "results_logs", "run", "run_study", "scenarios", "seed_of", "settings_grid",

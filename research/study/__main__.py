@@ -1,0 +1,7 @@
+"""`python -m research.study ...`: the gate study (docs/gate-study.md)."""
+
+import sys
+
+from research.study.cli import main
+
+sys.exit(main())

@@ -1,0 +1,5 @@
+import sys
+
+from research.tune.cli import main
+
+sys.exit(main())
