@@ -15,8 +15,9 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from specguard.decide.gates import GateDesign, GateResult, launch_history_gate
-from specguard.decide.stats import FAIL, INCONCLUSIVE, PRIOR_CHECK_P, checked_prior, compare_launches, history_spread
+from specguard.decide.gates import GateDesign, GateTest, launch_history_gate
+from specguard.decide.stats import PRIOR_CHECK_P, checked_prior, compare_launches, history_spread
+from specguard.labels import THROUGHPUT, GateLabel, Level, Verdict
 
 DAY_SHARE = 0.5  # the day's sd over the between-session sd (noise.GPU_DAY_SHARE)
 RUN_SD = 0.005
@@ -51,7 +52,7 @@ def _session(rng: np.random.Generator, case: CellCase, launches: int, change: fl
     return [list(100 * np.exp(day + rng.normal(0.0, launch_sd) + rng.normal(0.0, RUN_SD, 3))) for _ in range(launches)]
 
 
-def _decide(case: CellCase, current: list[list[float]], history: list[list[float]]) -> GateResult:
+def _decide(case: CellCase, current: list[list[float]], history: list[list[float]]) -> Verdict:
     design = GateDesign(prior_day_sd=case.prior * DAY_SHARE, prior_check_p=case.prior_check_p)
     if case.contradicted_prior == "raised":
         own = history_spread(history)
@@ -61,9 +62,10 @@ def _decide(case: CellCase, current: list[list[float]], history: list[list[float
                                prior_day_sd=case.prior * DAY_SHARE * factor, confidence=1 - 2 * ALPHA_CELL,
                                rule=case.rule, spread=own, prior_dof=design.prior_dof,
                                pass_confidence=design.pass_confidence)
-        return GateResult("throughput", "cell", 1, est.outcome(), "", est)
-    return launch_history_gate("throughput", "cell", 1, current, history, tolerance=case.tolerance,
-                               prior_between_sd=case.prior, alpha_cell=ALPHA_CELL, rule=case.rule, design=design)
+        return est.outcome()
+    test = GateTest(GateLabel(THROUGHPUT), "cell", Level(1), ALPHA_CELL)
+    return launch_history_gate(test, current, history, case.tolerance, design.prior(case.prior),
+                               design.rule(case.rule)).verdict
 
 
 def cell_rates(case: CellCase, n: int, seed: int = 0) -> dict[str, float]:
@@ -72,9 +74,9 @@ def cell_rates(case: CellCase, n: int, seed: int = 0) -> dict[str, float]:
     fails = inconclusive = 0
     for _ in range(n):
         history = [_session(rng, case, 1, 0.0)[0] for _ in range(case.history)]
-        verdict = _decide(case, _session(rng, case, case.launches, math.log(1 - case.drop)), history).verdict
-        fails += verdict == FAIL
-        inconclusive += verdict == INCONCLUSIVE
+        verdict = _decide(case, _session(rng, case, case.launches, math.log(1 - case.drop)), history)
+        fails += verdict == Verdict.FAIL
+        inconclusive += verdict == Verdict.INCONCLUSIVE
     return {"fail_rate": fails / n, "inconclusive_rate": inconclusive / n}
 
 

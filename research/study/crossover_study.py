@@ -16,8 +16,11 @@ from research.study.simulate import Launch, reference_of, seed_of, simulate_laun
 from research.study.truth import CROSSOVER_FACTOR, true_crossover_c, within_factor
 from specguard.config import Suite
 from specguard.decide.crossover import estimate_crossover
-from specguard.decide.gates import must_win_gate
+from specguard.decide.gates import GateTest, ReferenceSide, must_win_gate
+from specguard.decide.result import Against, Versus
 from specguard.decide.stats import RatioEstimate
+from specguard.labels import SPECULATION, GateLabel, Level
+from specguard.report.verdict_text import message
 
 
 def _stage1_ratio(g: GateSettings, spec: list[Launch], ref: list[Launch], spec_name: str, ref_name: str, c: int,
@@ -25,11 +28,13 @@ def _stage1_ratio(g: GateSettings, spec: list[Launch], ref: list[Launch], spec_n
     """The speculation estimate at level c a design reads the crossover from: its stage 1."""
     d = g.gate_design()
     n_l = 1 if d.sequential else d.launches
-    result = must_win_gate(spec_name, c, [launch[c][0] for launch in spec[:n_l]],
-                           [launch[c][0] for launch in ref[:n_l]], ref_name, must_win=False, tol=g.tolerances,
-                           alpha_cell=alpha, design=d)
+    tol = g.tolerances
+    side = ReferenceSide(Versus(Against.REFERENCE, ref_name), launches=[launch[c][0] for launch in ref[:n_l]])
+    result = must_win_gate(GateTest(GateLabel(SPECULATION), spec_name, Level(c), alpha, enforced=False),
+                           [launch[c][0] for launch in spec[:n_l]], side, tol.speculation_min_gain,
+                           d.prior(tol.prior_between_sd), d.rule(tol.fail_rule))
     if result.estimate is None:
-        raise ValueError(f"{result.message}: no estimate to read the crossover from")
+        raise ValueError(f"{message(result)}: no estimate to read the crossover from")
     return result.estimate
 
 

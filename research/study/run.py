@@ -27,8 +27,8 @@ def _trial_outcomes(plan: StudyPlan, index: int) -> list[list[Outcome]]:
 
 def _outcome(v: SessionVerdict, runs_per_launch: int) -> Outcome:
     launches = sum(v.launches.values())
-    return {"failed": v.failed, "gates": sorted({g.gate for g in v.failing}),
-            "failed_cells": sorted({f"{g.gate} {g.config} c{g.concurrency}" for g in v.failing}),
+    return {"failed": v.failed, "gates": sorted({str(g.gate) for g in v.failing}),
+            "failed_cells": sorted({f"{g.gate} {g.config} {g.level}" for g in v.failing}),
             "attributions": dict(v.attributions),
             "inconclusive": v.inconclusive, "enforced": v.enforced, "crossovers": v.crossovers,
             "crossover_c": {n: e.estimate for n, e in v.crossover_estimates.items()},

@@ -9,7 +9,7 @@ level, ``gates.relaunch_plan`` after each stage, and Holm over each test's final
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from research.study.plan import GateSettings, suite_alphas
 from research.study.simulate import Launch, reference_of
@@ -19,7 +19,9 @@ from specguard.decide.crossover import estimate_crossover
 from specguard.decide.gates import (
     ATTRIBUTION_CONFIDENCE,
     GateDesign,
-    GateResult,
+    GateTest,
+    ReferenceSide,
+    RelaunchReason,
     attribution,
     final_failures,
     final_results,
@@ -28,7 +30,10 @@ from specguard.decide.gates import (
     relaunch_plan,
     step_time_gate,
 )
-from specguard.decide.stats import FAIL, INCONCLUSIVE, PASS, RatioEstimate
+from specguard.decide.result import Against, Attribution, GateResult, Half, Versus
+from specguard.decide.stats import RatioEstimate
+from specguard.labels import ACCEPT_LENGTH, SPECULATION, STEP_TIME, THROUGHPUT, GateLabel, Level, Verdict
+from specguard.report.verdict_text import relaunch_reason
 
 
 def decide_session(suite: Suite, settings: GateSettings, current: dict[str, Launch],
@@ -112,14 +117,15 @@ def _relaunch_while_suspicious(state: _SessionState, name: str, results: list[Ga
         label = f"launch {stage}: " if stage > 2 else ""
         if ref and _reference_comes_along(state, name, ref, wanted, results):
             used[ref] += 1
-            state.relaunched.setdefault(ref, []).extend(label + w for w in wanted.get(ref, [f"reference of {name}"]))
+            why = [relaunch_reason(w) for w in wanted[ref]] if ref in wanted else [f"reference of {name}"]
+            state.relaunched.setdefault(ref, []).extend(label + w for w in why)
         used[name] += 1
-        state.relaunched.setdefault(name, []).extend(label + w for w in wanted.get(name, []))
+        state.relaunched.setdefault(name, []).extend(label + relaunch_reason(w) for w in wanted.get(name, []))
         results = state.decide(name, stage)
         state.later += results
 
 
-def _reference_comes_along(state: _SessionState, name: str, ref: str, wanted: dict[str, list[str]],
+def _reference_comes_along(state: _SessionState, name: str, ref: str, wanted: dict[str, list[RelaunchReason]],
                            results: list[GateResult]) -> bool:
     """Whether ``ref`` gets a launch with this relaunch of ``name``: wanted (or following by the
     grid point's variant rule), and only while it has no more launches than ``name`` has so far."""
@@ -135,11 +141,12 @@ def _verdict(state: _SessionState) -> SessionVerdict:
     failing = final_failures(final, [], state.settings.tolerances, state.design)
     enforced = [g for g in final if g.enforced]
     estimates = {n: estimate_crossover(rt) for n, rt in speculation_ratios(final).items()}
-    halves = {f"{g.config} c{g.concurrency}": g.attribution for g in final
-              if g.gate == "throughput" and g.verdict in (FAIL, INCONCLUSIVE) and state.suite.servers[g.config].speculative}
-    return SessionVerdict(bool(failing), failing, sum(g.verdict == INCONCLUSIVE for g in enforced), len(enforced),
+    halves = {f"{g.config} {g.level}": str(g.attribution.half if g.attribution else Half.NEITHER) for g in final
+              if g.gate.gate == THROUGHPUT and g.verdict in (Verdict.FAIL, Verdict.INCONCLUSIVE)
+              and state.suite.servers[g.config].speculative}
+    return SessionVerdict(bool(failing), failing, sum(g.verdict == Verdict.INCONCLUSIVE for g in enforced), len(enforced),
                           {n: e.first_behind for n, e in estimates.items()}, state.used, state.relaunched, estimates,
-                          {g.gate: True for g in failing}, halves)
+                          {str(g.gate): True for g in failing}, halves)
 
 
 def _decide_cells(state: _SessionState, launches: dict[str, list[Launch]], stage: int,
@@ -152,29 +159,31 @@ def _decide_cells(state: _SessionState, launches: dict[str, list[Launch]], stage
         if name not in only:
             continue
         for c in state.suite.sweep.concurrency:
+            at = Level(c)
             tok = [launch[c][0] for launch in launches[name]]
-            throughput = launch_history_gate("throughput", name, c, tok, [h[name][c][0] for h in hist],
-                                             tolerance=tol.throughput, prior_between_sd=tol.prior_between_sd,
-                                             alpha_cell=alpha["throughput"], rule=tol.fail_rule, design=design,
-                                             stage=stage)
-            out.append(throughput)
-            out.append(step_time_gate(name, c, [launch[c][2] for launch in launches[name]],
-                                      [h[name][c][2] for h in hist], tolerance=tol.step_time,
-                                      prior_between_sd=tol.prior_between_sd, alpha_cell=alpha["step_time"],
-                                      rule=tol.fail_rule, design=design, stage=stage))
+            throughput = launch_history_gate(_test(THROUGHPUT, name, at, alpha, stage), tok, [h[name][c][0] for h in hist],
+                                             tol.throughput, design.prior(tol.prior_between_sd), design.rule(tol.fail_rule))
+            if cfg.speculative and throughput.estimate is not None:
+                throughput = replace(throughput, attribution=_attribution(state, name, c, launches))
+            out += [throughput, step_time_gate(_test(STEP_TIME, name, at, alpha, stage),
+                                               [launch[c][2] for launch in launches[name]], [h[name][c][2] for h in hist],
+                                               tol.step_time, design.prior(tol.prior_between_sd),
+                                               design.rule(tol.fail_rule))]
             if not cfg.speculative:
                 continue
-            if throughput.estimate is not None:
-                throughput.attribution = _attribution(state, name, c, launches)
-            out.append(launch_history_gate("accept_length", name, c, [launch[c][1] for launch in launches[name]],
-                                           [h[name][c][1] for h in hist], tolerance=tol.accept_length,
-                                           prior_between_sd=tol.prior_between_sd_accept, alpha_cell=alpha["accept_length"],
-                                           rule=tol.fail_rule, design=design, prior_day_sd=0.0, stage=stage))
+            out.append(launch_history_gate(_test(ACCEPT_LENGTH, name, at, alpha, stage),
+                                           [launch[c][1] for launch in launches[name]], [h[name][c][1] for h in hist],
+                                           tol.accept_length, design.prior(tol.prior_between_sd_accept, day_sd=0.0),
+                                           design.rule(tol.fail_rule)))
             out.append(_must_win(state, name, cfg, c, tok, launches, stage))
     return out
 
 
-def _attribution(state: _SessionState, name: str, c: int, launches: dict[str, list[Launch]]) -> str:
+def _test(gate: str, name: str, level: Level, alpha: dict[str, float], stage: int) -> GateTest:
+    return GateTest(GateLabel(gate), name, level, alpha[gate], stage=stage)
+
+
+def _attribution(state: _SessionState, name: str, c: int, launches: dict[str, list[Launch]]) -> Attribution | None:
     """The half a speculative cell's tok/s verdict names, as the session's ``CellGates._attribute``
     finds it: the step-rate and accept-length estimates against the cell's history at
     ATTRIBUTION_CONFIDENCE (tolerance 0: an estimate, not a decision), then ``gates.attribution``."""
@@ -186,12 +195,12 @@ def _attribution(state: _SessionState, name: str, c: int, launches: dict[str, li
         history = [s for s in (h[name][c][index] for h in hist) if s]
         if not history or sum(len(r) for r in runs) < 2:
             return None
-        return launch_history_gate(gate, name, c, runs, history, tolerance=0.0, prior_between_sd=sd,
-                                   alpha_cell=one_sided, rule=tol.fail_rule, design=design, prior_day_sd=day).estimate
+        at = GateTest(GateLabel(gate), name, Level(c), one_sided)
+        return launch_history_gate(at, runs, history, 0.0, design.prior(sd, day), design.rule(tol.fail_rule)).estimate
 
-    step = estimate(2, "step_time", tol.prior_between_sd, None)
-    accept = estimate(1, "accept_length", tol.prior_between_sd_accept, 0.0)
-    return attribution(step, accept)[0] if step is not None or accept is not None else ""
+    step = estimate(2, STEP_TIME, tol.prior_between_sd, None)
+    accept = estimate(1, ACCEPT_LENGTH, tol.prior_between_sd_accept, 0.0)
+    return attribution(step, accept) if step is not None or accept is not None else None
 
 
 def _must_win(state: _SessionState, name: str, cfg: ServerConfig, c: int, tok: list[list[float]],
@@ -202,10 +211,13 @@ def _must_win(state: _SessionState, name: str, cfg: ServerConfig, c: int, tok: l
     ref = reference_of(cfg)
     pair = ([h[name][c][0] for h in hist], [h[ref][c][0] for h in hist]) if state.settings.pair_histories else None
     must_win = limit is not None and c <= limit
-    return must_win_gate(name, c, tok, [launch[c][0] for launch in launches[ref]], ref,
-                         must_win=must_win, tol=state.settings.tolerances,
-                         alpha_cell=state.alpha["speculation" if must_win else "speculation, report only"],
-                         design=state.design, stage=stage, pair_histories=pair)
+    tol, design = state.settings.tolerances, state.design
+    test = GateTest(GateLabel(SPECULATION), name, Level(c),
+                    state.alpha["speculation" if must_win else "speculation, report only"], enforced=must_win, stage=stage)
+    side = ReferenceSide(Versus(Against.REFERENCE, ref), launches=[launch[c][0] for launch in launches[ref]],
+                         pair_histories=pair)
+    return must_win_gate(test, tok, side, tol.speculation_min_gain, design.prior(tol.prior_between_sd),
+                         design.rule(tol.fail_rule))
 
 
 def _reference_follows(rule: str, results: Sequence[GateResult], ref: str | None, last: bool) -> bool:
@@ -218,9 +230,9 @@ def _reference_follows(rule: str, results: Sequence[GateResult], ref: str | None
     if rule == "last":
         return last
     if rule == "not-passing":  # a must-win speculation cell that is not (yet) a confident win
-        return any(r.gate == "speculation" and r.enforced and r.verdict != PASS for r in results)
+        return any(r.gate.gate == SPECULATION and r.enforced and r.verdict != Verdict.PASS for r in results)
     if rule.startswith("p<"):
         x = float(rule[2:])
-        return any(r.gate == "speculation" and r.enforced and r.estimate is not None and r.estimate.p_value < x
+        return any(r.gate.gate == SPECULATION and r.enforced and r.estimate is not None and r.estimate.p_value < x
                    for r in results)
     raise ValueError(f"reference_follows {rule!r}; use speculation, relaunch, last or p<x")

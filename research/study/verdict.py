@@ -7,8 +7,9 @@ from dataclasses import dataclass, field
 
 from research.study.simulate import Launch
 from specguard.decide.crossover import CrossoverEstimate
-from specguard.decide.gates import GateResult
+from specguard.decide.result import GateResult
 from specguard.decide.stats import RatioEstimate
+from specguard.labels import SPECULATION
 
 
 @dataclass
@@ -36,6 +37,6 @@ def speculation_ratios(results: Sequence[GateResult]) -> dict[str, dict[int, Rat
     """Speculative configuration -> level -> its speculation gate's estimate."""
     out: dict[str, dict[int, RatioEstimate]] = {}
     for r in results:
-        if r.gate == "speculation" and r.estimate is not None:
-            out.setdefault(r.config, {})[r.concurrency] = r.estimate
+        if r.gate.gate == SPECULATION and r.estimate is not None:
+            out.setdefault(r.config, {})[r.level.value] = r.estimate
     return out

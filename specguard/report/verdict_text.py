@@ -69,7 +69,8 @@ def _outcome(r: GateResult, e: RatioEstimate) -> str:
 def statistics_line(r: GateResult) -> str:
     """A decision the statistics made: both sides, the ratio with its interval and spread, the rule."""
     e = r.estimate
-    assert e is not None and r.current is not None and r.reference is not None  # a gate that estimated
+    if e is None or r.current is None or r.reference is None:  # a document written by hand, or damaged
+        return f"{where(r)}: {str(r.verdict).upper()} (no figures recorded)"
     if r.gate.gate == STEP_TIME:
         return (f"{where(r)}: {r.current:.4g} ms vs {versus_text(r.versus)} {r.reference:.4g} ms, engine step time "
                 f"{step_change(e)} {_interval(e)}, tolerance {r.tolerance:.0%} slower, rule {r.rule}{_outcome(r, e)}")

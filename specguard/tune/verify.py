@@ -9,7 +9,8 @@ from typing import Any
 
 from specguard.config import Suite, Tolerances
 from specguard.decide.gates import gate_confidence
-from specguard.decide.stats import FAIL, RatioEstimate, compare_sessions
+from specguard.decide.stats import RatioEstimate, compare_sessions
+from specguard.labels import Verdict
 from specguard.tune.grid import ADAPTIVE, FIXED, REFERENCE, Setting, geometric_mean
 from specguard.tune.race import Ledger, RacePlan, Runner
 
@@ -29,7 +30,8 @@ def verify(runner: Runner, levels: Sequence[int], plan: RacePlan, suite: Suite, 
     failed: list[int] = []
     for c in levels:
         row = _verify_level(ledger, c, choice.get(c) or Setting(REFERENCE), tuned, tol, plan, conf)
-        if any(row["verdicts"][k].get("verdict") in (FAIL, "error") for k in ("vs_best_fixed", "vs_no_speculation")):
+        if any(row["verdicts"][k].get("verdict") in (Verdict.FAIL, Verdict.ERROR)
+               for k in ("vs_best_fixed", "vs_no_speculation")):
             failed.append(c)
         rows.append(row)
     totals = _verify_totals(ledger, levels, rows)

@@ -127,13 +127,13 @@ def test_first_crossing_edges():
 def test_recommend_the_results_file_and_the_plot_read_the_same_crossover():
     from synthetic_results import MTP, SEED_A, make_doc
 
-    from specguard.report import recommend, results
+    from specguard.report import crossovers, recommend
 
     doc = make_doc(SEED_A, {"mtp": MTP})
     rec = recommend.recommend(doc)
     curve = rec.ratios["mtp"]
     direct = estimate_crossover({r.concurrency: r.estimate for r in curve})
     assert rec.crossover == recommend.crossing(curve) == direct
-    saved = results.crossovers(doc)["mtp"]
+    saved = crossovers.crossovers(doc)["mtp"]
     assert (saved["estimate"], saved["low"], saved["high"], saved["last_win"], saved["first_loss"], saved["confident"]) == \
         (direct.estimate, direct.low, direct.high, direct.last_ahead, direct.first_behind, direct.confident)

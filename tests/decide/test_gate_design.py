@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from gate_support import history_gate, result, speculation_gate
 
+from research.study.truth import within_factor
 from specguard.config import ConfigError, Tolerances, parse_suite
 from specguard.decide.crossover import estimate_crossover, first_crossing
 from specguard.decide.gates import (
@@ -29,7 +30,6 @@ from specguard.decide.stats import (
 )
 from specguard.labels import Verdict
 from specguard.report.verdict_text import message, relaunch_reason
-from research.study.truth import within_factor
 
 PASS, FAIL, INCONCLUSIVE = Verdict.PASS, Verdict.FAIL, Verdict.INCONCLUSIVE
 

@@ -99,7 +99,8 @@ def test_outcome_boundaries(estimate, outcome):
 
 
 def test_describe():
-    assert _e(0.95, 0.9312, 0.9688).describe() == "0.950 [0.931, 0.969]"
+    from specguard.report.verdict_text import ratio_text
+    assert ratio_text(_e(0.95, 0.9312, 0.9688)) == "0.950 [0.931, 0.969]"
 
 
 def test_holm_caps_at_one_and_keeps_the_order():

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from synthetic_results import seed_a_doc
+from synthetic_results import as_rate_sweep, seed_a_doc
 
 from specguard.cli import main
 from specguard.report import export
@@ -54,8 +54,7 @@ def test_bencher_names_cells_as_test_ids_and_holds_medians_with_the_runs_range(d
 
 def test_bencher_leaves_out_cells_that_errored_and_names_rate_levels(doc):
     doc["cells"][0].update(error="server died", runs=[])
-    doc["sweep"]["request_rate"] = [1, 4]
-    bmf = export.to_bencher(doc)
+    bmf = export.to_bencher(as_rate_sweep(doc))
     assert "baseline-r1" not in bmf and "baseline-r4" in bmf and "mtp-r16" in bmf
 
 

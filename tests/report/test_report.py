@@ -139,7 +139,8 @@ def test_html_is_self_contained_with_embedded_plots(session):
     doc = build_results(session)
     page = render_html(doc, {"throughput": b"\x89PNG fake"}, None)
     assert "data:image/png;base64,iVBORyBmYWtl" in page and "<script" not in page and "src='http" not in page
-    assert "throughput baseline c1: 100 vs 120 -&gt; FAIL | pipe" in page
+    assert "throughput baseline c1: 100 tok/s vs baseline (1 session) 120 tok/s, ratio 0.830 [" in page
+    assert "-&gt; FAIL\n  notes: a | pipe" in page
     assert html.escape(NO_PLOTS) in render_html(doc, {}, NO_PLOTS)
 
 
@@ -190,6 +191,7 @@ def _decision(gate: str, config: str, c: int, verdict: str, ratio: float, low: f
     est = {"ratio": ratio, "low": low, "high": high, "threshold": 0.97, "p_value": p, "dof": 4.0, "confidence": 0.998,
            "between_sd": 0.022, "between_source": "history of 5 sessions", "test_at": 1.0}
     return decision_dict(result(gate, config, c, verdict, RatioEstimate(**est), current=1.0, reference=1.0,
+                                versus=Versus(Against.BASELINE, sessions=5), tolerance=0.03, rule="significant",
                                 enforced=enforced, alpha=0.001))
 
 
@@ -256,7 +258,9 @@ def test_every_output_counts_the_same(tmp_path):
     for text in (term, md, page):
         assert text.count("FAIL: tput") + text.count("ERROR: tput") + text.count("FAIL: baseline-c4") == n_failed, text
         assert "specguard: regression (2 regression(s), 1 test(s) not measured; 3 failed, 3 passed, 1 skipped), exit 1" in text
-        assert "-> INCONCLUSIVE" not in text and "FAIL (Holm" not in text
+        assert "FAIL (Holm" not in text
+    for text in (term, md):  # the HTML page also lists every decision's own line, "-> INCONCLUSIVE" included
+        assert "-> INCONCLUSIVE" not in text
     assert len(back["outcome"]["failed_tests"]) == n_failed == sum(t["outcome"] == "failed" for t in back["tests"])
     # The Holm test and its row say the same cell.
     assert "family_holm FAILED" in term and "FAIL: baseline-c4 tput" in term

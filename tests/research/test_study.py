@@ -83,7 +83,7 @@ def test_a_session_fails_on_a_large_drop_and_passes_unchanged(tiny):
     same = study.decide_session(tiny, settings, trial.current, trial.history)
     dropped = study.decide_session(tiny, settings, {**trial.current, "eagle3": trial.changed["big"]}, trial.history)
     assert not same.failed and same.enforced == 12  # throughput, step time x4, accept length x2, speculation x2
-    assert dropped.failed and {"throughput", "speculation"} <= {g.gate for g in dropped.failing}
+    assert dropped.failed and {"throughput", "speculation"} <= {str(g.gate) for g in dropped.failing}
     assert same.crossovers == {"eagle3": None}  # speculation wins at both levels of the tiny sweep
 
 
@@ -405,11 +405,11 @@ def test_a_session_decides_step_time_and_names_the_half_that_moved(tiny):
     same = study.decide_session(tiny, settings, trial.current, trial.history)
     assert not same.failed and same.enforced == 12  # throughput and step time x4, accept length x2, speculation x2
     engine = study.decide_session(tiny, settings, {**trial.current, "eagle3": trial.changed["engine"]}, trial.history)
-    assert {"step_time", "throughput"} <= {g.gate for g in engine.failing}
+    assert {"step_time", "throughput"} <= {str(g.gate) for g in engine.failing}
     assert set(engine.attributions.values()) == {"engine"} and len(engine.attributions) == 2
     drafter = study.decide_session(tiny, settings, {**trial.current, "eagle3": trial.changed["drafter"]}, trial.history)
     assert "accept_length" in drafter.gates_failed and "step_time eagle3 c1" not in {
-        f"{g.gate} {g.config} c{g.concurrency}" for g in drafter.failing}
+        f"{g.gate} {g.config} {g.level}" for g in drafter.failing}
     assert drafter.attributions["eagle3 c1"] == "drafter"
     assert drafter.attributions["eagle3 c4"] in ("drafter", "both")  # this sweep's c4 step time moves too (above)
 
