@@ -11,6 +11,8 @@ import argparse
 import random
 from dataclasses import dataclass
 
+from specguard.emulator.decay import DecayClock, DecaySettings
+
 # What a generation request may be made to suffer.
 ERROR, CUT, STALL, MALFORMED, BAD_COUNT, NO_COUNT = "error", "cut", "stall", "malformed", "bad_count", "no_count"
 REQUEST_FAULTS = (ERROR, CUT, STALL, MALFORMED, BAD_COUNT, NO_COUNT)
@@ -86,6 +88,23 @@ def add_fault_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--emulator-fault-exit-during-startup-s", type=float, default=None)
     g.add_argument("--emulator-fault-crash-after-requests", type=int, default=None)
     g.add_argument("--emulator-fault-old-server-info", action="store_true")
+    _add_decay_arguments(g)
+
+
+def _add_decay_arguments(g: argparse._ArgumentGroup) -> None:
+    """The ageing server (decay.py): what decays, and its ramp in seconds or in tokens."""
+    g.add_argument("--emulator-fault-accept-decay", type=float, default=0.0, metavar="F",
+                   help="the accept length falls by this fraction (0.10: 3.0 -> 2.7) along the decay ramp")
+    g.add_argument("--emulator-fault-step-slowdown", type=float, default=0.0, metavar="F",
+                   help="every step lengthens by this fraction (0.05: 5%% slower) along the decay ramp")
+    g.add_argument("--emulator-fault-decay-start-s", type=float, default=None, metavar="S",
+                   help="ramp start, seconds after the first generation request (default 0)")
+    g.add_argument("--emulator-fault-decay-over-s", type=float, default=None, metavar="S",
+                   help="ramp length in seconds, then held (default 0: a step change)")
+    g.add_argument("--emulator-fault-decay-start-tokens", type=float, default=None, metavar="N",
+                   help="ramp start in generated tokens served instead of seconds")
+    g.add_argument("--emulator-fault-decay-over-tokens", type=float, default=None, metavar="N",
+                   help="ramp length in generated tokens served")
 
 
 def fault_settings_from_args(args: argparse.Namespace) -> FaultSettings:
@@ -99,3 +118,22 @@ def fault_settings_from_args(args: argparse.Namespace) -> FaultSettings:
         crash_after_requests=args.emulator_fault_crash_after_requests,
         old_server_info=args.emulator_fault_old_server_info,
     )
+
+
+def decay_settings_from_args(args: argparse.Namespace) -> DecaySettings | None:
+    """The decay flags (None: no decay). Raises ValueError naming the flag for a bad combination."""
+    seconds = (args.emulator_fault_decay_start_s, args.emulator_fault_decay_over_s)
+    tokens = (args.emulator_fault_decay_start_tokens, args.emulator_fault_decay_over_tokens)
+    given_s, given_tokens = any(v is not None for v in seconds), any(v is not None for v in tokens)
+    if given_s and given_tokens:
+        raise ValueError("--emulator-fault-decay-*-s and --emulator-fault-decay-*-tokens exclude each other: "
+                         "give the ramp in seconds or in tokens")
+    accept, slowdown = args.emulator_fault_accept_decay, args.emulator_fault_step_slowdown
+    if not (accept or slowdown):
+        if given_s or given_tokens:
+            raise ValueError("--emulator-fault-decay-start/over-* need --emulator-fault-accept-decay or "
+                             "--emulator-fault-step-slowdown")
+        return None
+    clock = DecayClock.TOKENS if given_tokens else DecayClock.SECONDS
+    start, over = tokens if given_tokens else seconds
+    return DecaySettings(accept, slowdown, start or 0.0, over or 0.0, clock)

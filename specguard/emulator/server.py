@@ -49,7 +49,8 @@ from specguard.emulator.responses import (
     openai_error,
     sse,
 )
-from specguard.emulator.tokens import OutputText, apply_chat_template, count_prompt_tokens
+from specguard.emulator.simulated_acceptance import TokenMode
+from specguard.emulator.tokens import FIXED_TOKEN, OutputText, apply_chat_template, count_prompt_tokens
 
 SGLANG_VERSION = "0.5.23"
 SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
@@ -178,7 +179,9 @@ class EmulatorServer:
         self.settings = settings
         self.scheduler = BatchScheduler(settings.scheduler_config)
         self.spec = self.scheduler.spec
-        self.out = OutputText()
+        simulated = settings.scheduler_config.simulated
+        fixed = simulated is not None and simulated.token_mode is TokenMode.FIXED
+        self.out = OutputText(FIXED_TOKEN if fixed else None)  # SGLang writes token 100 at every verify step
         self.engine: RealtimeEngine | None = None
         self.ready_at = 0.0  # loop time when /health starts answering 200
         self.startup_time_s = 0.0  # seconds from launch to listening (internal_states[i].startup_time)
