@@ -139,7 +139,7 @@ def build_settings(args: argparse.Namespace, argv: list[str]) -> ServerSettings:
     cuda_graph_bs = decode_cuda_graph_bs(args, serving.rank_cap, serving.spec is not None)
     simulated = simulated_from_environ(args.emulator_accept_length, accept_length, serving)
     faults, decay = fault_settings_from_args(args), decay_settings_from_args(args)
-    check_faults_need_speculation(decay, serving)
+    check_faults_need_speculation(faults.double_count, decay, serving)
 
     seed = args.random_seed if args.random_seed is not None else secrets.randbelow(1 << 30)
     jitter = profile.jitter_pct if args.emulator_jitter_pct is None else args.emulator_jitter_pct
@@ -198,10 +198,13 @@ def simulated_from_environ(flag: float | None, length: float | None,
     return simulated
 
 
-def check_faults_need_speculation(decay: DecaySettings | None, serving: ServingSettings) -> None:
+def check_faults_need_speculation(double_count: frozenset[object], decay: DecaySettings | None,
+                                  serving: ServingSettings) -> None:
     """Accept-length faults on a server without speculation would change nothing: refuse them."""
     if serving.spec is not None:
         return
+    if double_count:
+        raise ValueError("--emulator-fault-double-count changes accept-length readings: it needs --speculative-algorithm")
     if decay is not None and decay.accept_decay > 0:
         raise ValueError("--emulator-fault-accept-decay decays acceptance: it needs --speculative-algorithm")
 
