@@ -8,12 +8,28 @@ same seed misbehaves on the same requests.
 from __future__ import annotations
 
 import argparse
+import enum
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from specguard.emulator.decay import DecayClock, DecaySettings
 
 # What a generation request may be made to suffer.
 ERROR, CUT, STALL, MALFORMED, BAD_COUNT, NO_COUNT = "error", "cut", "stall", "malformed", "bad_count", "no_count"
 REQUEST_FAULTS = (ERROR, CUT, STALL, MALFORMED, BAD_COUNT, NO_COUNT)
+
+
+class DoubleCount(enum.Enum):
+    """One reading of the accept length made wrong, as engines' own metrics have been (vLLM PRs
+    #56137 and #56977: accept length 6.0 reported for 3.0, inflated draft counts), so a
+    cross-check of the sources can be shown to name the one that disagrees. Each changes one
+    source only; the figures it doubles are in docs/emulator.md."""
+
+    META_VERIFY_CT = "meta-verify-ct"  # per request: meta_info spec_verify_ct (and what derives from it) x 2
+    VERIFY_COUNTER = "verify-counter"  # /metrics sglang:spec_verify_calls_total x 2
+    ACCEPT_GAUGE = "accept-gauge"  # /metrics sglang:spec_accept_length x 2
+    SERVER_INFO = "server-info"  # /server_info internal_states[i].avg_spec_accept_length x 2
+    STREAM = "stream"  # the stream: after the first event, each event carries two verify steps
 
 
 @dataclass(frozen=True)
@@ -32,6 +48,7 @@ class FaultSettings:
     exit_during_startup_s: float | None = None  # the process exits (code 3) this long after start
     crash_after_requests: int | None = None  # the process dies (code 134) on request N + 1
     old_server_info: bool = False  # only /get_server_info, without the newer fields
+    double_count: frozenset[DoubleCount] = field(default_factory=frozenset)
 
     def __post_init__(self) -> None:
         for name in ("error_rate", "cut_rate", "stall_rate", "malformed_rate", "bad_count_rate", "no_count_rate"):
@@ -86,6 +103,28 @@ def add_fault_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--emulator-fault-exit-during-startup-s", type=float, default=None)
     g.add_argument("--emulator-fault-crash-after-requests", type=int, default=None)
     g.add_argument("--emulator-fault-old-server-info", action="store_true")
+    g.add_argument("--emulator-fault-double-count", action="append", default=[], metavar="SOURCE",
+                   choices=[d.value for d in DoubleCount],
+                   help="one accept-length reading wrong (repeatable): meta-verify-ct (meta_info spec_verify_ct x2), "
+                        "verify-counter (spec_verify_calls_total x2), accept-gauge (spec_accept_length x2), "
+                        "server-info (avg_spec_accept_length x2), stream (two verify steps per streamed event)")
+    _add_decay_arguments(g)
+
+
+def _add_decay_arguments(g: argparse._ArgumentGroup) -> None:
+    """The ageing server (decay.py): what decays, and its ramp in seconds or in tokens."""
+    g.add_argument("--emulator-fault-accept-decay", type=float, default=0.0, metavar="F",
+                   help="the accept length falls by this fraction (0.10: 3.0 -> 2.7) along the decay ramp")
+    g.add_argument("--emulator-fault-step-slowdown", type=float, default=0.0, metavar="F",
+                   help="every step lengthens by this fraction (0.05: 5%% slower) along the decay ramp")
+    g.add_argument("--emulator-fault-decay-start-s", type=float, default=None, metavar="S",
+                   help="ramp start, seconds after the first generation request (default 0)")
+    g.add_argument("--emulator-fault-decay-over-s", type=float, default=None, metavar="S",
+                   help="ramp length in seconds, then held (default 0: a step change)")
+    g.add_argument("--emulator-fault-decay-start-tokens", type=float, default=None, metavar="N",
+                   help="ramp start in generated tokens served instead of seconds")
+    g.add_argument("--emulator-fault-decay-over-tokens", type=float, default=None, metavar="N",
+                   help="ramp length in generated tokens served")
 
 
 def fault_settings_from_args(args: argparse.Namespace) -> FaultSettings:
@@ -98,4 +137,24 @@ def fault_settings_from_args(args: argparse.Namespace) -> FaultSettings:
         exit_during_startup_s=args.emulator_fault_exit_during_startup_s,
         crash_after_requests=args.emulator_fault_crash_after_requests,
         old_server_info=args.emulator_fault_old_server_info,
+        double_count=frozenset(DoubleCount(v) for v in args.emulator_fault_double_count),
     )
+
+
+def decay_settings_from_args(args: argparse.Namespace) -> DecaySettings | None:
+    """The decay flags (None: no decay). Raises ValueError naming the flag for a bad combination."""
+    seconds = (args.emulator_fault_decay_start_s, args.emulator_fault_decay_over_s)
+    tokens = (args.emulator_fault_decay_start_tokens, args.emulator_fault_decay_over_tokens)
+    given_s, given_tokens = any(v is not None for v in seconds), any(v is not None for v in tokens)
+    if given_s and given_tokens:
+        raise ValueError("--emulator-fault-decay-*-s and --emulator-fault-decay-*-tokens exclude each other: "
+                         "give the ramp in seconds or in tokens")
+    accept, slowdown = args.emulator_fault_accept_decay, args.emulator_fault_step_slowdown
+    if not (accept or slowdown):
+        if given_s or given_tokens:
+            raise ValueError("--emulator-fault-decay-start/over-* need --emulator-fault-accept-decay or "
+                             "--emulator-fault-step-slowdown")
+        return None
+    clock = DecayClock.TOKENS if given_tokens else DecayClock.SECONDS
+    start, over = tokens if given_tokens else seconds
+    return DecaySettings(accept, slowdown, start or 0.0, over or 0.0, clock)

@@ -23,17 +23,19 @@ import sys
 import time
 from typing import Any
 
-from specguard.emulator import categories
+from specguard.emulator import categories, simulated_acceptance
 from specguard.emulator.adaptive import AdaptiveConfigError
 from specguard.emulator.categories import parse_category_factors
-from specguard.emulator.faults import add_fault_arguments, fault_settings_from_args
+from specguard.emulator.decay import DecaySettings
+from specguard.emulator.faults import add_fault_arguments, decay_settings_from_args, fault_settings_from_args
 from specguard.emulator.model import ACCEPTANCE_MODES, PER_REQUEST, SchedulerConfig
 from specguard.emulator.profile import EmulatorProfile, load_profile
 from specguard.emulator.server import ServerSettings, serve
+from specguard.emulator.simulated_acceptance import SimulatedAcceptance
 from specguard.emulator.spec import SPEC_ALGORITHMS, ServingSettings, SpecRequest, resolve_settings
 
 DEFAULT_PROFILE = "fast"
-ACCEPT_LENGTH_ENV = "SGLANG_SIMULATE_ACC_LEN"
+ACCEPT_LENGTH_ENV = simulated_acceptance.LENGTH_ENV
 
 log = logging.getLogger("specguard.emulator")
 LAUNCHED_MONOTONIC_S = time.monotonic()
@@ -106,7 +108,8 @@ def _add_emulator_flags(e: argparse._ArgumentGroup) -> None:
     e.add_argument("--emulator-speed-factor", type=float, default=1.0, help="divide all modelled times by X")
     e.add_argument("--emulator-step-scale", type=float, default=1.0, help="multiply step times (1.111 = ~10%% slower)")
     e.add_argument("--emulator-accept-length", type=float, default=None,
-                   help=f"force a mean accept length (overrides {ACCEPT_LENGTH_ENV})")
+                   help=f"force a mean accept length, drawn per request and position (overrides {ACCEPT_LENGTH_ENV}, "
+                        "which forces every verify step as SGLang does)")
     e.add_argument("--emulator-category-accept", action="append", default=[], metavar="CATEGORY=FACTOR",
                    help="multiply one prompt category's acceptance per draft position, e.g. code=0.85 (repeatable)")
     e.add_argument("--emulator-acceptance", choices=ACCEPTANCE_MODES, default=PER_REQUEST,
@@ -134,6 +137,9 @@ def build_settings(args: argparse.Namespace, argv: list[str]) -> ServerSettings:
     for message in serving.warnings:
         log.warning(message)
     cuda_graph_bs = decode_cuda_graph_bs(args, serving.rank_cap, serving.spec is not None)
+    simulated = simulated_from_environ(args.emulator_accept_length, accept_length, serving)
+    faults, decay = fault_settings_from_args(args), decay_settings_from_args(args)
+    check_faults_need_speculation(faults.double_count, decay, serving)
 
     seed = args.random_seed if args.random_seed is not None else secrets.randbelow(1 << 30)
     jitter = profile.jitter_pct if args.emulator_jitter_pct is None else args.emulator_jitter_pct
@@ -142,7 +148,7 @@ def build_settings(args: argparse.Namespace, argv: list[str]) -> ServerSettings:
         profile, serving, seed, args.emulator_step_scale, args.emulator_speed_factor, jitter, drift,
         args.decode_log_interval, cuda_graph_bs,
         category_accept_factor=parse_category_factors(args.emulator_category_accept),
-        acceptance=args.emulator_acceptance,
+        acceptance=args.emulator_acceptance, decay=decay, simulated=simulated,
     )
     categories.warm()
     model_args = _model_server_args(args, profile, serving, chunked_prefill_size)
@@ -162,8 +168,8 @@ def build_settings(args: argparse.Namespace, argv: list[str]) -> ServerSettings:
         incremental_streaming_output=args.incremental_streaming_output,
         stream_default_include_usage=args.stream_response_default_include_usage,
         startup_s=args.emulator_startup_s,
-        emulator_info=_emulator_info(args, profile, serving, jitter, drift),
-        faults=fault_settings_from_args(args),
+        emulator_info={**_emulator_info(args, profile, serving, jitter, drift), **_fault_info(simulated, decay, serving)},
+        faults=faults,
         firehose_events_per_write=args.emulator_firehose,
         launched_monotonic_s=LAUNCHED_MONOTONIC_S,
     )
@@ -171,11 +177,36 @@ def build_settings(args: argparse.Namespace, argv: list[str]) -> ServerSettings:
 
 def forced_accept_length(flag: float | None) -> float | None:
     """The mean accept length to force: ``--emulator-accept-length``, else SGLang's own
-    ``SGLANG_SIMULATE_ACC_LEN`` from the environment, else None (the profile's acceptance)."""
-    if flag is None and os.environ.get(ACCEPT_LENGTH_ENV):
-        flag = float(os.environ[ACCEPT_LENGTH_ENV])
-        log.info("%s=%s: forcing the mean accept length", ACCEPT_LENGTH_ENV, flag)
+    ``SGLANG_SIMULATE_ACC_LEN`` from the environment (on when > 0, as SGLang reads it), else None
+    (the profile's acceptance). The flag draws per request and position around that mean; the
+    variable forces every verify step (``simulated_from_environ``)."""
+    if flag is None:
+        flag = simulated_acceptance.length_from_environ(os.environ)
     return flag
+
+
+def simulated_from_environ(flag: float | None, length: float | None,
+                           serving: ServingSettings) -> SimulatedAcceptance | None:
+    """SGLang's forced acceptance: ``length`` from ``SGLANG_SIMULATE_ACC_LEN`` with its method and
+    token mode (None when off, without speculation, or when ``--emulator-accept-length`` overrides it)."""
+    spec = serving.spec
+    if flag is not None or length is None or spec is None:
+        return None
+    simulated = simulated_acceptance.from_environ(os.environ, length, spec.algorithm, spec.topk)
+    log.info("%s=%s (method %s, token mode %s): every verify step accepts a forced length, as SGLang does",
+             ACCEPT_LENGTH_ENV, simulated.length, simulated.method.value, simulated.token_mode.value)
+    return simulated
+
+
+def check_faults_need_speculation(double_count: frozenset[object], decay: DecaySettings | None,
+                                  serving: ServingSettings) -> None:
+    """Accept-length faults on a server without speculation would change nothing: refuse them."""
+    if serving.spec is not None:
+        return
+    if double_count:
+        raise ValueError("--emulator-fault-double-count changes accept-length readings: it needs --speculative-algorithm")
+    if decay is not None and decay.accept_decay > 0:
+        raise ValueError("--emulator-fault-accept-decay decays acceptance: it needs --speculative-algorithm")
 
 
 def spec_request(args: argparse.Namespace) -> SpecRequest:
@@ -320,6 +351,20 @@ def _emulator_info(
         "architecture": profile.architecture,
         "adaptive_candidate_steps": serving.adaptive.candidates if serving.adaptive else None,
     }
+
+
+def _fault_info(simulated: SimulatedAcceptance | None, decay: DecaySettings | None,
+                serving: ServingSettings) -> dict[str, object]:
+    """/server_info's ``specguard_emulator`` keys for forced acceptance and decay (none when off)."""
+    out: dict[str, object] = {}
+    spec = serving.spec
+    if simulated is not None and spec is not None:
+        out["simulated_acceptance"] = simulated.describe()
+        out["expected_accept_length"] = simulated.expected_length(spec.positions(spec.num_steps) + 1)
+    if decay is not None:
+        out["decay"] = {"accept_decay": decay.accept_decay, "step_slowdown": decay.step_slowdown,
+                        "start": decay.start, "over": decay.over, "clock": decay.clock.value}
+    return out
 
 
 def decode_cuda_graph_bs(args: argparse.Namespace, rank_cap: int, speculative: bool) -> list[int] | None:

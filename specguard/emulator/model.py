@@ -28,7 +28,9 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from specguard.emulator.adaptive import AdaptivePolicy
+from specguard.emulator.decay import DecaySettings, ServingAge
 from specguard.emulator.profile import EmulatorProfile
+from specguard.emulator.simulated_acceptance import SimulatedAcceptance
 from specguard.emulator.spec import ServingSettings, SpecConfig, SpecRequest, resolve_settings
 
 # How acceptance varies between identical runs (--emulator-acceptance):
@@ -91,6 +93,8 @@ class SchedulerConfig:
     # --emulator-category-accept: category -> factor on its conditional acceptance per position
     category_accept_factor: dict[str, float] = field(default_factory=dict)
     acceptance: str = PER_REQUEST  # ACCEPTANCE_MODES
+    decay: DecaySettings | None = None  # --emulator-fault-accept-decay / -step-slowdown (decay.py)
+    simulated: SimulatedAcceptance | None = None  # SGLANG_SIMULATE_ACC_LEN (simulated_acceptance.py)
 
 
 @dataclass(eq=False)  # identity semantics: two requests are never "equal"
@@ -266,6 +270,8 @@ class BatchScheduler:
         self._accept_rng = np.random.default_rng([config.seed, 1])
         self._noise_rng = np.random.default_rng([config.seed, 2])
         self._run_rng = np.random.default_rng([config.seed, 3])
+        self._sim_rng = np.random.default_rng([config.seed, 4])  # forced acceptance's per-batch lengths
+        self.age = ServingAge(config.decay) if config.decay is not None and config.decay.active else None
         if config.acceptance not in ACCEPTANCE_MODES:
             raise ValueError(f"acceptance {config.acceptance!r}; use one of {', '.join(ACCEPTANCE_MODES)}")
         self._run_z = 0.0  # this run's acceptance offset, in units of run_acceptance_sd (start_run)
@@ -307,6 +313,8 @@ class BatchScheduler:
     # -- queue -------------------------------------------------------------------------------
     def submit(self, req: GenRequest, now_ms: float) -> None:
         req.arrival_ms = now_ms
+        if self.age is not None:
+            self.age.on_submit(req.counted, now_ms)
         if self.num_ranks > 1:
             req.rank = self._next_rank
             self._next_rank = (self._next_rank + 1) % self.num_ranks
@@ -337,6 +345,8 @@ class BatchScheduler:
     # -- steps -------------------------------------------------------------------------------
     def next_step(self, now_ms: float) -> Step | None:
         """Plan the step starting at ``now_ms``: admit and prefill if possible, else decode."""
+        if self.age is not None:
+            self.age.advance(now_ms)
         if self._can_admit():
             return self._prefill_step(now_ms)
         if self.running:
@@ -389,18 +399,44 @@ class BatchScheduler:
             if passes:
                 cost_ms += passes * spec.draft_ms(cost_b)
             positions = spec.positions(steps)
-            if positions > 0:
-                survival = self._survival[:positions]
-                if self._survival_by_category:  # one row per request: its category's acceptance
-                    by_cat, default = self._survival_by_category, self._survival
-                    survival = np.stack([by_cat.get(r.category, default)[:positions] for r in batch])
-                accepted = (self._draws(batch)[:, None] < self._run_scaled(survival, cost_b)).sum(axis=1).tolist()
-                grants = [min(1 + a, r.remaining) for a, r in zip(accepted, batch)]
+            if positions > 0 and self.config.simulated is not None:
+                grants = self._simulated_grants(batch, positions + 1)
+            elif positions > 0:
+                grants = self._verify_grants(batch, positions, cost_b)
             else:
                 grants = [1] * b
         if self.stats._interval_start_ms is None:
             self.stats._interval_start_ms = now_ms
         return Step("decode", batch, grants, self._scaled(cost_ms), steps, draft_tokens)
+
+    def _verify_grants(self, batch: list[GenRequest], positions: int, cost_b: int) -> list[int]:
+        """Each request's accepted drafts plus the bonus: its draw against P(at least j accepted)
+        (its category's, this run's offset, the decay's factor), never beyond what it still needs."""
+        survival = self._survival[:positions]
+        if self._survival_by_category:  # one row per request: its category's acceptance
+            by_cat, default = self._survival_by_category, self._survival
+            survival = np.stack([by_cat.get(r.category, default)[:positions] for r in batch])
+        thresholds = self._run_scaled(survival, cost_b)
+        powers = self.age.survival_powers(self._survival[:positions]) if self.age is not None else None
+        if powers is not None:
+            thresholds = thresholds * powers
+        accepted = (self._draws(batch)[:, None] < thresholds).sum(axis=1).tolist()
+        return [min(1 + a, r.remaining) for a, r in zip(accepted, batch)]
+
+    def _simulated_grants(self, batch: list[GenRequest], max_len: int) -> list[int]:
+        """SGLang's forced acceptance: one length per verify call (a DP rank's batch), the same for
+        every request in it (simulated_acceptance.py), never beyond what a request still needs."""
+        sim = self.config.simulated
+        assert sim is not None
+        length = sim.length * self.age.length_factor if self.age is not None else None
+        per_rank: dict[int, int] = {}
+        grants = []
+        for req in batch:
+            n = per_rank.get(req.rank)
+            if n is None:
+                n = per_rank[req.rank] = sim.draw(self._sim_rng, max_len, length)
+            grants.append(min(n, req.remaining))
+        return grants
 
     def start_run(self) -> None:
         """A new run begins (/flush_cache): its acceptance offset is drawn afresh."""
@@ -431,6 +467,8 @@ class BatchScheduler:
 
     def _scaled(self, cost_ms: float) -> float:
         cost_ms *= self._time_factor
+        if self.age is not None:
+            cost_ms *= self.age.time_factor
         if self._jitter_sd > 0:
             cost_ms *= _mean_one_lognormal(self._noise_rng, self._jitter_sd)
         return cost_ms
@@ -439,6 +477,8 @@ class BatchScheduler:
         """Apply a step that ended at ``now_ms``; returns the requests it finished."""
         decode = step.kind == "decode"
         correct_all: list[int] = []  # accepted drafts of each request a verify step served
+        if self.age is not None:
+            self.age.tokens += sum(g for r, g in zip(step.requests, step.grants) if r.counted and not r.aborted)
         if not decode:
             finished = self._grant_prefill(step, now_ms)
         elif self.spec is None:

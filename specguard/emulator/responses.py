@@ -57,13 +57,15 @@ def openai_error(message: str, err_type: str = "BadRequestError") -> JsonObject:
     return {"object": "error", "message": message, "type": err_type, "param": None, "code": 400}
 
 
-def spec_meta(req: GenRequest, static_draft_tokens: int) -> SpecMeta | None:
+def spec_meta(req: GenRequest, static_draft_tokens: int, verify_count_factor: int = 1) -> SpecMeta | None:
     """The final event's spec fields (TokenizerManager._calculate_spec_decoding_metrics).
 
     Present only with verify steps and proposed drafts; proposed drafts use the draft-token count
     the server started with (under adaptive, the start-up steps + 1, not the live ones).
+    ``verify_count_factor`` 2 counts every verify step twice (--emulator-fault-double-count
+    meta-verify-ct): spec_verify_ct, the histogram and what derives from them.
     """
-    verify_ct = req.verify_ct
+    verify_ct = req.verify_ct * verify_count_factor
     proposed = verify_ct * (static_draft_tokens - 1)
     if verify_ct <= 0:
         return None
@@ -77,7 +79,7 @@ def spec_meta(req: GenRequest, static_draft_tokens: int) -> SpecMeta | None:
             "spec_verify_ct": verify_ct,
         }
     if req.correct_hist:
-        meta["spec_correct_drafts_histogram"] = list(req.correct_hist)
+        meta["spec_correct_drafts_histogram"] = [n * verify_count_factor for n in req.correct_hist]
     return meta or None
 
 
@@ -117,11 +119,12 @@ class RequestContext:
     enable_metrics: bool = False  # timing fields in meta_info (--enable-metrics)
     return_spec_tokens_details: bool = False  # OpenAI routes: send sglext.spec_tokens_details
     dp_rank: int | None = None  # reported when the server has several DP ranks
+    verify_count_factor: int = 1  # 2: meta_info counts every verify step twice (a double-count fault)
 
     def spec_meta(self) -> SpecMeta | None:
         if self.spec_draft_tokens is None:
             return None
-        return spec_meta(self.req, self.spec_draft_tokens)
+        return spec_meta(self.req, self.spec_draft_tokens, self.verify_count_factor)
 
 
 class NativeFormat:

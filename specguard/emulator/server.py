@@ -26,7 +26,17 @@ from aiohttp.typedefs import Handler
 
 from specguard.emulator import metrics_catalog, vocab
 from specguard.emulator.categories import category_of_messages, category_of_text
-from specguard.emulator.faults import BAD_COUNT, CUT, ERROR, MALFORMED, NO_COUNT, STALL, FaultPlan, FaultSettings
+from specguard.emulator.faults import (
+    BAD_COUNT,
+    CUT,
+    ERROR,
+    MALFORMED,
+    NO_COUNT,
+    STALL,
+    DoubleCount,
+    FaultPlan,
+    FaultSettings,
+)
 from specguard.emulator.firehose import Firehose
 from specguard.emulator.model import (
     BatchScheduler,
@@ -49,7 +59,8 @@ from specguard.emulator.responses import (
     openai_error,
     sse,
 )
-from specguard.emulator.tokens import OutputText, apply_chat_template, count_prompt_tokens
+from specguard.emulator.simulated_acceptance import TokenMode
+from specguard.emulator.tokens import FIXED_TOKEN, OutputText, apply_chat_template, count_prompt_tokens
 
 SGLANG_VERSION = "0.5.23"
 SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
@@ -178,7 +189,10 @@ class EmulatorServer:
         self.settings = settings
         self.scheduler = BatchScheduler(settings.scheduler_config)
         self.spec = self.scheduler.spec
-        self.out = OutputText()
+        simulated = settings.scheduler_config.simulated
+        fixed = simulated is not None and simulated.token_mode is TokenMode.FIXED
+        self.out = OutputText(FIXED_TOKEN if fixed else None)  # SGLang writes token 100 at every verify step
+        self.double_count = settings.faults.double_count
         self.engine: RealtimeEngine | None = None
         self.ready_at = 0.0  # loop time when /health starts answering 200
         self.startup_time_s = 0.0  # seconds from launch to listening (internal_states[i].startup_time)
@@ -332,7 +346,7 @@ class EmulatorServer:
                 state["speculative_num_steps"] = sched.current_steps
                 state["speculative_num_draft_tokens"] = sched.current_draft_tokens
                 if s.avg_spec_accept_length is not None:  # absent until the rank's first fold
-                    state["avg_spec_accept_length"] = s.avg_spec_accept_length
+                    state["avg_spec_accept_length"] = s.avg_spec_accept_length * self._doubled(DoubleCount.SERVER_INFO)
             states.append(state)
         info = dict(args)
         info.update({
@@ -438,7 +452,7 @@ class EmulatorServer:
         s = self.scheduler.stats
         out.gauge("spec_accept_length",
                   "Mean acceptance length of speculative decoding (accepted drafts + bonus token per forward).",
-                  s.spec_accept_length)
+                  s.spec_accept_length * self._doubled(DoubleCount.ACCEPT_GAUGE))
         out.gauge("spec_accept_rate", "Speculative acceptance rate (`accepted drafts / proposed drafts` in batch).",
                   s.spec_accept_rate)
         # sampled at the decode-log fold (MetricsReporter.log_decode_stats): 0 before the first
@@ -451,8 +465,13 @@ class EmulatorServer:
         if s.counters[True].spec_requests + s.counters[False].spec_requests:  # inc()ed by finished spec requests
             out.metric("spec_verify_calls_total", "counter", "Number of speculative verify calls, summed over requests.", [
                 (f'spec_verify_calls_total{{engine_type="unified",model_name="{out.model}"}}',
-                 s.counters[True].verify_calls + s.counters[False].verify_calls),
+                 (s.counters[True].verify_calls + s.counters[False].verify_calls)
+                 * self._doubled(DoubleCount.VERIFY_COUNTER)),
             ])
+
+    def _doubled(self, source: DoubleCount) -> int:
+        """2 where --emulator-fault-double-count names this reading, else 1."""
+        return 2 if source in self.double_count else 1
 
     def _startup_phases(self, tokenizer: bool) -> dict[str, float | dict[str, float]]:
         """internal_states[i].startup_time / top-level startup_time: seconds per start-up phase."""
@@ -622,6 +641,7 @@ class EmulatorServer:
             spec_draft_tokens=self.spec_draft_tokens, model=model, created_s=int(time.time()),
             enable_metrics=self.settings.enable_metrics,
             dp_rank=req.rank if self.scheduler.num_ranks > 1 else None,
+            verify_count_factor=self._doubled(DoubleCount.META_VERIFY_CT),
         )
 
     async def _stream(
@@ -632,12 +652,17 @@ class EmulatorServer:
         last, then the closing event and [DONE]; an injected fault strikes when it is due."""
         req = progress.req
         resp = web.StreamResponse(headers=SSE_HEADERS)
+        steps_per_event = self._doubled(DoubleCount.STREAM)  # 2: a stream that merges verify steps pairwise
         try:
             await resp.prepare(request)
-            sent = 0
+            sent = held = 0
             while not req.finished:
                 await progress.event.wait()
-                mark = progress.take()[-1]
+                marks = progress.take()
+                held += len(marks)
+                if sent and held < steps_per_event and not req.finished:
+                    continue  # the first event (the prefill's token) is never held
+                held, mark = 0, marks[-1]
                 chunks = [fmt.event(sent, mark, req.finished)]
                 sent = mark[0]
                 if req.finished:

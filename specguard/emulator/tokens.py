@@ -19,6 +19,9 @@ _WORDS = (
 ).split(" ")[1:]
 # (token id, text piece); ids are arbitrary but fixed and distinct.
 OUTPUT_CYCLE: tuple[tuple[int, str], ...] = tuple((1000 + 37 * i, " " + w) for i, w in enumerate(_WORDS))
+# SGLang's forced acceptance in "fixed" token mode writes token id 100 as every verify step's output
+# (simulated_acceptance.py); the stand-in detokenizer shows it as its id.
+FIXED_TOKEN: tuple[int, str] = (100, " <100>")
 
 _PROMPT_TOKEN = re.compile(r"<\|\w+\|>|\w+|[^\w\s]")
 
@@ -43,12 +46,15 @@ class OutputText:
     """Cumulative output ids (``"1000,1037,..."``) and escaped text, grown on demand.
 
     ``ids(a, b)`` and ``text(a, b)`` give tokens ``a..b-1`` as JSON fragments, ready to splice
-    between ``[`` ``]`` or ``"`` ``"``.
+    between ``[`` ``]`` or ``"`` ``"``. With ``fixed_after_first`` every token after the first
+    (the prefill's) is that one: SGLang's forced acceptance in "fixed" token mode.
     """
 
-    def __init__(self) -> None:
-        self._id_frags = [str(i) for i, _ in OUTPUT_CYCLE]
-        self._text_frags = [json.dumps(t)[1:-1] for _, t in OUTPUT_CYCLE]
+    def __init__(self, fixed_after_first: tuple[int, str] | None = None) -> None:
+        cycle = OUTPUT_CYCLE if fixed_after_first is None else OUTPUT_CYCLE[:1] + (fixed_after_first,)
+        self._id_frags = [str(i) for i, _ in cycle]
+        self._text_frags = [json.dumps(t)[1:-1] for _, t in cycle]
+        self._fixed = fixed_after_first is not None
         self._ids = ""
         self._text = ""
         self._ids_end = [0]  # _ids_end[n]: length of the ids string holding the first n tokens
@@ -63,13 +69,14 @@ class OutputText:
         ids_len, text_len = len(self._ids), len(self._text)
         cycle = len(OUTPUT_CYCLE)
         for k in range(have, target):
-            frag = self._id_frags[k % cycle]
+            at = min(k, 1) if self._fixed else k % cycle
+            frag = self._id_frags[at]
             if k:
                 frag = "," + frag
             ids.append(frag)
             ids_len += len(frag)
             self._ids_end.append(ids_len)
-            piece = self._text_frags[k % cycle]
+            piece = self._text_frags[at]
             text.append(piece)
             text_len += len(piece)
             self._text_end.append(text_len)
