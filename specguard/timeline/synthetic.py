@@ -49,7 +49,7 @@ def _cell(name: str, rng: np.random.Generator, scale: float, run_sd: float, laun
         step_ms = base_step_ms * scale * math.exp(launch_step + rng.normal(0, run_sd))
         accept = base_accept * math.exp(launch_accept + rng.normal(0, 0.003)) if base_accept else None
         runs.append(_run(step_ms, accept))
-    return {"config": name, "concurrency": CONCURRENCY, "error": None, "warnings": [], "wall_s": 10.0,
+    return {"config": name, "level": f"c{CONCURRENCY}", "error": None, "warnings": [], "wall_s": 10.0,
             "summary": cell_summary(runs), "runs": runs, "warmup_runs": []}
 
 

@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 from emulator_suite import emulator_suite_toml
 
+from specguard.report.results import decision_text
+
 pytestmark = pytest.mark.e2e
 REPO = Path(__file__).resolve().parents[2]
 
@@ -82,7 +84,7 @@ def test_xdist_launches_each_configuration_once(tmp_path):
     assert "specguard summary" in out and (tmp_path / "report" / "summary.md").exists()
     # The speculation gate compared with the reference measured in this session, on the same worker.
     spec = next(d for d in doc["decisions"] if d["gate"] == "speculation")
-    assert "baseline (this session" in spec["message"]
+    assert "baseline (this session" in decision_text(spec)
 
 
 def test_a_refresh_that_cannot_write_is_3_with_one_line_naming_the_path(tmp_path):

@@ -19,6 +19,8 @@ import pytest
 import real_suite_runs
 from real_suite_runs import engine_python, tiny_models
 
+from specguard.report.results import decision_text
+
 pytestmark = pytest.mark.real_engine
 REPO = Path(__file__).resolve().parents[2]
 SUITE = REPO / "perf_tests" / "suites" / "vllm-cpu.toml"
@@ -111,7 +113,7 @@ def test_vllm_suite_catches_slow_speculation_and_gates_on_its_own_baselines(work
     # The engine's step time is recorded for every run (vLLM: from its draft counters), and the weak
     # draft's speculation lines name the drafter's factor beside the engine's (issue 23).
     assert all(r["step_time_ms"] and r["step_time_ms"] > 0 for c in doc["cells"] for r in c["runs"]), doc["cells"]
-    weak = [d["message"] for d in doc["decisions"] if d["gate"] == "speculation" and d["config"] == "weakdraft"]
+    weak = [decision_text(d) for d in doc["decisions"] if d["gate"] == "speculation" and d["config"] == "weakdraft"]
     assert weak and all("the drafter's accept length 1." in m and "the engine's step time ratio" in m for m in weak), weak
 
     # 2. Gate mode against those baselines: a new launch of ngram must match its fingerprint and
