@@ -23,11 +23,13 @@ from specguard.decide.crossover import CrossoverEstimate, estimate_crossover
 from specguard.decide.stats import RatioEstimate, compare_sessions
 from specguard.report.results import configs_by_name, effective, throughputs
 from specguard.report.schema import ConfigDoc, ResultsDoc
+from specguard.sglang_rules import SGLANG_VERSION
+from specguard.sglang_rules.adaptive import ADAPTIVE_ALGORITHMS
+from specguard.sglang_rules.speculative import resolved_algorithm
 
 SCHEMA = "specguard-recommendation"
 SCHEMA_VERSION = 1
 DEFAULT_CONFIDENCE = 0.95
-ADAPTIVE_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN")  # NEXTN runs as EAGLE inside SGLang
 ADAPTIVE_CONFIG_FILE = "speculative_adaptive.json"
 CONCURRENCY, REQUEST_RATE = "concurrency", "request_rate"  # level kinds
 
@@ -325,12 +327,12 @@ def _adaptive_refusal(rec: Recommendation) -> str | None:
 def _setting_refusal(name: str, s: dict[str, Any]) -> str | None:
     """Why one configuration of the policy cannot run in SGLang's adaptive mode; None when it can."""
     algo = (s["speculative_algorithm"] or s["effective_algorithm"] or "").upper()
-    if algo not in ADAPTIVE_ALGORITHMS:
+    if resolved_algorithm(algo) not in ADAPTIVE_ALGORITHMS:
         return f"{name} runs {algo}; SGLang's adaptive mode supports EAGLE/EAGLE3 (and NEXTN, run as EAGLE) only"
     if s["eagle_topk"] not in (None, 1):
         return f"{name} runs topk {s['eagle_topk']}; SGLang's adaptive mode needs topk 1"
     if isinstance(s.get("attn_dp_size"), int) and s["attn_dp_size"] > 1:
-        return (f"{name} runs attention DP ({s['attn_dp_size']} ranks); SGLang 0.5.23 turns adaptive speculation off "
+        return (f"{name} runs attention DP ({s['attn_dp_size']} ranks); SGLang {SGLANG_VERSION} turns adaptive speculation off "
                 f"under attention DP")
     steps = s["num_steps"]
     if not isinstance(steps, int) or isinstance(steps, bool) or steps < 0:

@@ -22,7 +22,6 @@ from specguard.labels import ExitCode
 from specguard.tune import output, verify
 from specguard.tune.grid import (
     ADAPTIVE,
-    ADAPTIVE_ALGORITHMS,
     DEFAULT_STEPS,
     DEFAULT_TREE_TOPK,
     FIXED,
@@ -30,6 +29,7 @@ from specguard.tune.grid import (
     REFERENCE,
     Setting,
     TuneError,
+    adaptive_capable,
     algorithm_of,
     build_grid,
 )
@@ -192,8 +192,7 @@ def load_job(args: argparse.Namespace) -> Job:
     grid = build_grid(cfg, args.steps, args.tree_topk)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    return Job(args, suite, cfg, ref, levels, cap, plan, grid, out,
-                cfg.engine != "vllm" and algorithm_of(cfg) in ADAPTIVE_ALGORITHMS)
+    return Job(args, suite, cfg, ref, levels, cap, plan, grid, out, adaptive_capable(cfg))
 
 
 def _run(args: argparse.Namespace, make_runner: RunnerFactory) -> int:

@@ -1,7 +1,7 @@
 """What `specguard tune` writes: the table per level and band, SGLang's adaptive config with its
 launch flags, a suite snippet that gates the tuned deployment, vLLM's per-band token count, the
-plot, and tune.json. Every emitted adaptive config goes through the emulator's implementation of
-SGLang 0.5.23's start-up checks before it is written."""
+plot, and tune.json. Every emitted adaptive config goes through SGLang 0.5.23's start-up checks
+(sglang_rules.adaptive) before it is written."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from typing import Any
 
 from specguard.config import ServerConfig
 from specguard.decide.stats import RatioEstimate
-from specguard.emulator.adaptive import AdaptiveConfigError, check_adaptive_config
+from specguard.sglang_rules.adaptive import AdaptiveConfigError, check_adaptive_config
 from specguard.tune.grid import REFERENCE, Setting, TuneError, algorithm_of
 from specguard.tune.race import Ledger, RacePlan, ratio, tok_s_interval
 

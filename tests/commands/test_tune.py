@@ -13,9 +13,10 @@ from tune_support import SIM_SUITE
 
 from specguard.cli import main
 from specguard.config import ServerConfig, parse_suite
-from specguard.emulator.adaptive import AdaptivePolicy, AdaptiveSettings, candidate_union, load_adaptive_config
+from specguard.emulator.adaptive import AdaptivePolicy, AdaptiveSettings
 from specguard.emulator.launch_server import decode_cuda_graph_bs
 from specguard.emulator.spec import expected_accept_length
+from specguard.sglang_rules.adaptive import candidate_union, load_adaptive_config
 from specguard.tune import output
 from specguard.tune.grid import (
     FIXED,
