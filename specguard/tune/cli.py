@@ -19,6 +19,7 @@ from typing import Any, Protocol
 from specguard.config import ConfigError, ServerConfig, Suite, load_suite
 from specguard.decide.baselines import atomic_write_json
 from specguard.labels import ExitCode
+from specguard.sglang_rules.adaptive_table import launch_num_steps
 from specguard.tune import output, verify
 from specguard.tune.grid import (
     ADAPTIVE,
@@ -291,9 +292,8 @@ def _emit_adaptive(out: Path, cfg: ServerConfig, cap: int | None, ledger: Ledger
                    reference: Setting, plan: RacePlan, runner: TuneRunner, doc: dict[str, Any], files: dict[str, str]) -> None:
     """SGLang's adaptive config, its launch flags and a gating suite snippet, written to ``out``
     and recorded in ``doc`` / ``files``."""
-    table, notes = output.adaptive_table(adaptive_choice, runner.graph_sizes)
-    steps = output.launch_steps(table)
-    output.validate_adaptive(table, steps)
+    built = output.adaptive_config(adaptive_choice, runner.graph_sizes)
+    table = built.table
     path = out / output.ADAPTIVE_FILE
     atomic_write_json(path, table)
     flags = output.launch_flags(cfg, table, str(path.resolve()), cap)
@@ -302,7 +302,7 @@ def _emit_adaptive(out: Path, cfg: ServerConfig, cap: int | None, ledger: Ledger
     (out / "suite-snippet.toml").write_text(output.suite_snippet(cfg, table, str(path.resolve()), cap, must))
     files.update(adaptive_config=str(path), launch_flags=str(out / "launch-flags.txt"),
                  suite_snippet=str(out / "suite-snippet.toml"))
-    doc["adaptive_config"] = {"table": table, "notes": notes, "graph_sizes": runner.graph_sizes,
+    doc["adaptive_config"] = {"table": table, "notes": built.notes, "graph_sizes": runner.graph_sizes,
                               "launch_flags": flags, "must_win_up_to": must,
                               "default_for_comparison": output.DEFAULT_ADAPTIVE_NOTE}
 
@@ -312,7 +312,7 @@ def _verify_step(runner: Runner, job: Job, choice: dict[int, Setting | None], do
     if "table" not in doc.get("adaptive_config", {}):
         raise TuneError(f"--verify launches SGLang's adaptive mode, which {job.cfg.engine} {algorithm_of(job.cfg)} "
                         f"does not have")
-    steps = output.launch_steps(doc["adaptive_config"]["table"])
+    steps = launch_num_steps(doc["adaptive_config"]["table"])
     tuned = Setting(ADAPTIVE, steps, 1, steps + 1, adaptive_config="tuned")
     everywhere = doc["totals"]["fixed_measured_everywhere"]
     single = max((g for g in job.grid if g.kind == FIXED and everywhere.get(g.name) is not None),
