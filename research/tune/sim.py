@@ -4,7 +4,6 @@ grid over many seeds cheap (``python -m research.tune``, docs/tuning.md)."""
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import math
 from collections.abc import Callable, Sequence
@@ -13,6 +12,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from specguard.emulator.model import BatchScheduler, GenRequest, SchedulerConfig, Step
+from specguard.sglang_rules.cuda_graph import decode_graph_batch_sizes
 from specguard.tune.grid import ADAPTIVE, LAUNCHED, REFERENCE, Setting
 from specguard.tune.race import CellRuns
 
@@ -76,7 +76,6 @@ class SimRunner:
         return math.exp(rng.normal(-sd * sd / 2, sd)) if sd > 0 else 1.0
 
     def measure(self, setting: Setting, levels: Sequence[int], warmup: int, repeats: int) -> dict[int, CellRuns]:
-        from specguard.emulator.launch_server import decode_cuda_graph_bs
         from specguard.emulator.model import run_closed_loop
         from specguard.emulator.profile import load_profile
         from specguard.emulator.spec import SpecRequest, resolve_settings
@@ -96,9 +95,8 @@ class SimRunner:
             spec = SpecRequest(self.algorithm, setting.num_steps, setting.eagle_topk, setting.num_draft_tokens)
             cap = self.cap
         settings = resolve_settings(profile, spec, cap)
-        graph_args = argparse.Namespace(disable_cuda_graph=False, disable_decode_cuda_graph=False, cuda_graph_bs_decode=None,
-                                     cuda_graph_max_bs_decode=None, disable_cuda_graph_padding=False)
-        graphs = decode_cuda_graph_bs(graph_args, settings.rank_cap, settings.spec is not None)
+        # the sizes an emulator launched with default flags captures (launch_server.decode_cuda_graph_bs)
+        graphs = decode_graph_batch_sizes(min(settings.rank_cap, 512), speculative=settings.spec is not None)
         if settings.spec is not None:
             self.graph_sizes = graphs
         out: dict[int, CellRuns] = {}

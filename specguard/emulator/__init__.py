@@ -6,11 +6,10 @@ The model and the simulator are importable without the HTTP stack:
     result = simulate_closed_loop(load_profile("fast"), SpecRequest("EAGLE3"), 4, 32, 128, 256)
 
 The server is ``specguard.emulator.launch_server.main(argv)`` (SGLang's flags plus ``--emulator-*``).
-``check_adaptive_config(config, num_steps)`` applies SGLang 0.5.23's start-up checks to an
-adaptive-speculation config (``--speculative-adaptive-config``).
+SGLang's own rules the emulator follows (argument resolution, the adaptive config and its
+start-up checks) are specguard/sglang_rules/.
 """
 
-from specguard.emulator.adaptive import DEFAULT_ADAPTIVE_CONFIG, AdaptiveConfigError, check_adaptive_config
 from specguard.emulator.model import (
     BatchScheduler,
     GenRequest,
@@ -30,8 +29,6 @@ from specguard.emulator.spec import (
 )
 
 __all__ = [
-    "DEFAULT_ADAPTIVE_CONFIG",
-    "AdaptiveConfigError",
     "BatchScheduler",
     "EmulatorProfile",
     "GenRequest",
@@ -41,7 +38,6 @@ __all__ = [
     "SpecConfig",
     "SpecRequest",
     "available_profiles",
-    "check_adaptive_config",
     "expected_accept_length",
     "load_profile",
     "resolve_settings",

@@ -24,7 +24,6 @@ import time
 from typing import Any
 
 from specguard.emulator import categories, simulated_acceptance
-from specguard.emulator.adaptive import AdaptiveConfigError
 from specguard.emulator.categories import parse_category_factors
 from specguard.emulator.decay import DecaySettings
 from specguard.emulator.faults import add_fault_arguments, decay_settings_from_args, fault_settings_from_args
@@ -32,7 +31,11 @@ from specguard.emulator.model import ACCEPTANCE_MODES, PER_REQUEST, SchedulerCon
 from specguard.emulator.profile import EmulatorProfile, load_profile
 from specguard.emulator.server import ServerSettings, serve
 from specguard.emulator.simulated_acceptance import SimulatedAcceptance
-from specguard.emulator.spec import SPEC_ALGORITHMS, ServingSettings, SpecRequest, resolve_settings
+from specguard.emulator.spec import ServingSettings, SpecRequest, resolve_settings
+from specguard.sglang_rules import SGLANG_VERSION
+from specguard.sglang_rules.adaptive import AdaptiveConfigError
+from specguard.sglang_rules.cuda_graph import decode_graph_batch_sizes
+from specguard.sglang_rules.speculative import ALGORITHMS
 
 DEFAULT_PROFILE = "fast"
 ACCEPT_LENGTH_ENV = simulated_acceptance.LENGTH_ENV
@@ -87,7 +90,7 @@ def _add_sglang_flags(g: argparse._ArgumentGroup) -> None:
     g.add_argument("--cuda-graph-bs-decode", type=int, nargs="+", default=None)
     g.add_argument("--disable-cuda-graph-padding", action="store_true")
     g.add_argument("--stream-response-default-include-usage", action="store_true")
-    g.add_argument("--speculative-algorithm", default=None, help=f"one of {', '.join(SPEC_ALGORITHMS)}")
+    g.add_argument("--speculative-algorithm", default=None, help=f"one of {', '.join(ALGORITHMS)}")
     g.add_argument("--speculative-draft-model-path", "--speculative-draft-model", default=None)
     g.add_argument("--speculative-num-steps", type=int, default=None)
     g.add_argument("--speculative-eagle-topk", type=int, default=None)
@@ -232,7 +235,7 @@ def resolve_parallelism(args: argparse.Namespace) -> tuple[int, int, int]:
         if args.tp_size % attn_dp_size:
             raise ValueError(
                 f"--tp-size {args.tp_size} is not a multiple of the attention-DP size {attn_dp_size} "
-                "(SGLang 0.5.23 asserts tp_size % attn_dp_size == 0 in _handle_data_parallelism)"
+                f"(SGLang {SGLANG_VERSION} asserts tp_size % attn_dp_size == 0 in _handle_data_parallelism)"
             )
         log.warning("DP attention is enabled. chunked prefill size is adjusted from %d to %d.",
                     chunked_prefill_size, chunked_prefill_size // attn_dp_size)
@@ -370,26 +373,16 @@ def _fault_info(simulated: SimulatedAcceptance | None, decay: DecaySettings | No
 def decode_cuda_graph_bs(args: argparse.Namespace, rank_cap: int, speculative: bool) -> list[int] | None:
     """The decode CUDA-graph batch sizes a rank captures (None: graphs disabled, no padding).
 
-    Sizes as ``generate_decode_cuda_graph_batch_sizes`` (srt/arg_groups/cuda_graph_hook.py) up to
-    ``--cuda-graph-max-bs-decode``; the emulator's default max is the rank's request cap (at most
-    512), where a real server derives it from GPU memory. ``--cuda-graph-bs-decode`` wins.
+    SGLang's sizes (sglang_rules.cuda_graph) up to ``--cuda-graph-max-bs-decode``; the emulator's
+    default max is the rank's request cap (at most 512), where a real server derives it from GPU
+    memory. ``--cuda-graph-bs-decode`` wins.
     """
     if args.disable_cuda_graph or args.disable_decode_cuda_graph:
         return None
     if args.cuda_graph_bs_decode:
         return sorted(set(args.cuda_graph_bs_decode))
     max_bs = args.cuda_graph_max_bs_decode or min(rank_cap, 512)
-    if args.disable_cuda_graph_padding:
-        sizes = list(range(1, max_bs + 1))
-    elif not speculative:
-        sizes = [1, 2, 4, 8, 12] + list(range(16, 257, 8)) + list(range(272, 512, 16)) + list(range(512, max_bs + 1, 32))
-    else:
-        sizes = (list(range(1, 9)) + list(range(10, 33, 2)) + list(range(40, 65, 4)) + list(range(72, 257, 8))
-                 + list(range(272, max_bs + 1, 16)))
-    sizes = [b for b in sizes if b <= max_bs]
-    if max_bs not in sizes:
-        sizes.append(max_bs)
-    return sizes
+    return decode_graph_batch_sizes(max_bs, speculative=speculative, padding=not args.disable_cuda_graph_padding)
 
 
 def _start_logging(level: str) -> logging.handlers.QueueListener:

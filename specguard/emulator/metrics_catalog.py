@@ -63,10 +63,6 @@ class MetricFamily:
     buckets: tuple[float, ...] = ()  # histograms only, without +Inf
     live: bool = False  # rendered by server.py from the model's state
 
-    def label_names(self) -> set[frozenset[str]]:
-        """The label-name sets of its samples (histogram buckets add `le`)."""
-        return {frozenset(self.labels) | {k for k, _ in extra} for extra in self.series}
-
 
 def _one(label: str, *values: str) -> tuple[tuple[tuple[str, str], ...], ...]:
     return tuple(((label, v),) for v in values)
@@ -226,7 +222,6 @@ CATALOG: tuple[MetricFamily, ...] = (
                  "Distribution of routing keys by running+waiting request count (gt < count <= le).",
                  tuple((("gt", g), ("le", le)) for g, le in ROUTING_BINS)),
 )
-BY_NAME = {f.name: f for f in CATALOG}
 
 
 def _labels(pairs: Mapping[str, str]) -> str:

@@ -20,10 +20,6 @@ else:  # pragma: no cover - exercised on Python 3.10 only
 
 PROFILES_DIR = Path(__file__).parent / "profiles"
 
-# SGLang 0.5.23's most common (num_steps, eagle_topk, num_draft_tokens) when none are given; the
-# real choice depends on the architecture (spec.auto_spec_params).
-SGLANG_DEFAULT_SPEC_PARAMS = (3, 1, 4)
-
 
 @dataclass(frozen=True)
 class PiecewiseLinear:

@@ -61,8 +61,8 @@ from specguard.emulator.responses import (
 )
 from specguard.emulator.simulated_acceptance import TokenMode
 from specguard.emulator.tokens import FIXED_TOKEN, OutputText, apply_chat_template, count_prompt_tokens
+from specguard.sglang_rules import SGLANG_VERSION
 
-SGLANG_VERSION = "0.5.23"
 SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
 # http_server.py flush_cache() and scheduler_components/flush_wrapper.py
 FLUSH_OK = (

@@ -5,48 +5,43 @@ SGLang rewrites speculative settings at launch (``srt/arg_groups/speculative_hoo
 ``_auto_choose_speculative_params``, ``_maybe_disable_adaptive``,
 ``_init_adaptive_speculative_params``); the emulator applies the same rewrites here, in one pure
 function shared by the HTTP server and the virtual-time simulator, so that both model the server
-a configuration *actually* gets. Facts and line numbers: docs/sglang-0.5.23-facts.md.
+a configuration *actually* gets. The version's defaults and tables are specguard/sglang_rules/
+(shared with the engine adapter's checks); facts and line numbers: docs/sglang-0.5.23-facts.md.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from specguard.emulator.adaptive import (
-    AdaptiveSettings,
+from specguard.emulator.adaptive import AdaptiveSettings
+from specguard.emulator.profile import DraftProfile, EmulatorProfile, PiecewiseLinear
+from specguard.sglang_rules import SGLANG_VERSION
+from specguard.sglang_rules.adaptive import (
     candidate_union,
     disabled_warning,
     initial_num_steps,
     load_adaptive_config,
     unsupported_reason,
 )
-from specguard.emulator.profile import DraftProfile, EmulatorProfile, PiecewiseLinear
+from specguard.sglang_rules.speculative import (
+    ALGORITHMS,
+    CAP_RESET_WARNING,
+    DEFAULT_CAP,
+    DFLASH_DEFAULT_BLOCK_SIZE,
+    EAGLE_FAMILY,
+    NGRAM_DEFAULT_BFS_BREADTH,
+    NGRAM_DEFAULT_DRAFT_TOKENS,
+    auto_params,
+    default_cap_applies,
+    resolved_algorithm,
+)
 
-# SpeculativeAlgorithm (srt/speculative/spec_info.py) plus the NEXTN alias.
-SPEC_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM", "DFLASH", "DSPARK", "FROZEN_KV_MTP", "UNO")
-# _resolve_speculative_algorithm_alias: NEXTN (MTP heads) runs as EAGLE.
-REPORTED_ALGORITHM = {"NEXTN": "EAGLE"}
-EAGLE_FAMILY = ("EAGLE", "EAGLE3", "STANDALONE")  # _handle_eagle_family, after the alias
-# Handlers that default max_running_requests to 48: every built-in one except _handle_uno.
-NO_DEFAULT_CAP = ("UNO",)
-# The emulator models these as given, without SGLang's per-algorithm defaults.
-EXPLICIT_PARAMS_ONLY = ("DSPARK", "FROZEN_KV_MTP", "UNO")
 # Profile sections tried, in order, for each algorithm.
 _DRAFT_LOOKUP = {
     "EAGLE": ("EAGLE", "NEXTN"),
     "NEXTN": ("NEXTN", "EAGLE"),
     "EAGLE3": ("EAGLE3", "EAGLE"),
 }
-SPEC_DEFAULT_MAX_RUNNING_REQUESTS = 48
-CAP_RESET_WARNING = (
-    "Max running requests is reset to 48 for speculative decoding. You can override this by explicitly "
-    "setting --max-running-requests."
-)
-NGRAM_DEFAULT_DRAFT_TOKENS = 12
-NGRAM_DEFAULT_MAX_BFS_BREADTH = 10  # --speculative-ngram-max-bfs-breadth (fields/spec.py)
-DFLASH_DEFAULT_BLOCK_SIZE = 16
-# _auto_choose_speculative_params: (num_steps, eagle_topk, num_draft_tokens) by target architecture.
-WIDE_TREE_ARCHITECTURES = ("LlamaForCausalLM", "Grok1ForCausalLM", "Grok1VForCausalLM")
 # (num_steps, eagle_topk, num_draft_tokens) as given on the command line (None = not given) ...
 GivenParams = tuple[int | None, int | None, int | None]
 # ... and as a handler has resolved them.
@@ -63,7 +58,7 @@ class SpecRequest:
     num_draft_tokens: int | None = None
     adaptive: bool = False  # --speculative-adaptive
     adaptive_config: str | None = None  # --speculative-adaptive-config (a JSON file path)
-    ngram_max_bfs_breadth: int = NGRAM_DEFAULT_MAX_BFS_BREADTH
+    ngram_max_bfs_breadth: int = NGRAM_DEFAULT_BFS_BREADTH
     draft_model_path: str | None = None
 
 
@@ -85,7 +80,7 @@ class SpecConfig:
 
     @property
     def reported_algorithm(self) -> str:
-        return REPORTED_ALGORITHM.get(self.algorithm, self.algorithm)
+        return resolved_algorithm(self.algorithm) or self.algorithm
 
     def positions(self, num_steps: int) -> int:
         """Draft tokens a verify at ``num_steps`` can accept."""
@@ -165,15 +160,6 @@ def uniform_accept_prob(accept_length: float, num_steps: int) -> float:
     return (lo + hi) / 2
 
 
-def auto_spec_params(algorithm: str, architecture: str) -> tuple[int, int, int]:
-    """``_auto_choose_speculative_params``: STANDALONE (3, 1, 4); Llama and Grok (5, 4, 8); else (3, 1, 4)."""
-    if algorithm == "STANDALONE":
-        return (3, 1, 4)
-    if architecture in WIDE_TREE_ARCHITECTURES:
-        return (5, 4, 8)
-    return (3, 1, 4)
-
-
 def resolve_settings(
     profile: EmulatorProfile,
     requested: SpecRequest | None = None,
@@ -198,16 +184,16 @@ def resolve_settings(
                            adaptive_requested)
 
     launched = requested.algorithm.upper()
-    if launched not in SPEC_ALGORITHMS:
+    if launched not in ALGORITHMS:
         raise ValueError(f"Unknown speculative algorithm name: {requested.algorithm}")
-    algorithm = REPORTED_ALGORITHM.get(launched, launched)
+    algorithm = resolved_algorithm(launched) or launched
     given = (requested.num_steps, requested.topk, requested.num_draft_tokens)
 
     # handle_speculative_decoding: adaptive is checked, then initialised, before the per-algorithm handler.
     adaptive, given = _init_adaptive(requested, algorithm, given, attn_dp_size > 1, warnings)
 
-    if launched not in NO_DEFAULT_CAP and max_running_requests is None:
-        max_running_requests = SPEC_DEFAULT_MAX_RUNNING_REQUESTS
+    if default_cap_applies(launched) and max_running_requests is None:
+        max_running_requests = DEFAULT_CAP
         warnings.append(CAP_RESET_WARNING)
 
     draft, (steps, topk, draft_tokens), chain = _handle_algorithm(
@@ -265,7 +251,7 @@ def _handle_algorithm(
     Drafts chain (a verify accepts up to ``num_steps``) for the EAGLE family and the explicit-only
     algorithms; NGRAM and DFLASH propose one window (up to ``num_draft_tokens - 1``).
     """
-    algorithm = REPORTED_ALGORITHM.get(launched, launched)
+    algorithm = resolved_algorithm(launched) or launched
     if algorithm in EAGLE_FAMILY:
         draft, params = _handle_eagle_family(profile, launched, given, attn_dp_size, warnings)
         _check_params(params, min_steps=0 if adaptive else 1)
@@ -274,7 +260,7 @@ def _handle_algorithm(
         params, chain = _handle_ngram(given, requested.ngram_max_bfs_breadth, attn_dp_size, warnings), False
     elif algorithm == "DFLASH":
         params, chain = _handle_dflash(given, requested.draft_model_path, warnings), False
-    else:  # EXPLICIT_PARAMS_ONLY
+    else:  # DSPARK, FROZEN_KV_MTP, UNO: modelled as given, without SGLang's per-algorithm defaults
         params, chain = _explicit_params(algorithm, given), True
     _check_params(params, min_steps=0 if adaptive or not chain else 1)
     return _find_draft(profile, launched), params, chain
@@ -285,7 +271,7 @@ def _handle_eagle_family(
 ) -> tuple[DraftProfile, SpecParams]:
     """``_handle_eagle_family`` (EAGLE, EAGLE3, NEXTN, STANDALONE): the drafter's section, and the
     params: ``_auto_choose_speculative_params`` when steps are not given, the topk == 1 rewrite."""
-    algorithm = REPORTED_ALGORITHM.get(launched, launched)
+    algorithm = resolved_algorithm(launched) or launched
     if algorithm == "STANDALONE" and attn_dp_size > 1:
         raise ValueError("Currently standalone speculative decoding does not support dp attention.")
     draft = _find_draft(profile, launched)
@@ -295,16 +281,16 @@ def _handle_eagle_family(
             # A bare `assert` in _handle_eagle_family: SGLang exits with an empty AssertionError.
             raise ValueError(
                 "--speculative-eagle-topk and --speculative-num-draft-tokens need --speculative-num-steps "
-                "(SGLang 0.5.23 fails an assert in _handle_eagle_family)"
+                f"(SGLang {SGLANG_VERSION} fails an assert in _handle_eagle_family)"
             )
-        steps, topk, draft_tokens = draft.default_params or auto_spec_params(algorithm, profile.architecture)
+        steps, topk, draft_tokens = draft.default_params or auto_params(algorithm, profile.architecture)
         warnings.append(
             "Auto choose speculative_num_steps, speculative_eagle_topk, speculative_num_draft_tokens = "
             f"({steps}, {topk}, {draft_tokens}) for {profile.architecture}"
         )
     if topk is None:
         raise ValueError(
-            "--speculative-num-steps without --speculative-eagle-topk: SGLang 0.5.23 crashes at start-up "
+            f"--speculative-num-steps without --speculative-eagle-topk: SGLang {SGLANG_VERSION} crashes at start-up "
             "(TypeError comparing speculative_eagle_topk None > 1 in _handle_eagle_family); pass "
             "--speculative-eagle-topk"
         )

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from specguard.sglang_rules import SGLANG_VERSION
 from specguard.workload import vocab_size_from_model_dir  # the same reader the load generator uses
 
 
@@ -58,6 +59,6 @@ def input_ids_error(ids: list[int], vocab_size: int) -> str | None:
     for token_id in ids:
         if token_id < 0 or token_id >= vocab_size:
             return (f"input_ids contains out-of-vocabulary token id {token_id}; the model's vocabulary is "
-                    f"[0, {vocab_size}). (SGLang 0.5.23 does not check input ids and its server crashes on "
+                    f"[0, {vocab_size}). (SGLang {SGLANG_VERSION} does not check input ids and its server crashes on "
                     f"this request; the specguard emulator refuses it instead.)")
     return None

@@ -16,8 +16,9 @@ import httpx
 from specguard.config import ServerConfig
 from specguard.engines import sglang_args
 from specguard.engines.base import ArgCheck, EffectiveArgs, Engine, ServerBusy, redact
-from specguard.engines.sglang_args import ALGORITHM_FAMILY, json_int, launched_algorithm
+from specguard.engines.sglang_args import json_int, launched_algorithm
 from specguard.prometheus import parse_prometheus_series
+from specguard.sglang_rules.speculative import resolved_algorithm
 
 # Resolved /server_info arguments that change performance (0.5.23 names, plus older spellings
 # when a server reports them); they go into the baseline fingerprint so a change is named.
@@ -73,7 +74,7 @@ def reported_algorithm(reported: Any, launch_command: str) -> str | None:
     """The server's algorithm, as typed where the server reports only its family: NEXTN is reported
     as EAGLE (_resolve_speculative_algorithm_alias)."""
     typed = launched_algorithm(launch_command)
-    if reported and typed and ALGORITHM_FAMILY.get(typed) == reported:
+    if reported and typed and resolved_algorithm(typed) == reported:
         reported = typed
     return reported.upper() if isinstance(reported, str) else None
 

@@ -1,7 +1,6 @@
-"""SGLang 0.5.23's argument rules, and the checks of a server's effective arguments against a
-configuration (paths relative to python/sglang/srt/: argument resolution in
-arg_groups/speculative_hook.py, adaptive speculation in speculative/adaptive_spec_params.py;
-docs/sglang-0.5.23-facts.md has the detail).
+"""The checks of a server's effective arguments against a configuration, by SGLang 0.5.23's
+argument rules (specguard/sglang_rules/: the defaults it picks, the rewrites it makes silently,
+when it turns adaptive speculation off; docs/sglang-0.5.23-facts.md has the detail).
 """
 
 from __future__ import annotations
@@ -12,22 +11,21 @@ from typing import Any
 
 from specguard.config import ServerConfig
 from specguard.engines.base import ArgCheck, EffectiveArgs
+from specguard.sglang_rules import SGLANG_VERSION, adaptive
+from specguard.sglang_rules.speculative import (
+    AUTO_PARAMS_DEFAULT,
+    AUTO_PARAMS_WIDE,
+    DEFAULT_CAP,
+    EAGLE_FAMILY,
+    NGRAM_DEFAULT_BFS_BREADTH,
+    NGRAM_DEFAULT_DRAFT_TOKENS,
+    auto_params,
+    default_cap_applies,
+    ngram_params,
+    resolved_algorithm,
+)
 
-# NEXTN (MTP heads) is an alias that SGLang resolves to EAGLE and reports as such
-# (_resolve_speculative_algorithm_alias); with a Gemma4 assistant draft both become FROZEN_KV_MTP.
-ALGORITHM_FAMILY = {"NEXTN": "EAGLE", "EAGLE": "EAGLE"}
-EAGLE_FAMILY = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE")  # _handle_eagle_family
 MODELLED_ALGORITHMS = (*EAGLE_FAMILY, "NGRAM")  # the algorithms whose argument rules specguard checks
-# Families whose handler sets max_running_requests = 48 when it is not given (_handle_dflash,
-# _handle_dspark, _handle_frozen_kv_mtp, _handle_eagle_family, _handle_ngram; not UNO).
-DEFAULT_CAP_48 = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM", "DFLASH", "DSPARK", "FROZEN_KV_MTP")
-ADAPTIVE_ALGORITHMS = ("EAGLE", "EAGLE3")  # adaptive_unsupported_reason (NEXTN arrives as EAGLE)
-NGRAM_DEFAULT_BFS_BREADTH = 10  # --speculative-ngram-max-bfs-breadth (arg_groups/fields/spec.py)
-NGRAM_DEFAULT_DRAFT_TOKENS = 12  # _handle_ngram
-# _auto_choose_speculative_params: (num_steps, eagle_topk, num_draft_tokens) when steps are not given
-AUTO_PARAMS_BIG = (5, 4, 8)
-AUTO_PARAMS_DEFAULT = (3, 1, 4)
-AUTO_PARAMS_BIG_ARCHS = ("LlamaForCausalLM", "Grok1ForCausalLM", "Grok1VForCausalLM")
 
 
 def json_int(v: Any) -> int | None:
@@ -63,40 +61,13 @@ def has_flag(launch_command: str, flag: str) -> bool:
         return False
 
 
-def auto_params(algorithm: str | None, architecture: str | None) -> tuple[int, int, int]:
-    """(steps, topk, draft tokens) SGLang 0.5.23 picks when steps are not given
-    (speculative_hook.py _auto_choose_speculative_params: STANDALONE first, then by architecture)."""
-    if (algorithm or "").upper() == "STANDALONE":
-        return AUTO_PARAMS_DEFAULT
-    return AUTO_PARAMS_BIG if architecture in AUTO_PARAMS_BIG_ARCHS else AUTO_PARAMS_DEFAULT
-
-
-def ngram_params(num_steps: int | None, num_draft_tokens: int | None, max_bfs_breadth: int | None) -> tuple[int, int, int]:
-    """(steps, topk, draft tokens) of an NGRAM server (speculative_hook.py _handle_ngram): topk is
-    always --speculative-ngram-max-bfs-breadth, draft tokens default 12, steps draft // topk; no
-    topk == 1 rewrite, and draft tokens without steps is valid."""
-    topk = max_bfs_breadth or NGRAM_DEFAULT_BFS_BREADTH
-    draft = num_draft_tokens if num_draft_tokens is not None else NGRAM_DEFAULT_DRAFT_TOKENS
-    return (num_steps if num_steps is not None else draft // topk), topk, draft
-
-
 def adaptive_unsupported_reason(algorithm: str | None, asked_topk: int | None, eff: EffectiveArgs) -> str | None:
-    """Why SGLang 0.5.23 turns --speculative-adaptive off, as far as /server_info tells
-    (adaptive_spec_params.py adaptive_unsupported_reason, same order; the platform-worker
-    case is not visible from outside)."""
-    algo = ALGORITHM_FAMILY.get((algorithm or "").upper(), (algorithm or "").upper())
-    if algo not in ADAPTIVE_ALGORITHMS:
-        return f"speculative_algorithm={algo or None} (only EAGLE/EAGLE3 are supported)"
-    if asked_topk is not None and asked_topk != 1:
-        return f"speculative_eagle_topk={asked_topk} (only topk=1 is supported)"
-    if (eff.attn_dp_size or 1) > 1:
-        return "attention DP is not supported (adaptive tier decisions are not synchronized across DP ranks)"
-    for key, why in (("enable_multi_layer_eagle", "MultiLayerEagleWorkerV2 does not implement adaptive"),
-                     ("enable_two_batch_overlap", "adaptive state swap would discard the TboAttnBackend wrapper"),
-                     ("enable_pdmux", "adaptive state swap does not update decode_attn_backend_group")):
-        if eff.raw.get(key) is True:
-            return f"{key}=True is not supported ({why})"
-    return None
+    """Why SGLang turns --speculative-adaptive off (sglang_rules.adaptive.unsupported_reason), as
+    far as /server_info tells."""
+    return adaptive.unsupported_reason(resolved_algorithm(algorithm), asked_topk, (eff.attn_dp_size or 1) > 1,
+                                       multi_layer_eagle=eff.raw.get("enable_multi_layer_eagle") is True,
+                                       two_batch_overlap=eff.raw.get("enable_two_batch_overlap") is True,
+                                       pdmux=eff.raw.get("enable_pdmux") is True)
 
 
 def _asked(cfg_value: int | None, launch_command: str, flag: str) -> int | None:
@@ -133,7 +104,7 @@ def _ngram_checks(asked: AskedSpeculation, eff: EffectiveArgs) -> list[ArgCheck]
                                f"set that flag instead", True))
     if asked.num_steps is None or asked.num_draft_tokens is None:
         checks.append(ArgCheck(f"NGRAM defaults: server runs {eff.num_steps} steps, topk {eff.eagle_topk}, "
-                               f"{eff.num_draft_tokens} draft tokens (SGLang 0.5.23 _handle_ngram: draft tokens "
+                               f"{eff.num_draft_tokens} draft tokens (SGLang {SGLANG_VERSION} _handle_ngram: draft tokens "
                                f"default {NGRAM_DEFAULT_DRAFT_TOKENS}, steps = draft // topk; expected "
                                f"{steps}/{topk}/{draft})", False))
     return checks
@@ -153,10 +124,10 @@ def _default_steps_note(eff: EffectiveArgs) -> ArgCheck:
     chosen = (eff.num_steps, eff.eagle_topk, eff.num_draft_tokens)
     arch = eff.architecture or "an architecture /model_info did not report"
     note = "" if chosen == expected or eff.architecture is None else \
-        f"; 0.5.23's table gives {expected[0]}/{expected[1]}/{expected[2]} for it"
+        f"; {SGLANG_VERSION}'s table gives {expected[0]}/{expected[1]}/{expected[2]} for it"
     return ArgCheck(f"num_steps not set: server chose steps {chosen[0]}, topk {chosen[1]}, {chosen[2]} draft tokens "
-                    f"for {arch} (SGLang _auto_choose_speculative_params: (5, 4, 8) for Llama and Grok, "
-                    f"(3, 1, 4) otherwise){note}", False)
+                    f"for {arch} (SGLang _auto_choose_speculative_params: {AUTO_PARAMS_WIDE} for Llama and Grok, "
+                    f"{AUTO_PARAMS_DEFAULT} otherwise){note}", False)
 
 
 def _rewrite_checks(asked: AskedSpeculation, eff: EffectiveArgs, ngram: bool) -> list[ArgCheck]:
@@ -192,9 +163,8 @@ def _per_rank_cap_checks(eff: EffectiveArgs, asked_cap: int | None) -> list[ArgC
 def _queueing_check(eff: EffectiveArgs, asked_cap: int | None, capacity: int, max_concurrency: int) -> ArgCheck:
     """A sweep beyond the requests the server runs at once: the higher levels queue."""
     default = ""
-    if (asked_cap is None and eff.max_running_requests == 48
-            and ALGORITHM_FAMILY.get(eff.speculative_algorithm or "", eff.speculative_algorithm) in DEFAULT_CAP_48):
-        default = " (SGLang's default cap of 48 under speculation)"
+    if asked_cap is None and eff.max_running_requests == DEFAULT_CAP and default_cap_applies(eff.speculative_algorithm):
+        default = f" (SGLang's default cap of {DEFAULT_CAP} under speculation)"
     dp, per_rank = eff.attn_dp_size or 1, eff.max_running_requests_per_rank
     ranks = f" = {min(per_rank)} per rank x {dp} attention-DP ranks" if dp > 1 and per_rank else ""
     return ArgCheck(f"the server runs at most {capacity} requests at once{ranks}{default} but the sweep goes to "
@@ -207,7 +177,7 @@ def check_args(cfg: ServerConfig, eff: EffectiveArgs, max_concurrency: int) -> l
     the silent rewrites that make a launched configuration not what the suite describes."""
     checks: list[ArgCheck] = []
     algo = eff.speculative_algorithm
-    family = ALGORITHM_FAMILY.get(algo or "", algo)
+    family = resolved_algorithm(algo)
     if algo and algo not in MODELLED_ALGORITHMS:
         checks.append(ArgCheck(f"server runs {algo}, an algorithm specguard does not model: its steps/topk/draft "
                                f"tokens are not checked (measured as {cfg.name})", False))
@@ -244,7 +214,7 @@ def _adaptive_checks(cfg: ServerConfig, eff: EffectiveArgs) -> list[ArgCheck]:
     if asked and eff.speculative_adaptive is False:
         asked_topk = _asked(cfg.eagle_topk, eff.launch_command, "--speculative-eagle-topk")
         reason = adaptive_unsupported_reason(cfg.speculative_algorithm or eff.speculative_algorithm, asked_topk, eff)
-        return [ArgCheck(f"asked for --speculative-adaptive, server runs static steps {eff.num_steps}: SGLang 0.5.23 "
+        return [ArgCheck(f"asked for --speculative-adaptive, server runs static steps {eff.num_steps}: SGLang {SGLANG_VERSION} "
                          f"switched it off ({reason or 'see the server log: speculative_adaptive disabled'})", True)]
     return []
 
@@ -268,7 +238,7 @@ def matches(cfg: ServerConfig, eff: EffectiveArgs) -> str | None:
     have = eff.speculative_algorithm
     if want == have:
         return None
-    if (want and have and ALGORITHM_FAMILY.get(want) == ALGORITHM_FAMILY.get(have)
+    if (want and have and resolved_algorithm(want) == resolved_algorithm(have)
             and not launched_algorithm(eff.launch_command)):
         return None  # EAGLE reported, command line unknown: NEXTN and EAGLE both fit
     if want and have and have not in MODELLED_ALGORITHMS:

@@ -23,11 +23,14 @@ from specguard.decide.crossover import CrossoverEstimate, estimate_crossover
 from specguard.decide.stats import RatioEstimate, compare_sessions
 from specguard.report.results import configs_by_name, effective, throughputs
 from specguard.report.schema import ConfigDoc, ResultsDoc
+from specguard.sglang_rules import SGLANG_VERSION
+from specguard.sglang_rules.adaptive import ADAPTIVE_ALGORITHMS
+from specguard.sglang_rules.adaptive_table import Slot, build_adaptive_config
+from specguard.sglang_rules.speculative import resolved_algorithm
 
 SCHEMA = "specguard-recommendation"
 SCHEMA_VERSION = 1
 DEFAULT_CONFIDENCE = 0.95
-ADAPTIVE_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN")  # NEXTN runs as EAGLE inside SGLang
 ADAPTIVE_CONFIG_FILE = "speculative_adaptive.json"
 CONCURRENCY, REQUEST_RATE = "concurrency", "request_rate"  # level kinds
 
@@ -256,50 +259,34 @@ def _bands(primary: str, lighter: str | None, c1: int | None, c2: int | None) ->
     return [Band(start, cuts[i + 1][0] if i + 1 < len(cuts) else None, name) for i, (start, name) in enumerate(cuts)]
 
 
-def graph_switch_start(start: int, graphs: list[int] | None) -> int:
-    """The batch size from which a key of `start` can take effect, nearest to `start`.
-
-    SGLang 0.5.23 routes a decode batch of size b by its padded size: the smallest captured
-    decode CUDA-graph batch size >= b (b itself above the largest or without graphs;
-    adaptive_spec_params.py AdaptiveSpeculativeParams._route, _pad_to_cuda_graph_bs), then the
-    largest key <= that. So a key K applies from b = (largest graph size below K) + 1, up to one
-    bucket early. The starts a key can express are 1, g + 1 for each graph size g, and any size
-    above the largest graph; this picks the one nearest `start` (the later one on a tie), and
-    that value is itself a key that takes effect exactly there.
-    """
-    if not graphs or start <= 1 or start > max(graphs):
-        return start
-    below = max((g for g in graphs if g < start), default=0) + 1
-    if below == start:
-        return start
-    above = min(g for g in graphs if g >= start) + 1
-    return below if start - below < above - start else above
-
-
 def sglang_adaptive(rec: Recommendation, max_level: int, configs: list[ConfigDoc]) -> dict[str, Any]:
-    """The policy as SGLang's `--speculative-adaptive-config` JSON, where that mode applies.
-
-    Format from SGLang 0.5.23's python/sglang/srt/speculative/adaptive_spec_params.py
-    (DEFAULT_ADAPTIVE_CONFIG, _load_adaptive_config, AdaptiveSpeculativeParams): a JSON object
-    whose integer-string keys are running batch sizes, each {"candidate_steps": [non-negative
-    ints, ...]}; a batch uses the entry with the largest key <= its size, padded up to a
-    CUDA-graph batch size first (see graph_switch_start); step 0 drafts nothing. The adaptive
-    mode supports EAGLE/EAGLE3 with topk 1 only (NEXTN is resolved to EAGLE), draft tokens follow
-    steps + 1, and --speculative-num-steps must be one of the candidates or the server refuses to
-    start (speculative_hook.py _init_adaptive_speculative_params), so the flags name one. The keys
-    are running batch sizes (_route looks the batch size up), so a request-rate sweep, whose
-    levels are arrival rates with a batch size the server alone decides, gets no table.
+    """The policy as SGLang's `--speculative-adaptive-config` JSON, where that mode applies, from
+    the one builder of it (sglang_rules.adaptive_table, which also checks it with SGLang's
+    start-up rules): a key per band at the batch size its slot starts at, the measured levels on
+    the sides of each switch the policy puts them, step 0 drafting nothing. The adaptive mode
+    supports EAGLE/EAGLE3 with topk 1 only (NEXTN is resolved to EAGLE) and draft tokens follow
+    steps + 1 (speculative_hook.py _init_adaptive_speculative_params). The keys are running batch
+    sizes, so a request-rate sweep, whose levels are arrival rates with a batch size the server
+    alone decides, gets no table.
     """
     reason = _adaptive_refusal(rec)
     if reason is not None:
         return {"applies": False, "reason": reason, "notes": []}
-    graphs = rec.settings[rec.speculative].get("cuda_graph_bs")
-    table, notes = _adaptive_table(rec, graphs)
-    first = table[min(table, key=int)]["candidate_steps"][0]
-    flags = ["--speculative-num-steps", str(first), "--speculative-eagle-topk", "1",
+    built = build_adaptive_config(_slots(rec), rec.settings[rec.speculative].get("cuda_graph_bs"))
+    flags = ["--speculative-num-steps", str(built.num_steps), "--speculative-eagle-topk", "1",
              "--speculative-adaptive", "--speculative-adaptive-config", ADAPTIVE_CONFIG_FILE]
-    return {"applies": True, "reason": None, "launch_flags": flags, "speculative_adaptive_config": table,
+    notes = ["keys are running batch sizes of one server (per DP rank); in a closed loop below the server's "
+             "running-request cap they equal client concurrency", *built.notes]
+    return {"applies": True, "reason": None, "launch_flags": flags, "speculative_adaptive_config": built.table,
             "notes": notes + _cap_notes(rec, max_level, configs)}
+
+
+def _slots(rec: Recommendation) -> list[Slot]:
+    """The policy's bands as slots, each switch between the measured levels either side of it."""
+    levels = [r.concurrency for r in rec.ratios[rec.speculative]]
+    return [Slot(rec.settings[b.config]["num_steps"] if b.config else 0, b.start,
+                 after=max((c for c in levels if c < b.start), default=0),
+                 until=min((c for c in levels if c >= b.start), default=None)) for b in rec.bands]
 
 
 def _adaptive_refusal(rec: Recommendation) -> str | None:
@@ -325,35 +312,17 @@ def _adaptive_refusal(rec: Recommendation) -> str | None:
 def _setting_refusal(name: str, s: dict[str, Any]) -> str | None:
     """Why one configuration of the policy cannot run in SGLang's adaptive mode; None when it can."""
     algo = (s["speculative_algorithm"] or s["effective_algorithm"] or "").upper()
-    if algo not in ADAPTIVE_ALGORITHMS:
+    if resolved_algorithm(algo) not in ADAPTIVE_ALGORITHMS:
         return f"{name} runs {algo}; SGLang's adaptive mode supports EAGLE/EAGLE3 (and NEXTN, run as EAGLE) only"
     if s["eagle_topk"] not in (None, 1):
         return f"{name} runs topk {s['eagle_topk']}; SGLang's adaptive mode needs topk 1"
     if isinstance(s.get("attn_dp_size"), int) and s["attn_dp_size"] > 1:
-        return (f"{name} runs attention DP ({s['attn_dp_size']} ranks); SGLang 0.5.23 turns adaptive speculation off "
+        return (f"{name} runs attention DP ({s['attn_dp_size']} ranks); SGLang {SGLANG_VERSION} turns adaptive speculation off "
                 f"under attention DP")
     steps = s["num_steps"]
     if not isinstance(steps, int) or isinstance(steps, bool) or steps < 0:
         return f"{name}'s num_steps is not known ({steps!r}); SGLang's candidate_steps must be non-negative ints"
     return None
-
-
-def _adaptive_table(rec: Recommendation, graphs: list[int] | None) -> tuple[dict[str, dict[str, list[int]]], list[str]]:
-    """The table, a key per band at the batch size it takes effect from, and its notes."""
-    notes = ["keys are running batch sizes of one server (per DP rank); in a closed loop below the server's "
-             "running-request cap they equal client concurrency"]
-    table: dict[str, dict[str, list[int]]] = {}
-    for b in rec.bands:
-        key = graph_switch_start(b.start, graphs)
-        if key != b.start:
-            notes.append(f"the switch measured at {b.start} is keyed {key}: batches are padded to the decode CUDA-graph "
-                         f"sizes {graphs} before the lookup, so {key} is the nearest batch size a key takes effect at")
-        table[str(key)] = {"candidate_steps": [rec.settings[b.config]["num_steps"] if b.config else 0]}
-    if graphs is None:
-        notes.append("decode CUDA-graph sizes unknown (the results carry no decode_cuda_graph_bs): SGLang pads a batch "
-                     "to the next captured size before the lookup, so a switch can happen up to one graph bucket "
-                     "before its key")
-    return table, notes
 
 
 def _cap_notes(rec: Recommendation, max_level: int, configs: list[ConfigDoc]) -> list[str]:

@@ -19,10 +19,10 @@ from typing import Any, Protocol
 from specguard.config import ConfigError, ServerConfig, Suite, load_suite
 from specguard.decide.baselines import atomic_write_json
 from specguard.labels import ExitCode
+from specguard.sglang_rules.adaptive_table import launch_num_steps
 from specguard.tune import output, verify
 from specguard.tune.grid import (
     ADAPTIVE,
-    ADAPTIVE_ALGORITHMS,
     DEFAULT_STEPS,
     DEFAULT_TREE_TOPK,
     FIXED,
@@ -30,6 +30,7 @@ from specguard.tune.grid import (
     REFERENCE,
     Setting,
     TuneError,
+    adaptive_capable,
     algorithm_of,
     build_grid,
 )
@@ -192,8 +193,7 @@ def load_job(args: argparse.Namespace) -> Job:
     grid = build_grid(cfg, args.steps, args.tree_topk)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    return Job(args, suite, cfg, ref, levels, cap, plan, grid, out,
-                cfg.engine != "vllm" and algorithm_of(cfg) in ADAPTIVE_ALGORITHMS)
+    return Job(args, suite, cfg, ref, levels, cap, plan, grid, out, adaptive_capable(cfg))
 
 
 def _run(args: argparse.Namespace, make_runner: RunnerFactory) -> int:
@@ -292,9 +292,8 @@ def _emit_adaptive(out: Path, cfg: ServerConfig, cap: int | None, ledger: Ledger
                    reference: Setting, plan: RacePlan, runner: TuneRunner, doc: dict[str, Any], files: dict[str, str]) -> None:
     """SGLang's adaptive config, its launch flags and a gating suite snippet, written to ``out``
     and recorded in ``doc`` / ``files``."""
-    table, notes = output.adaptive_table(adaptive_choice, runner.graph_sizes)
-    steps = output.launch_steps(table)
-    output.validate_adaptive(table, steps)
+    built = output.adaptive_config(adaptive_choice, runner.graph_sizes)
+    table = built.table
     path = out / output.ADAPTIVE_FILE
     atomic_write_json(path, table)
     flags = output.launch_flags(cfg, table, str(path.resolve()), cap)
@@ -303,7 +302,7 @@ def _emit_adaptive(out: Path, cfg: ServerConfig, cap: int | None, ledger: Ledger
     (out / "suite-snippet.toml").write_text(output.suite_snippet(cfg, table, str(path.resolve()), cap, must))
     files.update(adaptive_config=str(path), launch_flags=str(out / "launch-flags.txt"),
                  suite_snippet=str(out / "suite-snippet.toml"))
-    doc["adaptive_config"] = {"table": table, "notes": notes, "graph_sizes": runner.graph_sizes,
+    doc["adaptive_config"] = {"table": table, "notes": built.notes, "graph_sizes": runner.graph_sizes,
                               "launch_flags": flags, "must_win_up_to": must,
                               "default_for_comparison": output.DEFAULT_ADAPTIVE_NOTE}
 
@@ -313,7 +312,7 @@ def _verify_step(runner: Runner, job: Job, choice: dict[int, Setting | None], do
     if "table" not in doc.get("adaptive_config", {}):
         raise TuneError(f"--verify launches SGLang's adaptive mode, which {job.cfg.engine} {algorithm_of(job.cfg)} "
                         f"does not have")
-    steps = output.launch_steps(doc["adaptive_config"]["table"])
+    steps = launch_num_steps(doc["adaptive_config"]["table"])
     tuned = Setting(ADAPTIVE, steps, 1, steps + 1, adaptive_config="tuned")
     everywhere = doc["totals"]["fixed_measured_everywhere"]
     single = max((g for g in job.grid if g.kind == FIXED and everywhere.get(g.name) is not None),

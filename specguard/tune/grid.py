@@ -18,9 +18,9 @@ from typing import TypedDict
 
 from specguard.config import ServerConfig
 from specguard.measure.metrics import acceptance_by_position
+from specguard.sglang_rules.adaptive import ADAPTIVE_ALGORITHMS
+from specguard.sglang_rules.speculative import EAGLE_FAMILY, resolved_algorithm
 
-EAGLE_FAMILY = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE")  # topk and a tree are allowed
-ADAPTIVE_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN")  # SGLang 0.5.23 adaptive: EAGLE family (NEXTN runs as EAGLE), topk 1
 DEFAULT_STEPS = (1, 2, 3, 4, 5, 6, 7)  # SGLang's default adaptive table reaches 7
 DEFAULT_TREE_TOPK = (4,)  # one tree per topk, at the configuration's steps (SGLang's Llama default is topk 4)
 
@@ -94,6 +94,11 @@ def algorithm_of(cfg: ServerConfig) -> str:
     return ""
 
 
+def adaptive_capable(cfg: ServerConfig) -> bool:
+    """Can SGLang run `cfg` in adaptive mode (EAGLE/EAGLE3, NEXTN as EAGLE; vLLM has no such mode)?"""
+    return cfg.engine != "vllm" and resolved_algorithm(algorithm_of(cfg)) in ADAPTIVE_ALGORITHMS
+
+
 def build_grid(cfg: ServerConfig, steps: Sequence[int] = DEFAULT_STEPS,
                tree_topk: Sequence[int] = DEFAULT_TREE_TOPK) -> list[Setting]:
     """Fixed settings of `cfg` to try: every step count, plus trees where the algorithm has them."""
@@ -108,7 +113,7 @@ def build_grid(cfg: ServerConfig, steps: Sequence[int] = DEFAULT_STEPS,
     if algo == "NGRAM":  # one proposal of num_draft_tokens - 1 positions: not a chain
         return [Setting(FIXED, s, None, s + 1, chain=False) for s in steps]
     grid = [Setting(FIXED, s, 1, s + 1) for s in steps]
-    if algo in EAGLE_FAMILY:
+    if algo in EAGLE_FAMILY:  # topk and a tree are allowed
         tree_steps = cfg.num_steps if cfg.eagle_topk and cfg.eagle_topk > 1 and cfg.num_steps else 3
         for k in sorted(set(tree_topk)):
             if k <= 1:

@@ -1,11 +1,10 @@
 """What `specguard tune` writes: the table per level and band, SGLang's adaptive config with its
 launch flags, a suite snippet that gates the tuned deployment, vLLM's per-band token count, the
-plot, and tune.json. Every emitted adaptive config goes through the emulator's implementation of
-SGLang 0.5.23's start-up checks before it is written."""
+plot, and tune.json. Every emitted adaptive config comes from the one builder of it
+(sglang_rules.adaptive_table), which checks it with SGLang's start-up rules."""
 
 from __future__ import annotations
 
-import bisect
 import json
 import math
 from collections.abc import Sequence
@@ -15,12 +14,13 @@ from typing import Any
 
 from specguard.config import ServerConfig
 from specguard.decide.stats import RatioEstimate
-from specguard.emulator.adaptive import AdaptiveConfigError, check_adaptive_config
+from specguard.sglang_rules import SGLANG_VERSION
+from specguard.sglang_rules.adaptive_table import AdaptiveConfig, Slot, build_adaptive_config, launch_num_steps
 from specguard.tune.grid import REFERENCE, Setting, TuneError, algorithm_of
 from specguard.tune.race import Ledger, RacePlan, ratio, tok_s_interval
 
 ADAPTIVE_FILE = "tuned_speculative_adaptive.json"
-DEFAULT_ADAPTIVE_NOTE = "SGLang 0.5.23 DEFAULT_ADAPTIVE_CONFIG (srt/speculative/adaptive_spec_params.py)"
+DEFAULT_ADAPTIVE_NOTE = f"SGLang {SGLANG_VERSION} DEFAULT_ADAPTIVE_CONFIG (srt/speculative/adaptive_spec_params.py)"
 
 
 def steps_of(s: Setting) -> int:
@@ -48,69 +48,33 @@ def bands_of(choice: dict[int, Setting | None]) -> list[Band]:
     return out
 
 
-def _pad(graphs: Sequence[int] | None, bs: int) -> int:
-    """SGLang's _pad_to_cuda_graph_bs: the smallest captured size >= bs (bs itself above them all)."""
-    if not graphs:
-        return bs
-    i = bisect.bisect_left(graphs, bs)
-    return graphs[i] if i < len(graphs) else bs
-
-
-def band_key(prev_last: int, first: int, graphs: Sequence[int] | None) -> int:
-    """Batch-size key where a band starts: between the levels around the switch (geometric middle),
-    placed on a CUDA-graph size so that prev_last still routes below it and `first` at or above it
-    (SGLang pads a batch to a graph size, then takes the largest key <= it)."""
-    lo, hi = _pad(graphs, prev_last), _pad(graphs, first)
-    mid = math.ceil(math.sqrt(prev_last * first))
-    key = _pad(graphs, mid)
-    if graphs:
-        above = [g for g in graphs if g > lo]
-        key = max(key, above[0] if above else lo + 1)
-    return min(max(key, lo + 1), hi)
-
-
-def adaptive_table(choice: dict[int, Setting | None], graphs: Sequence[int] | None) -> tuple[dict[str, Any], list[str]]:
-    """SGLang's --speculative-adaptive-config: one fixed step count per band (measured, so no
-    runtime walking among candidates is needed); keys are running batch sizes."""
-    notes: list[str] = []
-    table: dict[str, Any] = {}
+def adaptive_config(choice: dict[int, Setting | None], graphs: Sequence[int] | None) -> AdaptiveConfig:
+    """SGLang's --speculative-adaptive-config through the one builder (sglang_rules.adaptive_table):
+    one fixed step count per band (measured, so no runtime walking among candidates is needed),
+    each band switched on at the geometric middle of the levels around the switch, those two
+    levels kept on their sides (the builder raises if SGLang would not start with it)."""
     bands = bands_of(choice)
+    slots: list[Slot] = []
     for i, band in enumerate(bands):
         if band.setting.kind != REFERENCE and not band.setting.adaptive_expressible:
             raise TuneError(f"{band.setting.name} cannot be a slot of SGLang's adaptive table (topk 1 chains only)")
-        key = 1 if i == 0 else band_key(bands[i - 1].last, band.first, graphs)
-        if str(key) in table:
-            notes.append(f"levels {bands[i - 1].last} and {band.first} pad to the same CUDA-graph size {key}: "
-                         f"the later band ({band.setting.name}) takes the key")
-        table[str(key)] = {"candidate_steps": [steps_of(band.setting)]}
-    if all(e["candidate_steps"] == [0] for e in table.values()):
+        if i == 0:
+            slots.append(Slot(steps_of(band.setting)))
+            continue
+        below = bands[i - 1].last
+        slots.append(Slot(steps_of(band.setting), start=math.ceil(math.sqrt(below * band.first)), after=below,
+                          until=band.first))
+    built = build_adaptive_config(slots, graphs)
+    notes = list(built.notes)
+    if all(e["candidate_steps"] == [0] for e in built.table.values()):
         notes.append("speculation won at no measured level: the table drafts nothing; deploy without speculation")
     notes.append("keys are running batch sizes per server; a closed loop below the running-request cap runs "
                  "batches of about the client concurrency")
-    if graphs:
-        notes.append("keys sit on the decode CUDA-graph sizes the server reported (a batch is padded to one first)")
-    else:
-        notes.append("CUDA-graph sizes unknown: keys are raw batch sizes (exact with graphs disabled)")
-    return table, notes
-
-
-def launch_steps(table: dict[str, Any]) -> int:
-    """--speculative-num-steps for the adaptive launch: the first slot's steps (must be a candidate)."""
-    first: int = table[min(table, key=int)]["candidate_steps"][0]
-    union: list[int] = sorted({s for e in table.values() for s in e["candidate_steps"]})
-    return first if first > 0 else max(union)
-
-
-def validate_adaptive(table: dict[str, Any], num_steps: int) -> None:
-    """SGLang 0.5.23's start-up checks, as the emulator implements them."""
-    try:
-        check_adaptive_config(table, num_steps)
-    except AdaptiveConfigError as exc:
-        raise TuneError(f"emitted adaptive config would not start SGLang 0.5.23: {exc}") from None
+    return AdaptiveConfig(built.table, built.num_steps, notes)
 
 
 def launch_flags(cfg: ServerConfig, table: dict[str, Any], config_path: str, cap: int | None) -> list[str]:
-    steps = launch_steps(table)
+    steps = launch_num_steps(table)
     flags = ["--speculative-algorithm", algorithm_of(cfg)]
     if cfg.draft_model_path:
         flags += ["--speculative-draft-model-path", cfg.draft_model_path]
@@ -129,7 +93,7 @@ def _toml(value: Any) -> str:
 def suite_snippet(cfg: ServerConfig, table: dict[str, Any], config_path: str, cap: int | None,
                   must_win_up_to: int | None) -> str:
     """A [servers.NAME-tuned] table: the tuned adaptive deployment, gated against the reference."""
-    steps = launch_steps(table)
+    steps = launch_num_steps(table)
     lines = [f"# specguard tune: {cfg.name} with the tuned adaptive config; add to the suite file",
              f"[servers.{cfg.name}-tuned]", f"engine = {_toml(cfg.engine)}", f"model_path = {_toml(cfg.model_path)}"]
     if cfg.draft_model_path:

@@ -13,9 +13,10 @@ from tune_support import SIM_SUITE
 
 from specguard.cli import main
 from specguard.config import ServerConfig, parse_suite
-from specguard.emulator.adaptive import AdaptivePolicy, AdaptiveSettings, candidate_union, load_adaptive_config
-from specguard.emulator.launch_server import decode_cuda_graph_bs
+from specguard.emulator.adaptive import AdaptivePolicy, AdaptiveSettings
 from specguard.emulator.spec import expected_accept_length
+from specguard.sglang_rules.adaptive import AdaptiveConfigError, candidate_union, load_adaptive_config, slot_key
+from specguard.sglang_rules.cuda_graph import decode_graph_batch_sizes
 from specguard.tune import output
 from specguard.tune.grid import (
     FIXED,
@@ -189,23 +190,18 @@ def test_ties_within_the_tolerance_go_to_the_lighter_setting():
 
 # -- the adaptive config -------------------------------------------------------------------------
 def _graphs(cap: int) -> list[int]:
-    from types import SimpleNamespace
-
-    args = SimpleNamespace(disable_cuda_graph=False, disable_decode_cuda_graph=False, cuda_graph_bs_decode=None,
-                           cuda_graph_max_bs_decode=None, disable_cuda_graph_padding=False)
-    return decode_cuda_graph_bs(args, cap, True)
+    return decode_graph_batch_sizes(cap, speculative=True)
 
 
 @pytest.mark.parametrize("graphs", [None, "spec"])
 def test_emitted_config_routes_every_measured_level_to_its_chosen_steps_in_sglangs_rules(tmp_path, graphs):
-    # Routing and parsing are the emulator's implementation of SGLang 0.5.23
-    # (srt/speculative/adaptive_spec_params.py: _load_adaptive_config, AdaptiveSpeculativeParams._route).
+    # Parsing and routing are sglang_rules' (srt/speculative/adaptive_spec_params.py: _load_adaptive_config,
+    # AdaptiveSpeculativeParams._route), run here by the emulator's runtime.
     graph_sizes = _graphs(128) if graphs else None
     s1, s2 = Setting(FIXED, 1, 1, 2), Setting(FIXED, 2, 1, 3)
     choice = {1: s1, 4: s2, 16: s2, 33: s1, 64: REF, 128: REF}
-    table, _ = output.adaptive_table(choice, graph_sizes)
-    steps = output.launch_steps(table)
-    output.validate_adaptive(table, steps)
+    built = output.adaptive_config(choice, graph_sizes)
+    table, steps = built.table, built.num_steps
     path = tmp_path / output.ADAPTIVE_FILE
     path.write_text(json.dumps(table))
     cfg, entries = load_adaptive_config(path)  # the file, as SGLang reads it
@@ -213,20 +209,20 @@ def test_emitted_config_routes_every_measured_level_to_its_chosen_steps_in_sglan
     policy = AdaptivePolicy(settings, graph_sizes)
     for c, s in choice.items():
         assert policy.route(c).steps == output.steps_of(s), (c, table)
-    if graphs:
-        assert all(int(k) in graph_sizes for k in table)
+    # every key is the batch size its slot starts at: the batch just below it routes to the slot before
+    keys = sorted(int(k) for k in table)
+    assert all(slot_key(keys, graph_sizes, k - 1) < k == slot_key(keys, graph_sizes, k) for k in keys[1:]), table
 
 
 def test_a_table_sglang_would_refuse_is_never_written():
-    with pytest.raises(TuneError, match="would not start SGLang"):
-        output.validate_adaptive({"1": {"candidate_steps": [2]}}, 3)  # --speculative-num-steps not a candidate
-    with pytest.raises(TuneError, match="would not start SGLang"):
-        output.validate_adaptive({"one": {"candidate_steps": [1]}}, 1)
+    # the builder checks with SGLang's start-up rules (tests/sglang_rules/test_adaptive_table.py)
+    with pytest.raises(AdaptiveConfigError, match="candidate_steps must be a list of non-negative ints"):
+        output.adaptive_config({1: Setting(FIXED, -1, 1, 0)}, None)
 
 
 def test_a_tree_cannot_be_a_slot():
     with pytest.raises(TuneError, match="topk 1"):
-        output.adaptive_table({1: Setting(FIXED, 3, 4, 8, chain=False)}, None)
+        output.adaptive_config({1: Setting(FIXED, 3, 4, 8, chain=False)}, None)
 
 
 def test_suite_snippet_is_a_valid_suite_configuration_with_its_must_win_level(tmp_path):
@@ -276,9 +272,14 @@ def test_vllm_gets_the_token_count_per_band():
                      {"from_concurrency": 64, "to_concurrency": 64, "num_speculative_tokens": 0}]
 
 
-def test_band_key_stays_between_the_levels_it_separates():
-    graphs = _graphs(256)
-    assert output.band_key(32, 64, graphs) == 48  # sqrt(2048) = 45.3 -> padded to the graph size 48
-    assert output.band_key(32, 64, None) == 46
-    assert output.band_key(8, 9, graphs) == 10  # 9 runs padded to the graph size 10: the key is 10
-    assert output.band_key(100, 250, graphs) == 160
+def test_a_band_is_keyed_at_the_slot_start_nearest_the_geometric_middle_of_its_levels():
+    graphs = _graphs(256)  # ..., 32, 34, ..., 40, 44, 48, ..., 152, 160, ...
+
+    def key(below: int, first: int, g: list[int] | None) -> int:
+        table = output.adaptive_config({below: Setting(FIXED, 1, 1, 2), first: REF}, g).table
+        return max(int(k) for k in table)
+
+    assert key(32, 64, graphs) == 45  # middle 46 (sqrt 2048 = 45.3): 45..48 pad to 48, so a key 45 starts exactly there
+    assert key(32, 64, None) == 46
+    assert key(8, 9, graphs) == 9  # 9 is a graph size: a key 9 starts at 9
+    assert key(100, 250, graphs) == 161  # middle 159: slots can start at 153 or 161 (153..160 pad to 160)

@@ -11,19 +11,18 @@ import json
 
 import pytest
 
-from specguard.emulator.adaptive import (
-    DEFAULT_ADAPTIVE_CONFIG,
-    AdaptiveConfigError,
-    AdaptivePolicy,
-    AdaptiveSettings,
-    StepSlot,
-    check_adaptive_config,
-    parse_adaptive_config,
-    unsupported_reason,
-)
+from specguard.emulator.adaptive import AdaptivePolicy, AdaptiveSettings, StepSlot
 from specguard.emulator.model import simulate_closed_loop
 from specguard.emulator.profile import load_profile
 from specguard.emulator.spec import SpecRequest, resolve_settings
+from specguard.sglang_rules.adaptive import (
+    DEFAULT_ADAPTIVE_CONFIG,
+    AdaptiveConfigError,
+    check_adaptive_config,
+    parse_adaptive_config,
+    slot_key,
+    unsupported_reason,
+)
 
 
 # -- parsing (_load_adaptive_config, resolve_candidate_steps_from_config) -------------------------
@@ -156,10 +155,11 @@ def policy(graphs):
 def test_routing_pads_to_the_cuda_graph_size_then_takes_the_largest_key_not_above():
     p = policy([1, 2, 4, 8, 16, 24, 32, 48])
     # 7 pads to 8 -> key 8 (one bucket before its key); 5 pads to 8 too; 4 stays 4 -> key 1
-    assert [p.slot_key(b) for b in (1, 4, 5, 7, 8, 25, 33, 48, 60)] == [1, 1, 8, 8, 8, 32, 32, 32, 32]
+    assert [slot_key(p.keys, p.graph_bs, b) for b in (1, 4, 5, 7, 8, 25, 33, 48, 60)] == [1, 1, 8, 8, 8, 32, 32, 32, 32]
     nographs = policy(None)
-    assert [nographs.slot_key(b) for b in (7, 8, 63, 64, 100)] == [1, 8, 32, 64, 64]
-    assert policy([16]).slot_key(0) == 8 and policy([2]).slot_key(0) == 1  # below every key: smallest
+    assert [slot_key(nographs.keys, None, b) for b in (7, 8, 63, 64, 100)] == [1, 8, 32, 64, 64]
+    assert slot_key(p.keys, [16], 0) == 8 and slot_key(p.keys, [2], 0) == 1  # below every key: smallest
+    assert p.route(7) is p.slots[8] and nographs.route(7) is nographs.slots[1]  # the emulator routes by that rule
 
 
 def test_high_concurrency_turns_drafting_off_in_the_simulator():

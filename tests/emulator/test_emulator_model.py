@@ -9,13 +9,8 @@ import pytest
 
 from specguard.emulator.model import BatchScheduler, GenRequest, SchedulerConfig, simulate_closed_loop
 from specguard.emulator.profile import PiecewiseLinear, available_profiles, load_profile
-from specguard.emulator.spec import (
-    SpecRequest,
-    auto_spec_params,
-    expected_accept_length,
-    resolve_settings,
-    uniform_accept_prob,
-)
+from specguard.emulator.spec import SpecRequest, expected_accept_length, resolve_settings, uniform_accept_prob
+from specguard.sglang_rules.speculative import auto_params
 
 # seed-figures.md table A: concurrency -> (no-MTP tok/s, MTP tok/s)
 SEED_A = {1: (108, 121.5), 4: (286, 400.5), 16: (873, 1209), 32: (1359, 1502), 64: (2327, 1571), 128: (2800, 1635)}
@@ -91,9 +86,9 @@ def test_default_spec_params_follow_the_architecture():
     seed_a = load_profile("seed-a")  # Qwen3_5MoeForConditionalGeneration
     s = resolve_settings(seed_a, SpecRequest("NEXTN"))
     assert (s.spec.num_steps, s.spec.topk, s.spec.num_draft_tokens) == (3, 1, 4)
-    assert auto_spec_params("STANDALONE", "LlamaForCausalLM") == (3, 1, 4)
-    assert auto_spec_params("EAGLE", "Grok1ForCausalLM") == (5, 4, 8)
-    assert auto_spec_params("EAGLE3", "DeepseekV3ForCausalLM") == (3, 1, 4)
+    assert auto_params("STANDALONE", "LlamaForCausalLM") == (3, 1, 4)
+    assert auto_params("EAGLE", "Grok1ForCausalLM") == (5, 4, 8)
+    assert auto_params("EAGLE3", "DeepseekV3ForCausalLM") == (3, 1, 4)
 
 
 def test_missing_steps_and_missing_topk_are_start_up_errors():

@@ -12,21 +12,18 @@ import json
 
 import pytest
 
-from specguard.emulator.adaptive import AdaptiveConfigError
 from specguard.emulator.profile import DraftProfile, EmulatorProfile, PiecewiseLinear
 from specguard.emulator.spec import (
-    CAP_RESET_WARNING,
-    NGRAM_DEFAULT_MAX_BFS_BREADTH,
-    SPEC_DEFAULT_MAX_RUNNING_REQUESTS,
     ServingSettings,
     SpecConfig,
     SpecRequest,
-    auto_spec_params,
     expected_accept_length,
     positional_probs,
     resolve_settings,
     uniform_accept_prob,
 )
+from specguard.sglang_rules.adaptive import AdaptiveConfigError
+from specguard.sglang_rules.speculative import CAP_RESET_WARNING, DEFAULT_CAP, NGRAM_DEFAULT_BFS_BREADTH, auto_params
 
 MS = PiecewiseLinear.from_pairs([[1, 1.0], [64, 2.0]], "draft_ms")
 AUTO = ("Auto choose speculative_num_steps, speculative_eagle_topk, speculative_num_draft_tokens = "
@@ -77,10 +74,10 @@ def test_uniform_accept_prob_bounds_and_bisection():
 
 
 def test_auto_params_by_algorithm_then_architecture():
-    assert auto_spec_params("STANDALONE", "LlamaForCausalLM") == (3, 1, 4)
+    assert auto_params("STANDALONE", "LlamaForCausalLM") == (3, 1, 4)
     for arch in ("LlamaForCausalLM", "Grok1ForCausalLM", "Grok1VForCausalLM"):
-        assert auto_spec_params("EAGLE", arch) == (5, 4, 8)
-    assert auto_spec_params("EAGLE3", "Qwen3ForCausalLM") == (3, 1, 4)
+        assert auto_params("EAGLE", arch) == (5, 4, 8)
+    assert auto_params("EAGLE3", "Qwen3ForCausalLM") == (3, 1, 4)
 
 
 def test_spec_config_positions_and_passes():
@@ -155,7 +152,7 @@ def test_algorithm_names_are_case_insensitive_and_nextn_runs_as_eagle():
 
 def test_speculation_defaults_the_cap_to_48_with_sglangs_warning():
     s = resolve_settings(profile(), SpecRequest("EAGLE3", 2, 1, 3))
-    assert SPEC_DEFAULT_MAX_RUNNING_REQUESTS == 48
+    assert DEFAULT_CAP == 48
     assert s.max_running_requests == 48 and s.reported_max_running_requests == 48 and s.warnings == (CAP_RESET_WARNING,)
     assert CAP_RESET_WARNING == ("Max running requests is reset to 48 for speculative decoding. You can override this "
                                  "by explicitly setting --max-running-requests.")
@@ -252,7 +249,7 @@ def test_a_missing_draft_section_names_the_profile_and_its_sections():
 
 # -- NGRAM, DFLASH, explicit-only algorithms ------------------------------------------------------
 def test_ngram_topk_is_the_bfs_breadth_and_steps_follow_the_draft_tokens():
-    assert NGRAM_DEFAULT_MAX_BFS_BREADTH == 10
+    assert NGRAM_DEFAULT_BFS_BREADTH == 10
     s = resolve_settings(profile(), SpecRequest("NGRAM"))
     assert params(s) == (1, 10, 12) and s.spec.chain is False
     assert s.warnings == (CAP_RESET_WARNING, NGRAM_DEFAULT, NGRAM_CHUNKED)

@@ -155,24 +155,18 @@ def test_emitted_tables_hold_non_negative_int_steps_and_flags_name_a_candidate()
         assert flags[-2:] == ["--speculative-adaptive-config", "speculative_adaptive.json"]
 
 
-def test_emitted_tables_load_through_the_emulators_copy_of_sglangs_rules():
-    adaptive = pytest.importorskip("specguard.emulator.adaptive")
+def test_emitted_tables_pass_sglangs_start_up_checks():
+    from specguard.sglang_rules.adaptive import check_adaptive_config
+
     for sg in emitted_configs():
         flags = sg["launch_flags"]
         steps = int(flags[flags.index("--speculative-num-steps") + 1])
-        assert steps in adaptive.check_adaptive_config(sg["speculative_adaptive_config"], steps)
+        assert steps in check_adaptive_config(sg["speculative_adaptive_config"], steps)
 
 
 def test_switch_keys_account_for_cuda_graph_padding():
-    from specguard.report.recommend import graph_switch_start
-
+    # the keys themselves: tests/sglang_rules/test_adaptive_table.py (switch_key)
     graphs = [1, 2, 4, 8, 16, 24, 32, 48, 64]
-    # a batch of 33..48 pads to 48: a key 37 would already apply from 33; 33 is the nearest exact start
-    assert graph_switch_start(37, graphs) == 33
-    assert graph_switch_start(45, graphs) == 49  # nearer 49 (pads to 64 from 49) than 33
-    assert graph_switch_start(33, graphs) == 33 and graph_switch_start(1, graphs) == 1
-    assert graph_switch_start(100, graphs) == 100  # above the largest graph: no padding
-    assert graph_switch_start(37, None) == 37
     doc = seed_a_doc()
     doc["servers"]["mtp"]["effective_args"]["decode_cuda_graph_bs"] = graphs
     rec = recommend(doc)
@@ -347,18 +341,6 @@ def test_bands_from_the_switch_points():
     assert rm._bands("p", "l", 1, 37) == [B(1, 37, "l"), B(37, None, None)]
 
 
-def test_graph_switch_start_every_branch():
-    g = [1, 8, 16]
-    assert rm.graph_switch_start(5, g) == 2  # 2 is 3 away, 9 is 4 away
-    assert rm.graph_switch_start(6, [1, 9]) == 10  # 2 and 10 both 4 away: the later one
-    assert rm.graph_switch_start(9, g) == 9  # exactly one past a graph size
-    assert rm.graph_switch_start(16, g) == 17  # the largest size itself is padded: 9 is 7 away, 17 is 1
-    assert rm.graph_switch_start(17, g) == 17 and rm.graph_switch_start(200, g) == 200
-    assert rm.graph_switch_start(3, [4, 8]) == 5  # no size below: 1 and 5 both 2 away
-    assert rm.graph_switch_start(2, [4, 8]) == 1
-    assert rm.graph_switch_start(1, g) == 1 and rm.graph_switch_start(5, []) == 5
-
-
 def test_later_treats_no_crossing_as_infinitely_late():
     def x(e):
         return xo(e)
@@ -402,9 +384,9 @@ def test_sglang_table_flags_and_notes_exact():
     assert sg["notes"] == [
         "keys are running batch sizes of one server (per DP rank); in a closed loop below the server's running-request "
         "cap they equal client concurrency",
-        f"the switch measured at 12 is keyed 9: batches are padded to the decode CUDA-graph sizes {g} before the "
+        f"the switch at 12 is keyed 9: batches are padded to the decode CUDA-graph sizes {g} before the "
         "lookup, so 9 is the nearest batch size a key takes effect at",
-        f"the switch measured at 20 is keyed 17: batches are padded to the decode CUDA-graph sizes {g} before the "
+        f"the switch at 20 is keyed 17: batches are padded to the decode CUDA-graph sizes {g} before the "
         "lookup, so 17 is the nearest batch size a key takes effect at",
         "spec ran with max_running_requests=48 (SGLang's default under speculation when not set); speculation "
         "switched off adaptively keeps that cap, so launch with --max-running-requests 256 to serve higher "
@@ -416,8 +398,8 @@ def test_sglang_notes_without_graphs_and_beyond_the_cap():
     sg = rm.sglang_adaptive(rec, 64, [{"name": "base"}])  # the reference has no cap of its own
     assert sg["speculative_adaptive_config"] == {"1": {"candidate_steps": [2]}, "60": {"candidate_steps": [0]}}
     assert sg["notes"][1:] == [
-        "decode CUDA-graph sizes unknown (the results carry no decode_cuda_graph_bs): SGLang pads a batch to the next "
-        "captured size before the lookup, so a switch can happen up to one graph bucket before its key",
+        "decode CUDA-graph sizes unknown: SGLang pads a batch to the next captured size before the lookup, so a switch "
+        "can happen up to one graph bucket before its key (exact with CUDA graphs disabled)",
         "spec ran with max_running_requests=48 (SGLang's default under speculation when not set); speculation "
         "switched off adaptively keeps that cap, so launch with --max-running-requests 64 to serve higher "
         "concurrency at the reference's speed",
@@ -755,10 +737,6 @@ def test_crossing_high_when_the_upper_bounds_rise_after_the_first_level():
     assert x.high == 2.0 and x.estimate is None and x.below_range
 
 
-def test_graph_switch_start_at_a_graph_size_just_above_another():
-    assert rm.graph_switch_start(2, [1, 2, 4]) == 2  # 2 pads to 2 and 1 to 1: a key 2 applies exactly at 2
-
-
 def test_ratio_curve_tests_against_one():
     out = rm.ratio_curve({1: [10.0, 10.2]}, {1: [5.0, 5.1]}, launch_sd=0.01, confidence=0.9)
     assert out[0].estimate.threshold == 1.0
@@ -886,3 +864,24 @@ def test_rate_interval_text_names_rate_levels():
     assert rm._interval(x, c3, "request_rate") == "below r2-beyond r32"
     assert rm.level_kind({"sweep": {"request_rate": [], "concurrency": [1]}}) == "concurrency"
     assert rm.level_kind({}) == "concurrency" and rm.level_kind({"sweep": {"request_rate": [2]}}) == "request_rate"
+
+
+def test_a_switch_key_keeps_every_measured_level_on_its_side_of_the_switch():
+    # Speculation off from 32, measured at 16 (ahead) and 32 (behind). The batch size nearest 32 a key
+    # can start at is 33 (32 itself pads to the graph size 32, below a key 33), which would leave the
+    # measured level 32 speculating; the builder keys 25, the nearest start with 16 below and 32 above.
+    from specguard.sglang_rules.adaptive import slot_key
+
+    graphs = [1, 2, 4, 8, 16, 24, 32, 40, 48, 64]
+    levels = curve((1, 2.0, 1.5, 2.5), (4, 1.5, 1.2, 1.8), (16, 1.1, 1.05, 1.15), (32, 0.9, 0.85, 0.95))
+    rec = make_rec([Band(1, 32, "spec"), Band(32, None, None)], {"spec": settings(steps=2, graphs=graphs)},
+                   disable_at=32, ratios={"spec": levels})
+    sg = rm.sglang_adaptive(rec, 32, [])
+    table = sg["speculative_adaptive_config"]
+    assert table == {"1": {"candidate_steps": [2]}, "25": {"candidate_steps": [0]}}
+    keys = sorted(int(k) for k in table)
+    assert {c: table[str(slot_key(keys, graphs, c))]["candidate_steps"] for c in (1, 4, 16, 32)} == {
+        1: [2], 4: [2], 16: [2], 32: [0]}
+    assert ("the switch at 32 is keyed 25: batches are padded to the decode CUDA-graph sizes "
+            f"{graphs} before the lookup, so 25 is the nearest batch size a key takes effect at with 16 below it "
+            "and 32 at or above it") in sg["notes"]

@@ -9,7 +9,7 @@ import pytest
 from tune_support import SIM_SUITE
 
 from research.tune.cli import main
-from specguard.emulator.adaptive import load_adaptive_config
+from specguard.sglang_rules.adaptive import load_adaptive_config
 
 
 def test_cli_tune_simulated_with_verify_writes_every_file(tmp_path, capsys):
