@@ -269,13 +269,12 @@ def cmd_recommend(args: argparse.Namespace) -> int:
     except recommend.RecommendError as exc:  # the results cannot support a policy: measure more
         print(f"specguard recommend: {exc}", file=sys.stderr)
         return ExitCode.NOT_MEASURED
-    text = recommend.render_text(rec)
     if args.adaptive_config and rec.sglang.get("applies"):
-        shown = rec.sglang["launch_flags"][-1]
         rec.sglang["launch_flags"][-1] = args.adaptive_config
         atomic_write_json(Path(args.adaptive_config), rec.sglang["speculative_adaptive_config"])
-        text = recommend.render_text(rec).replace(f" where {shown} is", f" where {args.adaptive_config} is")
-    print(text)
+        print(recommend.render_text(rec, args.adaptive_config))
+    else:
+        print(recommend.render_text(rec))
     if args.json_path:
         atomic_write_json(Path(args.json_path), recommend.to_json(rec))
     return ExitCode.OK

@@ -414,8 +414,9 @@ def _crossover_lines(rec: Recommendation, conf: str, unit: str) -> list[str]:
     return lines
 
 
-def render_text(rec: Recommendation) -> str:
-    """What a person reads: ratios, the crossover with its interval, the policy, the SGLang form."""
+def render_text(rec: Recommendation, adaptive_config_path: str = ADAPTIVE_CONFIG_FILE) -> str:
+    """What a person reads: ratios, the crossover with its interval, the policy, the SGLang form
+    (`adaptive_config_path`: where the adaptive config's JSON is, as the launch flags name it)."""
     conf = f"{rec.confidence:.0%} CI"
     kind = rec.level_kind
     rate = kind == REQUEST_RATE
@@ -439,7 +440,7 @@ def render_text(rec: Recommendation) -> str:
     lines.append(f"disable_speculation_at: {rec.disable_speculation_at}{at}")
     sg = rec.sglang
     if sg.get("applies"):
-        lines.append(f"SGLang: {' '.join(sg['launch_flags'])} where {ADAPTIVE_CONFIG_FILE} is")
+        lines.append(f"SGLang: {' '.join(sg['launch_flags'])} where {adaptive_config_path} is")
         lines.append(f"  {json.dumps(sg['speculative_adaptive_config'])}")
         lines.extend(f"  note: {n}" for n in sg["notes"])
     else:
