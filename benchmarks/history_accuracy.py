@@ -159,7 +159,7 @@ def show(r: dict[str, float], percent: bool = True) -> str:
 
 def report(args: argparse.Namespace, result: dict[str, Any]) -> None:
     print(f"{args.histories} histories of {args.files} files each, detector {args.detector}, file value {args.file_value}; "
-          f"sd {args.run_sd:.1%} per run, {args.launch_sd:.1%} per launch, {args.day_sd:.1%} per day, stalls "
+          f"sd {args.run_sd:.2%} per run, {args.launch_sd:.2%} per launch, {args.day_sd:.2%} per day, stalls "
           f"{args.stall_rate:g} of runs at 0.7x; p < {args.max_pvalue:g}, changes >= {args.min_change:.0%}; seed {args.seed}")
     for key, goal in (("step_5", ">= 0.95"), ("step_3", ">= 0.9")):
         s = result[key]

@@ -11,7 +11,7 @@ from typing import Any, Protocol
 
 from specguard.decide.baselines import atomic_write_json
 from specguard.labels import ExitCode
-from specguard.timeline import plot
+from specguard.timeline import page, plot
 from specguard.timeline.detect import DEFAULT_MAX_PVALUE, DEFAULT_MIN_CHANGE, DETECTOR, SeriesChange, change_points
 from specguard.timeline.files import HistoryError, collect_paths, load_files, newest, parse_since
 from specguard.timeline.findings import History, to_json
@@ -41,6 +41,8 @@ def add_parser(subparsers: SubParsers) -> argparse.ArgumentParser:
     p.add_argument("--min-change", type=float, default=DEFAULT_MIN_CHANGE,
                    help=f"smallest relative change reported (default {DEFAULT_MIN_CHANGE}, i.e. 1%%)")
     p.add_argument("--plot-dir", type=Path, help="write history-<config>-<level>.png per cell here (matplotlib)")
+    p.add_argument("--html", dest="html_dir", type=Path,
+                   help="write one self-contained page, DIR/index.html: the regressions and a chart per cell and metric")
     p.add_argument("--json", dest="json_path", type=Path, help="write the files and change points as JSON here")
     return p
 
@@ -66,6 +68,8 @@ def run(args: argparse.Namespace) -> int:
     print(render_text(history, args.max_pvalue, args.min_change))
     if args.plot_dir:
         _plots(history, args.plot_dir)
+    if args.html_dir:
+        print(f"wrote {page.write_page(history, args.html_dir)}")
     if args.json_path:
         atomic_write_json(args.json_path, to_json(history))
     return history.exit_status

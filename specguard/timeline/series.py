@@ -77,8 +77,13 @@ def cell_level(doc: ResultsDoc, cell: CellDoc) -> str:
     return level_label(level_kind(doc), cell["concurrency"])
 
 
-def _runs(cell: CellDoc, key: str) -> list[float]:
-    return [float(v) for r in cell["runs"] if isinstance(v := r.get(key), (int, float)) and math.isfinite(v)]
+# (present, value): present is False when the file has no such value, value None when its runs disagree
+_Found = tuple[bool, "float | None"]
+
+
+def _value(cell: CellDoc | None, key: str, reduce: Reducer) -> _Found:
+    xs = [float(v) for r in cell["runs"] if isinstance(v := r.get(key), (int, float)) and math.isfinite(v)] if cell else []
+    return (True, reduce(xs)) if xs else (False, None)
 
 
 def file_values(doc: ResultsDoc, metrics: Iterable[Metric],
@@ -87,23 +92,26 @@ def file_values(doc: ResultsDoc, metrics: Iterable[Metric],
     metric; None where the cell's runs (or its reference's, for the speculation ratio) disagree."""
     cells = {(c["config"], cell_level(doc, c)): c for c in doc["cells"] if not c["error"] and c["runs"]}
     references = {c["name"]: c.get("reference") for c in doc["configs"]}
-
-    def value(cell: CellDoc | None, key: str) -> tuple[bool, float | None]:
-        xs = _runs(cell, key) if cell else []
-        return bool(xs), (reduce(xs) if xs else None)
-
     out: dict[tuple[str, str, str], float | None] = {}
     for (config, level), cell in cells.items():
         for metric in metrics:
-            has, v = value(cell, metric.run_key)
+            present, v = _value(cell, metric.run_key, reduce)
             if metric.key == SPEC_RATIO:
-                has_ref, ref = value(cells.get((references.get(config) or "", level)), metric.run_key)
-                if not has_ref or ref == 0:
-                    continue
-                v = None if v is None or ref is None else v / ref
-            if has and (v is None or v > 0):
+                ref_cell = cells.get((references.get(config) or "", level))
+                present, v = _ratio((present, v), _value(ref_cell, metric.run_key, reduce))
+            if present and (v is None or v > 0):
                 out[(config, level, metric.key)] = v
     return out
+
+
+def _ratio(value: _Found, reference: _Found) -> _Found:
+    """A value over its reference's: absent when either is (or the reference is 0), None when
+    either's runs disagree."""
+    if not value[0] or not reference[0] or reference[1] == 0:
+        return False, None
+    if value[1] is None or reference[1] is None:
+        return True, None
+    return True, value[1] / reference[1]
 
 
 def build_series(files: list[ResultsFile], metrics: list[Metric], reduce: Reducer = robust_value) -> list[Series]:
