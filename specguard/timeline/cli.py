@@ -64,8 +64,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"{PROG}: no results file among the {len(files)} has {names} for any measured cell", file=sys.stderr)
         return ExitCode.NOT_MEASURED
     points = [p for s in series for p in change_points(s, args.max_pvalue, args.min_change)]
-    history = History(files, metrics, series, points, args.window)
-    print(render_text(history, args.max_pvalue, args.min_change))
+    history = History(files, metrics, series, points, args.window, args.max_pvalue, args.min_change)
+    print(render_text(history))
     if args.plot_dir:
         _plots(history, args.plot_dir)
     if args.html_dir:
@@ -92,7 +92,7 @@ def _plots(history: History, directory: Path) -> None:
         print(f"wrote {path}")
 
 
-def render_text(history: History, max_pvalue: float, min_change: float) -> str:
+def render_text(history: History) -> str:
     files = history.files
     cells = {(s.config, s.level) for s in history.series}
     lines = [f"{PROG}: {len(files)} results files, {files[0].date} .. {files[-1].date} UTC; "
@@ -100,9 +100,10 @@ def render_text(history: History, max_pvalue: float, min_change: float) -> str:
     present = {s.metric.key for s in history.series}
     lines += [f"  no file has {m.label} ({m.key})" for m in history.metrics if m.key not in present]
     lines += [line for line in [left_out_line(history)] if line]
-    lines.append(f"change points ({DETECTOR} at p < {max_pvalue:g}, changes of "
-                 f"{min_change:.0%} or more):" if history.points else
-                 f"no change point at p < {max_pvalue:g} (changes of {min_change:.0%} or more)")
+    alpha, floor = history.max_pvalue, history.min_change
+    lines.append(f"change points ({DETECTOR} at p < {alpha:g}, changes of {floor:.0%} or more; "
+                 f"intervals at {1 - alpha:.1%}):" if history.points else
+                 f"no change point at p < {alpha:g} (changes of {floor:.0%} or more)")
     lines += ["  " + point_line(p, history) for p in history.points]
     quiet = len(history.series) - len({id(p.series) for p in history.points})
     if history.points and quiet:
@@ -117,9 +118,11 @@ def point_line(point: SeriesChange, history: History) -> str:
     f = files[point.position]
     unit = f" {point.series.metric.unit}" if point.series.metric.unit else ""
     mark = "worse" if point.worse else "better"
+    low, high = point.point.interval
     return (f"{point.series.name}: from file {point.position + 1}/{len(files)} {f.path.name} ({f.date}, commit "
             f"{history.commit_range(point)}, engine {history.engine(point)}): {point.mean_before:.4g} -> "
-            f"{point.mean_after:.4g}{unit} ({point.change:+.1%}), p={point.p_value:.2g}, {mark}")
+            f"{point.mean_after:.4g}{unit} ({point.change:+.1%} [{low - 1:+.1%}, {high - 1:+.1%}]), "
+            f"p={point.p_value:.2g}, {mark}")
 
 
 def left_out_line(history: History) -> str:

@@ -20,6 +20,8 @@ class History:
     series: list[Series]
     points: list[SeriesChange]
     window: int
+    max_pvalue: float  # the merge step's level: each change point's interval is at 1 - max_pvalue
+    min_change: float
 
     def in_window(self, point: SeriesChange) -> bool:
         return point.position >= len(self.files) - self.window
@@ -68,6 +70,6 @@ def to_json(history: History) -> dict[str, Any]:
                            "interval": [p.point.interval[0] - 1, p.point.interval[1] - 1],
                            "p_value": p.p_value, "worse": p.worse, "in_window": history.in_window(p)}
                           for p in history.points],
-        "window": history.window,
+        "window": history.window, "max_pvalue": history.max_pvalue, "min_change": history.min_change,
         "exit_status": int(history.exit_status),
     }

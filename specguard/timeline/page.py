@@ -79,7 +79,7 @@ def _regressions(history: History) -> str:
     levels side by side: one commit range and engine version each)."""
     worse = [p for p in history.points if p.worse]
     out = [f'<h2 id="regressions">Regressions: {len(worse)} change points in the worse direction '
-           f"(bold: in the newest {history.window} files)</h2>"]
+           f"(bold: in the newest {history.window} files; intervals at {1 - history.max_pvalue:.1%})</h2>"]
     for title, keys in GROUPS:
         clusters = _clusters([p for p in worse if p.series.metric.key in keys])
         out.append(f"<h3>{_e(title)}</h3>")
