@@ -111,7 +111,8 @@ def _cluster_item(history: History, points: list[SeriesChange], worse: list[Seri
     first = points[0]
     f = history.files[first.position]
     cls = ' class="in-window"' if history.in_window(first) else ""
-    levels = ", ".join(_level_span(p, p.position != first.position) for p in points)
+    order = {id(s): i for i, s in enumerate(history.series)}  # c1 before c4: the charts' order
+    levels = ", ".join(_level_span(p, p.position != first.position) for p in sorted(points, key=lambda p: order[id(p.series)]))
     return (f"<li{cls}>{_e(first.series.config)} {_e(first.series.metric.label)}{_e(_attribution(first, worse))} "
             f"from file {first.position + 1}/{len(history.files)} {_e(f.path.name)} ({_e(f.date)}), "
             f"commit <code>{_e(history.commit_range(first))}</code>, engine {_e(history.engine(first))}: {levels}</li>")
