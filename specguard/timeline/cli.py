@@ -76,6 +76,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _check_flags(args: argparse.Namespace) -> None:
+    for flag, directory in (("--html", args.html_dir), ("--plot-dir", args.plot_dir)):
+        if directory is not None and directory.exists() and not directory.is_dir():
+            raise HistoryError(f"{flag} {directory}: exists and is not a directory")
     if args.window < 1:
         raise HistoryError(f"--window {args.window}: must be at least 1 file")
     if not 0 < args.max_pvalue < 1:

@@ -147,15 +147,18 @@ def _grid(history: History) -> str:
     head = "".join(f"<th>{_e(m.label)}{f' ({_e(m.unit)})' if m.unit and m.unit != m.label else ''}</th>" for m in metrics)
     rows = [f'<h2 id="charts">Per cell</h2><table class="grid"><tr><th></th>{head}</tr>']
     for (config, level), by_metric in cells.items():
-        charts = "".join(f"<td>{_chart(history, by_metric[m.key]) if m.key in by_metric else _no_chart(m)}</td>"
-                         for m in metrics)
+        charts = "".join(f"<td>{_cell_chart(history, by_metric.get(m.key), m)}</td>" for m in metrics)
         rows.append(f"<tr><th>{_e(config)} {_e(level)}</th>{charts}</tr>")
     rows.append("</table>")
     return "\n".join(rows)
 
 
-def _no_chart(metric: Metric) -> str:
-    return f'<div class="none">no {_e(metric.label)}</div>'
+def _cell_chart(history: History, series: Series | None, metric: Metric) -> str:
+    if series is None:
+        return f'<div class="none">no {_e(metric.label)}</div>'
+    if not series.values:
+        return f'<div class="none">no {_e(metric.label)}: every file\'s runs disagree</div>'
+    return _chart(history, series)
 
 
 @dataclass(frozen=True)

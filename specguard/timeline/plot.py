@@ -53,6 +53,8 @@ def cell_png(cell: list[Series], points: list[SeriesChange], n_files: int) -> by
 
 def _segments(series: Series, marks: list[SeriesChange]) -> list[tuple[tuple[int, int], float]]:
     """[start, stop) file positions and mean of each stretch between change points."""
+    if not series.positions:  # every file's runs disagreed: nothing to average
+        return []
     bounds = [series.positions[0], *sorted(m.position for m in marks), series.positions[-1] + 1]
     out = []
     for start, stop in zip(bounds, bounds[1:]):

@@ -234,3 +234,29 @@ def runs(mask: np.ndarray, gap: int = 4) -> list[tuple[int, int]]:
 def ink(area: np.ndarray, colour: tuple[int, int, int]) -> int:
     """Pixels within 40 of `colour` on every channel (antialiased edges count when close)."""
     return int(np.all(np.abs(area - np.array(colour)) < 40, axis=2).sum())
+
+
+def test_a_series_whose_every_file_disagrees_is_said_in_place_of_its_chart(tmp_path, capsys):
+    docs = synthetic_history(8, 0)
+    for doc in docs:  # eagle3's first run stalls every night
+        run = next(c for c in doc["cells"] if c["config"] == "eagle3")["runs"][0]
+        run["output_throughput"] *= 0.7
+        run["step_time_ms"] /= 0.7
+    write_history(tmp_path / "n", docs)
+    code = main(["history", str(tmp_path / "n"), "--html", str(tmp_path / "p"), "--plot-dir", str(tmp_path / "png")])
+    out = capsys.readouterr().out
+    assert code == 0 and "files left out: eagle3 c16 1, 2, 3, 4, 5, 6, 7, 8" in out, out
+    dom = Dom((tmp_path / "p" / "index.html").read_text())
+    said = [d.all_text() for d in dom.root.find("div", "none")]
+    assert said == ["no accept length", "no tok/s: every file's runs disagree", "no step time: every file's runs disagree"], said
+    assert set(charts(dom)) == {("baseline", "c16", "tok_s"), ("baseline", "c16", "step_time_ms"),
+                                ("eagle3", "c16", "accept_length")}
+
+
+@pytest.mark.parametrize("flag", ["--html", "--plot-dir"])
+def test_an_output_directory_that_is_a_file_is_one_line_and_exit_4(tmp_path, capsys, flag):
+    write_history(tmp_path / "n", synthetic_history(6, 0))
+    (tmp_path / "taken").write_text("")
+    code = main(["history", str(tmp_path / "n"), flag, str(tmp_path / "taken")])
+    err = capsys.readouterr().err
+    assert code == 4 and err.strip() == f"specguard history: {flag} {tmp_path / 'taken'}: exists and is not a directory"
