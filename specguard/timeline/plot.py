@@ -8,7 +8,7 @@ import io
 import re
 from pathlib import Path
 
-from specguard.timeline.detect import ChangePoint
+from specguard.timeline.detect import SeriesChange
 from specguard.timeline.series import Series
 
 PANEL_SIZE = (7.2, 2.3)
@@ -23,7 +23,7 @@ def available() -> bool:
     return True
 
 
-def cell_png(cell: list[Series], points: list[ChangePoint], n_files: int) -> bytes:
+def cell_png(cell: list[Series], points: list[SeriesChange], n_files: int) -> bytes:
     """One panel per metric of the cell, sharing the file axis (file 1 = the oldest)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
@@ -51,8 +51,10 @@ def cell_png(cell: list[Series], points: list[ChangePoint], n_files: int) -> byt
     return buf.getvalue()
 
 
-def _segments(series: Series, marks: list[ChangePoint]) -> list[tuple[tuple[int, int], float]]:
+def _segments(series: Series, marks: list[SeriesChange]) -> list[tuple[tuple[int, int], float]]:
     """[start, stop) file positions and mean of each stretch between change points."""
+    if not series.positions:  # every file's runs disagreed: nothing to average
+        return []
     bounds = [series.positions[0], *sorted(m.position for m in marks), series.positions[-1] + 1]
     out = []
     for start, stop in zip(bounds, bounds[1:]):
@@ -62,7 +64,7 @@ def _segments(series: Series, marks: list[ChangePoint]) -> list[tuple[tuple[int,
     return out
 
 
-def write_plots(series: list[Series], points: list[ChangePoint], n_files: int, directory: Path) -> list[Path]:
+def write_plots(series: list[Series], points: list[SeriesChange], n_files: int, directory: Path) -> list[Path]:
     """history-<config>-<level>.png per cell in `directory`."""
     directory.mkdir(parents=True, exist_ok=True)
     cells: dict[tuple[str, str], list[Series]] = {}

@@ -1,17 +1,22 @@
 """One value per results file for each cell (configuration x level) and metric: the series the
 change-point detection reads.
 
-A file's value is the mean over the cell's measured runs (what the gates compare; warmup runs
-are left out); the speculation ratio is a speculative configuration's mean tok/s over its
-reference's at the same level in the same file. A file where the cell errored, or that lacks
-the metric (older files have no `step_time_ms`; no accept length without speculation), has no
-point: the series skips it and keeps every point's file position.
+A file's value is the median of the cell's measured runs (warmup runs are left out), the location
+the gates compare, so one stalled run does not move it. When a run is more than `RUN_OUTLIER` from
+that median the file's runs disagree: with three runs, one stalled run and two stalled ones look
+alike (two agree, one is off) and the median is right in the first case only, so such a file gives
+the cell no point for that metric and is listed as left out (docs/history.md). The speculation
+ratio is a speculative configuration's value over its reference's at the same level in the same
+file. A file where the cell errored, or that lacks the metric (older files have no `step_time_ms`;
+no accept length without speculation), has no point either: the series skips it and keeps every
+point's file position.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+import statistics
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -37,53 +42,88 @@ METRICS = {m.key: m for m in (
 SPEC_RATIO = "spec_ratio"
 
 
+RUN_OUTLIER = 0.10  # a stall is 30 % off (0.7x); the noisiest cells' runs scatter by a few percent
+
+# A file's value from its cell's runs (finite numbers, at least one): None when the runs disagree.
+Reducer = Callable[[list[float]], "float | None"]
+
+
 @dataclass
 class Series:
     """One cell's metric over the history: `positions[i]` is the file (index into the history's
-    files) whose value is `values[i]`."""
+    files) whose value is `values[i]`; `left_out` the files whose runs disagreed."""
 
     config: str
     level: str
     metric: Metric
     positions: list[int] = field(default_factory=list)
     values: list[float] = field(default_factory=list)
+    left_out: list[int] = field(default_factory=list)
 
     @property
     def name(self) -> str:
         return f"{self.config} {self.level} {self.metric.label}"
 
 
-def run_mean(cell: CellDoc, key: str) -> float | None:
-    """Mean of the finite numbers the cell's measured runs hold under `key` (None when none do)."""
-    xs = [float(v) for r in cell["runs"] if isinstance(v := r.get(key), (int, float)) and math.isfinite(v)]
-    return sum(xs) / len(xs) if xs else None
+def robust_value(xs: list[float]) -> float | None:
+    """The runs' median, or None when a run is more than RUN_OUTLIER from it (the runs disagree)."""
+    mid = statistics.median(xs)
+    return None if any(abs(x - mid) > RUN_OUTLIER * abs(mid) for x in xs) else mid
 
 
-def file_values(doc: ResultsDoc, metrics: Iterable[Metric]) -> dict[tuple[str, str, str], float]:
-    """(config, level, metric key) -> this file's value, for every measured cell."""
-    cells = {(c["config"], c["level"]): c for c in doc["cells"] if not c["error"] and c["runs"]}
+def cell_level(doc: ResultsDoc, cell: CellDoc) -> str:
+    """A cell's level as the history names it (c16, r8): the one place that reads it from a document."""
+    return cell["level"]
+
+
+# (present, value): present is False when the file has no such value, value None when its runs disagree
+_Found = tuple[bool, "float | None"]
+
+
+def _value(cell: CellDoc | None, key: str, reduce: Reducer) -> _Found:
+    xs = [float(v) for r in cell["runs"] if isinstance(v := r.get(key), (int, float)) and math.isfinite(v)] if cell else []
+    return (True, reduce(xs)) if xs else (False, None)
+
+
+def file_values(doc: ResultsDoc, metrics: Iterable[Metric],
+                reduce: Reducer = robust_value) -> dict[tuple[str, str, str], float | None]:
+    """(config, level, metric key) -> this file's value for every measured cell that has the
+    metric; None where the cell's runs (or its reference's, for the speculation ratio) disagree."""
+    cells = {(c["config"], cell_level(doc, c)): c for c in doc["cells"] if not c["error"] and c["runs"]}
     references = {c["name"]: c.get("reference") for c in doc["configs"]}
-    out: dict[tuple[str, str, str], float] = {}
+    out: dict[tuple[str, str, str], float | None] = {}
     for (config, level), cell in cells.items():
         for metric in metrics:
-            value = run_mean(cell, metric.run_key)
+            present, v = _value(cell, metric.run_key, reduce)
             if metric.key == SPEC_RATIO:
                 ref_cell = cells.get((references.get(config) or "", level))
-                ref = run_mean(ref_cell, metric.run_key) if ref_cell else None
-                value = value / ref if value is not None and ref else None
-            if value is not None and value > 0:
-                out[(config, level, metric.key)] = value
+                present, v = _ratio((present, v), _value(ref_cell, metric.run_key, reduce))
+            if present and (v is None or v > 0):
+                out[(config, level, metric.key)] = v
     return out
 
 
-def build_series(files: list[ResultsFile], metrics: list[Metric]) -> list[Series]:
+def _ratio(value: _Found, reference: _Found) -> _Found:
+    """A value over its reference's: absent when either is (or the reference is 0), None when
+    either's runs disagree."""
+    if not value[0] or not reference[0] or reference[1] == 0:
+        return False, None
+    if value[1] is None or reference[1] is None:
+        return True, None
+    return True, value[1] / reference[1]
+
+
+def build_series(files: list[ResultsFile], metrics: list[Metric], reduce: Reducer = robust_value) -> list[Series]:
     """Every cell x metric that at least one file has, in first-seen order."""
     series: dict[tuple[str, str, str], Series] = {}
     for position, f in enumerate(files):
-        for (config, level, key), value in file_values(f.doc, metrics).items():
+        for (config, level, key), value in file_values(f.doc, metrics, reduce).items():
             s = series.setdefault((config, level, key), Series(config, level, METRICS[key]))
-            s.positions.append(position)
-            s.values.append(value)
+            if value is None:
+                s.left_out.append(position)
+            else:
+                s.positions.append(position)
+                s.values.append(value)
     configs = {key[0]: None for key in series}  # first seen: the suite's order
     config_order = {name: i for i, name in enumerate(configs)}
     metric_order = {m.key: i for i, m in enumerate(metrics)}

@@ -1,11 +1,11 @@
 """`specguard history`: change points in results histories with a known step (synthetic, fixed
-seeds; benchmarks/history_accuracy.py measures the rates over 200 histories), the exit codes,
-input errors, ordering, --since, plots and the JSON output."""
+seeds; benchmarks/history_accuracy.py measures the rates over 1000 histories), the per-file value
+(median; files whose runs disagree left out), the exit codes, input errors, ordering, --since,
+plots and the JSON output."""
 
 from __future__ import annotations
 
 import builtins
-import importlib
 import json
 from pathlib import Path
 
@@ -14,14 +14,12 @@ import pytest
 from specguard.cli import main
 from specguard.timeline import detect, plot
 from specguard.timeline.files import HistoryError, collect_paths, load_files, newest, parse_since
-from specguard.timeline.series import METRICS, Series, build_series
-from specguard.timeline.synthetic import synthetic_history, write_history
-
-pytest.importorskip("otava.analysis", reason="apache-otava: pip install --no-deps apache-otava==0.8.0 (docs/history.md)")
+from specguard.timeline.series import METRICS, RUN_OUTLIER, Series, build_series, cell_level, robust_value
+from specguard.timeline.synthetic import STALL_FACTOR, Step, engine_step, synthetic_history, write_history
 
 
-def history_dir(tmp_path: Path, n: int = 30, seed: int = 0, **kwargs) -> Path:
-    write_history(tmp_path / "h", synthetic_history(n, seed, **kwargs))
+def history_dir(tmp_path: Path, n: int = 30, seed: int = 0, step_at: int | None = None, step: float = -0.05) -> Path:
+    write_history(tmp_path / "h", synthetic_history(n, seed, steps=engine_step(step_at, step)))
     return tmp_path / "h"
 
 
@@ -71,7 +69,7 @@ def test_a_worse_step_in_the_newest_window_exits_1_and_a_better_one_0(tmp_path, 
 
 
 def test_files_are_put_in_time_order_whatever_their_names(tmp_path, capsys):
-    docs = synthetic_history(12, 0, step_at=7, step=-0.10)
+    docs = synthetic_history(12, 0, steps=engine_step(7, -0.10))
     for i, doc in enumerate(docs):  # names in reverse time order
         (tmp_path / f"z{100 - i}.json").write_text(json.dumps(doc))
     code, out, _ = run_history(capsys, str(tmp_path / "z*.json"), "--metric", "tok_s")
@@ -130,20 +128,6 @@ def test_no_file_with_the_metric_exits_3(tmp_path, capsys):
     assert code == 0 and "no file has step time (step_time_ms)" in out, out
 
 
-def test_missing_otava_is_one_line_with_the_install_command(tmp_path, capsys, monkeypatch):
-    real_import = importlib.import_module
-
-    def no_otava(name, *args):
-        if name.startswith("otava"):
-            raise ImportError(name)
-        return real_import(name, *args)
-
-    monkeypatch.setattr(importlib, "import_module", no_otava)
-    code, _, err = run_history(capsys, str(history_dir(tmp_path, n=6)))
-    assert code == 4 and err.strip().endswith("(docs/history.md)")
-    assert "pip install --no-deps apache-otava==0.8.0" in err and len(err.strip().splitlines()) == 1
-
-
 def test_plots_one_png_per_cell(tmp_path, capsys):
     pytest.importorskip("matplotlib")
     code, out, _ = run_history(capsys, str(history_dir(tmp_path, step_at=20)), "--plot-dir", str(tmp_path / "plots"))
@@ -175,8 +159,8 @@ def test_speculation_ratio_is_spec_over_reference_in_the_same_file(tmp_path):
     files = load_files(collect_paths([str(history_dir(tmp_path, n=4))]))
     by_key = {(s.config, s.metric.key): s for s in build_series(files, list(METRICS.values()))}
     doc = files[0].doc
-    mean = {c["config"]: sum(r["output_throughput"] for r in c["runs"]) / 3 for c in doc["cells"]}
-    assert by_key[("eagle3", "spec_ratio")].values[0] == pytest.approx(mean["eagle3"] / mean["baseline"])
+    median = {c["config"]: sorted(r["output_throughput"] for r in c["runs"])[1] for c in doc["cells"]}
+    assert by_key[("eagle3", "spec_ratio")].values[0] == pytest.approx(median["eagle3"] / median["baseline"])
     assert ("baseline", "spec_ratio") not in by_key and ("baseline", "accept_length") not in by_key
 
 
@@ -193,4 +177,69 @@ def test_short_series_have_no_change_point_and_no_detector_call():
     series = build_series([], [METRICS["tok_s"]])
     assert series == []
     s = Series("eagle3", "c16", METRICS["tok_s"], [0, 1, 2], [1.0, 1.0, 2.0])
-    assert detect.change_points(s, analysis=object()) == []  # never reaches the detector
+    assert detect.change_points(s) == []
+
+
+def stall(doc: dict, config: str, runs: list[int]) -> None:
+    """Runs `runs` of `config`'s cell in `doc` stalled, as the gate study's stalls (0.7x)."""
+    cell = next(c for c in doc["cells"] if c["config"] == config)
+    for i in runs:
+        cell["runs"][i]["output_throughput"] *= STALL_FACTOR
+        cell["runs"][i]["step_time_ms"] /= STALL_FACTOR
+
+
+def test_a_files_value_is_the_median_and_runs_that_disagree_leave_it_out():
+    assert robust_value([100.0, 101.0, 103.0]) == 101.0
+    assert robust_value([100.0, 101.0, 100.0 * (1 - RUN_OUTLIER) - 0.1]) is None  # one run stalled
+    assert robust_value([70.0, 70.5, 100.0]) is None  # two stalled: the median alone would be a stalled run
+    assert robust_value([50.0]) == 50.0
+
+
+@pytest.mark.parametrize("stalled", [[0], [0, 2]])
+def test_stalled_runs_in_the_newest_file_are_left_out_not_an_alarm(tmp_path, capsys, stalled):
+    docs = synthetic_history(30, 3)
+    stall(docs[-1], "eagle3", stalled)
+    write_history(tmp_path / "s", docs)
+    code, out, err = run_history(capsys, str(tmp_path / "s"))
+    assert code == 0 and not err, out
+    assert "runs disagree (a run more than 10% from its file's median), files left out: eagle3 c16 30" in out, out
+    files = load_files(collect_paths([str(tmp_path / "s")]))
+    by_key = {(s.config, s.metric.key): s for s in build_series(files, list(METRICS.values()))}
+    assert by_key[("eagle3", "tok_s")].left_out == [29] and 29 not in by_key[("eagle3", "tok_s")].positions
+    assert by_key[("eagle3", "spec_ratio")].left_out == [29] and by_key[("baseline", "tok_s")].left_out == []
+    assert by_key[("eagle3", "accept_length")].left_out == []  # a stall slows steps, not acceptance
+
+
+def test_a_step_with_a_stalled_run_at_its_first_file_is_still_found_there(tmp_path):
+    docs = synthetic_history(30, 1, steps=engine_step(20, -0.05))
+    stall(docs[19], "eagle3", [1])  # file 20 left out: the step is placed at file 21, within one file
+    write_history(tmp_path / "h", docs)
+    tok_s = [p for p in found(tmp_path / "h") if p.series.config == "eagle3" and p.series.metric.key == "tok_s"]
+    assert [p.position + 1 for p in tok_s] in ([20], [21]), [p.position + 1 for p in tok_s]
+
+
+def test_levels_are_read_by_one_helper_c_for_clients_r_for_request_rates():
+    doc = synthetic_history(1, 0)[0]
+    cell = doc["cells"][0]
+    assert cell_level(doc, cell) == "c16"
+    doc["sweep"] = {"request_rate": [8], "repeats": 3}
+    cell["concurrency"] = 8
+    assert cell_level(doc, cell) == "r8"
+
+
+def test_a_drafter_step_moves_accept_length_and_tok_s_not_step_time(tmp_path):
+    write_history(tmp_path / "d", synthetic_history(30, 2, steps=(Step("eagle3", 18, -0.05, "drafter"),)))
+    points = found(tmp_path / "d")
+    moved = {p.series.metric.key: p.position + 1 for p in points if p.series.config == "eagle3"}
+    assert moved.keys() >= {"tok_s", "accept_length"} and "step_time_ms" not in moved, moved
+    assert all(abs(at - 18) <= 1 for at in moved.values()), moved
+
+
+def test_json_carries_each_series_and_each_change_points_interval(tmp_path, capsys):
+    run_history(capsys, str(history_dir(tmp_path, step_at=20)), "--json", str(tmp_path / "h.json"))
+    doc = json.loads((tmp_path / "h.json").read_text())
+    eagle3 = next(s for s in doc["series"] if s["config"] == "eagle3" and s["metric"] == "tok_s")
+    assert eagle3["positions"] == list(range(1, 31)) and len(eagle3["values"]) == 30 and eagle3["left_out"] == []
+    tok_s = next(p for p in doc["change_points"] if p["config"] == "eagle3" and p["metric"] == "tok_s")
+    low, high = tok_s["interval"]
+    assert low < tok_s["change"] < high < 0 and low < -0.05 < high and ".." in tok_s["commit_range"]  # the truth: -5 %

@@ -17,8 +17,6 @@ pytestmark = pytest.mark.e2e
 REPO = Path(__file__).resolve().parents[2]
 SESSIONS, SLOWER_FROM = 8, 5
 
-pytest.importorskip("otava.analysis", reason="apache-otava: pip install --no-deps apache-otava==0.8.0 (docs/history.md)")
-
 
 def run_session(tmp_path: Path, suite: Path, index: int) -> None:
     slower = ["--server-args", "eagle3=--emulator-step-scale 1.15"] if index >= SLOWER_FROM else []
