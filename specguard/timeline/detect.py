@@ -1,11 +1,11 @@
 """Change points of one history series (a cell's metric over the files): the series' values through
-specguard.timeline.changepoint, each point placed at its results file (docs/history.md)."""
+specguard.decide.changepoint, each point placed at its results file (docs/history.md)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from specguard.timeline.changepoint import ChangePoint, detect
+from specguard.decide.changepoint import ChangePoint, detect
 from specguard.timeline.series import Series
 
 MIN_POINTS = 4  # fewer files cannot hold a change with two files before it worth a test

@@ -218,13 +218,15 @@ def test_a_step_with_a_stalled_run_at_its_first_file_is_still_found_there(tmp_pa
     assert [p.position + 1 for p in tok_s] in ([20], [21]), [p.position + 1 for p in tok_s]
 
 
-def test_levels_are_read_by_one_helper_c_for_clients_r_for_request_rates():
+def test_levels_are_read_by_name_c_for_clients_r_for_request_rates_also_from_schema_2_files():
+    from specguard.report.results import validate
+
     doc = synthetic_history(1, 0)[0]
-    cell = doc["cells"][0]
-    assert cell_level(doc, cell) == "c16"
-    doc["sweep"] = {"request_rate": [8], "repeats": 3}
-    cell["concurrency"] = 8
-    assert cell_level(doc, cell) == "r8"
+    assert cell_level(doc, doc["cells"][0]) == "c16"
+    old = {**doc, "schema_version": 2, "sweep": {"request_rate": [8], "repeats": 3},  # as 65e213e wrote a rate sweep
+           "cells": [{**{k: v for k, v in c.items() if k != "level"}, "concurrency": 8} for c in doc["cells"]]}
+    read = validate(old)
+    assert {cell_level(read, c) for c in read["cells"]} == {"r8"}
 
 
 def test_a_drafter_step_moves_accept_length_and_tok_s_not_step_time(tmp_path):

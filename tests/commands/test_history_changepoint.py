@@ -1,4 +1,4 @@
-"""specguard.timeline.changepoint, the change-point module of `specguard history` (and of the soak
+"""specguard.decide.changepoint, the change-point module of `specguard history` (and of the soak
 test): its typed API on plain series, fixed seeds. Its rates over many histories are
 benchmarks/history_accuracy.py's."""
 
@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pytest
 
-from specguard.timeline.changepoint import ChangePoint, detect
+from specguard.decide.changepoint import ChangePoint, detect
 
 
 def noisy(n: int, seed: int, sd: float = 0.012, level: float = 100.0) -> np.ndarray:
