@@ -27,8 +27,11 @@ from specguard.workload import WorkloadError
 # keywords, so a marker `standalone` made `-k standalone` select every STANDALONE configuration
 # whatever its name, and `no_speculation` made `-k speculation` select the reference's tests.
 ALGORITHM_MARKER = "algorithm"
+# Tests renamed since a release: old name -> new (plugin/gate_tests.py keeps the old importable)
+DEPRECATED_NAMES = {"test_speculation_beats_baseline": "test_speculation_beats_reference"}
 GATE_OF_TEST = {"test_throughput": THROUGHPUT, "test_step_time": STEP_TIME, "test_accept_length": ACCEPT_LENGTH,
-                "test_speculation_beats_baseline": SPECULATION}
+                "test_speculation_beats_reference": SPECULATION}
+GATE_OF_TEST.update({old: GATE_OF_TEST[new] for old, new in DEPRECATED_NAMES.items()})
 TEST_ORDER = {name: i for i, name in enumerate(GATE_OF_TEST)}
 
 
@@ -94,6 +97,17 @@ def _is_empty_placeholder(item: pytest.Item) -> bool:
     return callspec is not None and "specguard_cell" in callspec.params and cell_of(item) is None
 
 
+def _note_deprecated_names(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """One summary line per old test name a repository still imports (once per run)."""
+    for old, new in DEPRECATED_NAMES.items():
+        files = sorted({str(item.path.relative_to(config.rootpath)) if item.path.is_relative_to(config.rootpath)
+                        else str(item.path) for item in items if getattr(item, "originalname", item.name) == old})
+        if files:
+            config.stash[state.RUN_NOTES].append(
+                f"{', '.join(files)}: {old} is now named {new} (the same test); import {new} from "
+                f"specguard.plugin.gate_tests, the old name will go in a later release")
+
+
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
     """Group a configuration's tests (references first) so one server runs at a time."""
     empty = [item for item in items if _is_empty_placeholder(item)]
@@ -103,6 +117,7 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     cells = [(i, cell_of(item)) for i, item in enumerate(items)]
     if not any(c for _, c in cells):
         return
+    _note_deprecated_names(config, items)
     suite = get_suite(config)
     names = list(suite.servers)
     rank = {n: (0 if not suite.servers[n].speculative else 1, names.index(n)) for n in names}

@@ -1,16 +1,23 @@
 """The gate tests. A repository's perf_tests/ imports them (`specguard init` writes that file):
 
-    from specguard.plugin.gate_tests import (test_accept_length, test_speculation_beats_baseline, test_step_time,
+    from specguard.plugin.gate_tests import (test_accept_length, test_speculation_beats_reference, test_step_time,
                                              test_throughput)
 
 Each test measures its cell (once, shared by the cell's tests) and enforces one verdict. Ids name
 configuration and level: test_throughput[eagle3-c16], so -k eagle3 or -k c16 select what you
 expect (and a prompt category, test_accept_length[eagle3-c16-code], -k code). The suite file
 beside the tests (or --suite) says what runs.
+
+`test_speculation_beats_baseline`, the speculation test's name until 0.1.0 (it compares with the
+configuration's reference, which need not be the one named baseline), is still importable: the
+same test, and the summary says once per run to import the new name.
 """
+
+from typing import Any
 
 import pytest
 
+from specguard.plugin.collection import DEPRECATED_NAMES
 from specguard.plugin.fixtures import CellTest
 
 
@@ -40,7 +47,15 @@ def test_accept_length(cell: CellTest) -> None:
 
 
 @pytest.mark.specguard(cells="speculative")
-def test_speculation_beats_baseline(cell: CellTest) -> None:
+def test_speculation_beats_reference(cell: CellTest) -> None:
     """Speculation is not confidently slower than its reference where it must win."""
     cell.measure()
     cell.enforce(cell.speculation())
+
+
+def __getattr__(name: str) -> Any:
+    """A renamed test imported by its old name (PEP 562): the same function, so a repository's
+    perf_tests/ written by an older `specguard init` keeps its tests and their ids."""
+    if name in DEPRECATED_NAMES:
+        return globals()[DEPRECATED_NAMES[name]]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -31,7 +31,7 @@ def test_request_rate_levels_record_baselines_per_rate_and_gate_them(tmp_path: P
     code, out, res = run_suite(tmp_path, suite, "--update-baselines")
     assert code == 0, out
     assert {f"test_throughput[{n}-r{r}]" for n in ("baseline", "eagle3") for r in (4, 16)} <= set(res), sorted(res)
-    assert {"test_accept_length[eagle3-r16]", "test_speculation_beats_baseline[eagle3-r4]"} <= set(res), sorted(res)
+    assert {"test_accept_length[eagle3-r16]", "test_speculation_beats_reference[eagle3-r4]"} <= set(res), sorted(res)
     stored = json.loads((tmp_path / "baselines" / "eagle3.json").read_text())
     (entry,) = stored["entries"].values()
     assert set(entry["cells"]) == {"r4", "r16"}  # keyed per rate level

@@ -94,7 +94,7 @@ def test_missing_baseline_skips_with_how_to_and_fails_when_required(tmp_path):
 
 def test_start_failure_reports_command_exit_code_and_log_and_writes_nothing(tmp_path):
     suite = write_suite(tmp_path, extra_baseline=', "--emulator-profile", "no-such-profile"')
-    # "throughput and baseline": -k baseline alone also selects test_speculation_beats_baseline[eagle3-*]
+    # "throughput and baseline": -k baseline alone also selects test_speculation_beats_reference[eagle3-*]
     code, out, res = run_suite(tmp_path, suite, "-k", "throughput and baseline", "--update-baselines",
                                "--api-key", "s3cr3t-key")
     assert code == 3, out  # could not measure (docs/ci.md)

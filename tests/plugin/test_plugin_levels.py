@@ -44,7 +44,7 @@ def test_request_rate_levels_are_named_r(tmp_path):
     text = emulator_suite_toml(concurrency=(1,)).replace("concurrency = [1]", "request_rate = [2, 8]")
     code, ids = collect(tmp_path, text)
     assert code == 0, ids
-    assert "test_throughput[baseline-r2]" in ids and "test_speculation_beats_baseline[eagle3-r8]" in ids
+    assert "test_throughput[baseline-r2]" in ids and "test_speculation_beats_reference[eagle3-r8]" in ids
     assert not [i for i in ids if "-c" in i], ids
     code, out = collect(tmp_path, text, "--concurrency", "4")
     assert code == 4 and "--concurrency 4 (command line)" in out[0] and "request_rate" in out[0], out
@@ -56,7 +56,7 @@ def test_suites_without_the_new_keys_keep_their_ids(tmp_path):
     expected = [f"{t}[{n}-c{c}]" for t, names in (("test_throughput", ("baseline", "eagle3", "mtp")),
                                                    ("test_step_time", ("baseline", "eagle3", "mtp")),
                                                    ("test_accept_length", ("eagle3", "mtp")),
-                                                   ("test_speculation_beats_baseline", ("eagle3", "mtp")))
+                                                   ("test_speculation_beats_reference", ("eagle3", "mtp")))
                 for n in names for c in (1, 4, 16, 64)]
     assert sorted(ids) == sorted(expected)
 

@@ -91,7 +91,7 @@ def test_vllm_suite_catches_slow_speculation_and_gates_on_its_own_baselines(work
     # The catch may come from a cell's own test, or from the session-level Holm test when the
     # drop is significant across the session though not at a cell's level (it must name weakdraft).
     failed = {t: m for t, m in res.items() if m != "passed"}
-    cell_fails = {t: m for t, m in failed.items() if t.startswith("test_speculation_beats_baseline[weakdraft-")}
+    cell_fails = {t: m for t, m in failed.items() if t.startswith("test_speculation_beats_reference[weakdraft-")}
     holm_fail = failed.get("family_holm")
     assert failed and set(failed) <= set(cell_fails) | {"family_holm"}, failed
     for message in cell_fails.values():
