@@ -240,6 +240,9 @@ class SGLangEngine(Engine):
             verify = after.get("sglang:spec_verify_calls_total", 0) - before.get("sglang:spec_verify_calls_total", 0)
             if verify > 0:
                 out["metrics"] = tokens / verify
+            gauge = after.get("sglang:spec_accept_length", 0.0)  # the last decode-log window's
+            if gauge > 0:
+                out["gauge"] = gauge
         try:
             info = client.get("/server_info", timeout=30.0).json()
             # avg_spec_accept_length lives in each rank's internal_states entry, absent until the

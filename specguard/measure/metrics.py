@@ -14,11 +14,11 @@ from typing import Protocol
 
 import numpy as np
 
+from specguard.measure.accept_sources import REQUESTS, AcceptCheck, check_accept_sources, disagreement_line, stream_count
 from specguard.measure.client import RequestRecord
 from specguard.measure.load import WORKERS_ENV, RunResult
 from specguard.workload import Workload
 
-LATENCY_METRICS = ("ttft_ms", "tpot_ms", "itl_ms", "e2e_latency_ms")
 LATENCY_STATS = ("mean", "median", "p90", "p99")
 MAX_ERRORS_KEPT = 5
 CLIENT_BUSY_FRACTION = 0.7  # of a core per client process, over a run: beyond it the client may lag
@@ -52,6 +52,7 @@ class RunMetrics:
     # decode time over its decode steps, step_time_ms(); tok/s per request ~ accept length / this.
     step_time_ms: float | None = None
     server_accept_length: dict[str, float] = field(default_factory=dict)  # by source name
+    accept_check: AcceptCheck | None = None  # every source's accept length against the run's (accept_sources.py)
     tokens_estimated: bool = False
     client_cpu_fraction: float = 0.0  # client CPU seconds / (duration x client processes)
     errors: list[str] = field(default_factory=list)  # the first few, verbatim
@@ -252,7 +253,12 @@ def summarize_run(run: RunResult, server_accept_length: dict[str, float] | None 
         metrics.request_goodput, metrics.slo_attainment = goodput(run, slo_ms, duration_s)
     if categories:
         metrics.categories = category_summaries(run, categories, duration_s)
-    metrics.warnings.extend(accept_length_disagreements(metrics))
+    metrics.accept_check = check_accept_sources(accept_length, verify_ct, sum(1 for r in ok if r.spec_verify_ct),
+                                                metrics.server_accept_length, stream_count(ok),
+                                                own=REQUESTS if verify_ct else str(accept_length_source))
+    line = disagreement_line(metrics.accept_check) if metrics.accept_check else None
+    if line:
+        metrics.warnings.append(line)
     metrics.warnings.extend(client_busy_warnings(metrics.client_cpu_fraction))
     return metrics
 
@@ -359,27 +365,6 @@ def acceptance_by_position(histogram: Sequence[int]) -> list[float]:
 # Relative disagreement tolerated per server-side source: /server_info only advances every
 # --decode-log-interval (40) decode steps, so it lags and is only judged on runs long enough
 # for that not to matter; counter deltas should agree closely.
-AGREEMENT_TOLERANCE = {"server_info": 0.10, "metrics": 0.02}
-MIN_VERIFY_STEPS = {"server_info": 1000}
-
-
-def accept_length_disagreements(m: RunMetrics) -> list[str]:
-    """Flag server-side accept lengths that disagree with the run's own requests."""
-    if m.accept_length is None:
-        return []
-    out = []
-    for source, value in m.server_accept_length.items():
-        if m.total_verify_ct < MIN_VERIFY_STEPS.get(source, 0):
-            continue
-        tol = AGREEMENT_TOLERANCE.get(source, 0.05)
-        if value > 0 and abs(value / m.accept_length - 1) > tol:
-            out.append(
-                f"accept length disagrees: requests say {m.accept_length:.3f}, {source} says {value:.3f} "
-                f"(tolerance {tol:.0%})"
-            )
-    return out
-
-
 def mean_of(values: Iterable[float]) -> float:
     vals = list(values)
     return sum(vals) / len(vals) if vals else math.nan
