@@ -105,8 +105,9 @@ class SGLangEngine(Engine):
     name = "sglang"
     module = "sglang.launch_server"
     counter_names = ("sglang:generation_tokens_total", "sglang:spec_verify_calls_total", "sglang:num_requests_total")
-    gauge_names = ("sglang:spec_num_steps", "sglang:num_running_reqs", "sglang:num_queue_reqs",
-                   "sglang:num_grammar_queue_reqs")
+    gauge_names = ("sglang:spec_num_steps", "sglang:spec_accept_length", "sglang:num_running_reqs",
+                   "sglang:num_queue_reqs", "sglang:num_grammar_queue_reqs")
+    averaged_gauges = ("sglang:spec_num_steps", "sglang:spec_accept_length")  # per rank the same kind of figure
     generated_tokens_counter = "sglang:generation_tokens_total"
 
     def launch_command(self, cfg: ServerConfig, host: str, port: int, api_key: str | None) -> list[str]:
@@ -203,7 +204,7 @@ class SGLangEngine(Engine):
 
     def metrics_snapshot(self, client: httpx.Client) -> dict[str, float] | None:
         """Counters summed over their series; gauges: running/waiting summed over ranks, the
-        step gauge averaged (every rank reports the same steps)."""
+        steps and accept-length gauges averaged (each rank reports its own of the same figure)."""
         try:
             r = client.get("/metrics", timeout=10.0)
         except httpx.HTTPError:
@@ -214,7 +215,7 @@ class SGLangEngine(Engine):
         out = {k: sum(series[k]) for k in self.counter_names if k in series}
         for k in self.gauge_names:
             if series.get(k):
-                out[k] = sum(series[k]) / len(series[k]) if k == "sglang:spec_num_steps" else sum(series[k])
+                out[k] = sum(series[k]) / len(series[k]) if k in self.averaged_gauges else sum(series[k])
         return out
 
     def queue_depth(self, client: httpx.Client) -> tuple[int, int] | None:

@@ -91,3 +91,40 @@ def test_the_stream_count_reads_only_requests_with_verify_counts_and_real_events
     records = [_record(11, 31, 10), _record(21, 61, 20), _record(5, 13, None), _record(9, 25, 8, estimated=True)]
     assert stream_count(records) == StreamCount(steps=30, tokens=92)
     assert stream_count([_record(1, 1, 1)]) is None
+
+
+# -- against the emulator's double-counting servers ---------------------------------------------------
+@pytest.mark.e2e
+@pytest.mark.parametrize("fault, named", [
+    (None, None),                        # a sound server: no run disagrees
+    ("verify-counter", "metrics"),       # spec_verify_calls_total doubled: the counters say half
+    ("accept-gauge", "gauge"),           # sglang:spec_accept_length doubled
+    ("meta-verify-ct", "requests"),      # meta_info's spec_verify_ct doubled: the requests say half
+])
+def test_a_double_counting_server_is_caught_in_every_run_naming_its_source(tmp_path, fault, named):
+    from specguard.config import ServerConfig, SweepConfig
+    from specguard.engines import get_engine
+    from specguard.measure.sweep import measure_cell
+    from specguard.server import launch, stop
+    from specguard.workload import WorkloadSpec, build_workload
+
+    args = ["--emulator-profile", "fast", "--enable-metrics"] + (["--emulator-fault-double-count", fault] if fault else [])
+    cfg = ServerConfig(name="eagle3", engine="emulator", model_path="/models/specguard-fast",
+                       speculative_algorithm="EAGLE3", draft_model_path="/models/specguard-fast-eagle3", num_steps=3,
+                       eagle_topk=1, num_draft_tokens=4, max_running_requests=8, startup_timeout_s=30, args=args)
+    handle = launch(cfg, get_engine("emulator"), log_dir=tmp_path)
+    try:  # 16 requests of 96 tokens a run: ~500 verify steps, enough to judge the gauge's window
+        workload = build_workload(WorkloadSpec(kind="random-ids", input_len=16, output_len=96), num_prompts=16)
+        sweep = SweepConfig(concurrency=[4], warmup=0, repeats=3, requests_per_worker=4, run_timeout_s=120)
+        cell = measure_cell(handle, workload, sweep, 4, flush_timeout_s=10)
+    finally:
+        stop(handle)
+    assert cell.error is None, cell.error
+    for run in cell.runs:
+        check = run.accept_check
+        assert check is not None and {r.source for r in check.readings} >= {"metrics", "gauge"}, check
+        if named is None:
+            assert check.suspect is None and not [w for w in run.warnings if "disagree" in w], check
+        else:
+            assert check.suspect is not None and named in check.suspect, check
+            assert any(w.startswith("accept length sources disagree: ") for w in run.warnings), run.warnings
