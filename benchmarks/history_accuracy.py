@@ -47,8 +47,8 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
-from specguard.report.results import validate
 from specguard.decide.changepoint import ChangePoint
+from specguard.report.results import validate
 from specguard.timeline.detect import DEFAULT_MAX_PVALUE, DEFAULT_MIN_CHANGE, SeriesChange, change_points
 from specguard.timeline.files import ResultsFile
 from specguard.timeline.series import METRICS, Reducer, Series, build_series, robust_value
