@@ -20,13 +20,6 @@ from specguard.session import parse_server_args, parse_server_urls
 
 SUITE_FILE_NAME = "suite.toml"
 
-# Flags that override a suite-file key: blamed by name when their value is wrong.
-OVERRIDE_FLAGS = {"sweep.concurrency": "--concurrency", "sweep.request_rate": "--request-rate",
-                  "sweep.repeats": "--repeats", "sweep.warmup": "--warmup",
-                  "tolerances.throughput": "--tolerance-throughput", "tolerances.step_time": "--tolerance-step-time",
-                  "tolerances.accept_length": "--tolerance-accept-length",
-                  "tolerances.prior_between_sd": "--prior-between-sd", "tolerances.family_alpha": "--family-alpha",
-                  "tolerances.inconclusive": "--inconclusive", "tolerances.fail_rule": "--fail-rule"}
 _TOLERANCE_FLAGS = (("--tolerance-throughput", "throughput"), ("--tolerance-step-time", "step_time"),
                     ("--tolerance-accept-length", "accept_length"),
                     ("--prior-between-sd", "prior_between_sd"), ("--family-alpha", "family_alpha"),
