@@ -103,7 +103,7 @@ def _launch_once(cfg: ServerConfig, engine: Engine, *, log_dir: Path, api_key: s
     argv = engine.launch_command(cfg, HOST, port, api_key)
     shown = redact(argv, [api_key] if api_key else [])
     env = dict(os.environ)
-    env.update(cfg.env)
+    env.update(cfg.launch_env)
     env.pop("SPECGUARD_API_KEY", None)  # the server gets its key as a flag only
     if cfg.gpus is not None:
         env["CUDA_VISIBLE_DEVICES"] = cfg.gpus

@@ -23,6 +23,11 @@ FAIL_RULES = ("significant", "beyond-tolerance")
 PRIOR_BETWEEN_DOF = 16.0
 
 ENGINES = ("sglang", "emulator", "vllm")
+# Forced acceptance, as SGLang 0.5.23 reads it (srt/environ.py; spec_utils.py sample_simulated_acc_len,
+# generate_simulated_accept_index): the variables a configuration's simulate_accept_* keys set.
+SIMULATE_ACCEPT_ENV = ("SGLANG_SIMULATE_ACC_LEN", "SGLANG_SIMULATE_ACC_METHOD", "SGLANG_SIMULATE_ACC_TOKEN_MODE")
+SIMULATE_ACCEPT_CHOICES = {"SGLANG_SIMULATE_ACC_METHOD": ("match-expected", "multinomial"),
+                           "SGLANG_SIMULATE_ACC_TOKEN_MODE": ("fixed", "real-draft-token")}
 SGLANG_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM")
 APIS = ("native", "openai", "chat")
 
@@ -62,6 +67,25 @@ class ServerConfig:
     # not. None: 1.05, or for NGRAM 1.0 (n-grams of text without repetition legitimately accept
     # almost nothing, so only requests without verify counts count as "not running").
     min_accept_length: float | None = None
+    # The engine measured alone: every verify step keeps this many tokens (the bonus one included),
+    # whatever the drafts, so tok/s and step time are the engine's and the accept-length test checks
+    # that the forced value holds. An integer: SGLang's match-expected method draws the floor or the
+    # ceiling of a fraction once per batch. SGLang's method and token mode keep their defaults
+    # (match-expected, "fixed": one fixed token as every output, so such a configuration is never a
+    # reference and its outputs are not compared) unless `env` sets SGLANG_SIMULATE_ACC_METHOD /
+    # SGLANG_SIMULATE_ACC_TOKEN_MODE.
+    simulate_accept_length: int | None = None
+
+    @property
+    def forced_acceptance(self) -> bool:
+        return self.simulate_accept_length is not None
+
+    @property
+    def launch_env(self) -> dict[str, str]:
+        """The environment the server is launched with: `env`, and the forced-acceptance variables."""
+        if not self.forced_acceptance:
+            return dict(self.env)
+        return {**self.env, SIMULATE_ACCEPT_ENV[0]: str(self.simulate_accept_length)}
 
     @property
     def accept_length_floor(self) -> float:

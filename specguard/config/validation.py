@@ -13,6 +13,8 @@ from specguard.config.suite import (
     ENGINES,
     FAIL_RULES,
     SGLANG_ALGORITHMS,
+    SIMULATE_ACCEPT_CHOICES,
+    SIMULATE_ACCEPT_ENV,
     ConfigError,
     ServerConfig,
     Suite,
@@ -191,6 +193,7 @@ def _validate_server(p: Path, name: str, s: ServerConfig, suite: Suite) -> None:
                           f"--speculative-ngram-max-bfs-breadth, here {_ngram_breadth(s.args)}); remove eagle_topk and "
                           f"put that flag in {key}.args")
     _validate_reference(p, key, s, suite.servers)
+    _validate_forced_acceptance(p, key, s)
     if s.startup_timeout_s <= 0:
         raise ConfigError(f"{p}: {key}.startup_timeout_s must be positive")
 
@@ -227,6 +230,32 @@ def _validate_draft_shape(p: Path, key: str, s: ServerConfig) -> None:
                           f"num_draft_tokens = {steps + 1}, or num_steps = {draft - 1} to draft {draft} tokens")
     if (s.eagle_topk is not None or draft is not None) and steps is None and s.speculative_algorithm:
         raise ConfigError(f"{p}: {key}: SGLang refuses eagle_topk/num_draft_tokens without num_steps; set num_steps too")
+
+
+def _validate_forced_acceptance(p: Path, key: str, s: ServerConfig) -> None:
+    """simulate_accept_length: SGLang's forced acceptance (config/suite.py SIMULATE_ACCEPT_ENV)."""
+    if SIMULATE_ACCEPT_ENV[0] in s.env:
+        raise ConfigError(f"{p}: {key}.env sets {SIMULATE_ACCEPT_ENV[0]}: write simulate_accept_length = N instead, "
+                          f"so the accept-length test checks it and the baseline fingerprint records it")
+    for var, choices in SIMULATE_ACCEPT_CHOICES.items():
+        if var in s.env and (not s.forced_acceptance or s.env[var] not in choices):
+            raise ConfigError(f"{p}: {key}.env.{var} = {s.env[var]!r}: with simulate_accept_length, one of "
+                              f"{', '.join(choices)}")
+    if not s.forced_acceptance:
+        return
+    length = s.simulate_accept_length
+    if not s.speculative or s.engine == "vllm":
+        raise ConfigError(f"{p}: {key}.simulate_accept_length forces SGLang's speculative acceptance: it needs "
+                          f"speculative_algorithm (engine sglang or emulator)")
+    if isinstance(length, bool) or not isinstance(length, int) or length < 1:
+        raise ConfigError(f"{p}: {key}.simulate_accept_length = {length!r}: a whole number of tokens per verify step, "
+                          f">= 1 (SGLang's match-expected draws floor or ceiling of a fraction once per batch)")
+    if s.num_steps is not None and s.speculative_algorithm != "NGRAM" and length > s.num_steps + 1:
+        raise ConfigError(f"{p}: {key}.simulate_accept_length = {length} > num_steps + 1 = {s.num_steps + 1}: SGLang "
+                          f"caps it there (a verify step keeps at most its drafts and one bonus token)")
+    if s.env.get("SGLANG_SIMULATE_ACC_TOKEN_MODE") == "real-draft-token" and s.eagle_topk not in (None, 1):
+        raise ConfigError(f"{p}: {key}.env.SGLANG_SIMULATE_ACC_TOKEN_MODE = \"real-draft-token\" needs eagle_topk = 1 "
+                          f"(SGLang refuses it on a tree)")
 
 
 def _validate_reference(p: Path, key: str, s: ServerConfig, servers: dict[str, ServerConfig]) -> None:

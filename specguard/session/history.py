@@ -109,6 +109,9 @@ class Histories:
                if sweep.min_requests_per_run and not opts.requests_per_run else {}),
             # open loop only (suites without request_rate keep their fingerprints): the arrival process
             **({"load": f"poisson levels, burstiness {sweep.burstiness:g}, cap {sweep.rate_cap}"} if self._levels.rate else {}),
+            # forced acceptance only (other suites keep their fingerprints): the engine measured alone
+            **({"simulate_accept": {k: v for k, v in cfg.launch_env.items() if k.startswith("SGLANG_SIMULATE_ACC")}}
+               if cfg.forced_acceptance else {}),
         }
 
     def fingerprint(self, name: str) -> Fingerprint:
