@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from specguard.decide.baselines import atomic_write_json
 from specguard.labels import ExitCode
+from specguard.store.atomic import atomic_write_json
 from specguard.timeline import plot
 from specguard.timeline.detect import (
     DEFAULT_MAX_PVALUE,
