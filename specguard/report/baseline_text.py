@@ -80,4 +80,4 @@ def write_failure_text(f: WriteFailure) -> str:
         return f"{at}: the disk is full; free space or pass --baseline-dir on another disk"
     if f.kind == WriteFailureKind.OS_ERROR:
         return f"{at}: {f.error}"
-    return f.error  # a document JSON cannot hold (NaN)
+    return f.error  # the lock directory's own line, or a document JSON cannot hold

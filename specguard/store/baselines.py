@@ -1,18 +1,16 @@
 """The baseline store of one directory: `<dir>/<configuration>.json` (baseline_file.py's format).
 
 One invocation's writes go together (`record_many`): every file's new text is written to a temp
-file first, then all are renamed with SIGINT/SIGTERM deferred (atomic.py), under per-file locks,
-so an interrupt leaves every file as it was or every file
-updated. A damaged, foreign
+file first, then all are renamed with SIGINT/SIGTERM deferred (atomic.py), under per-file locks
+kept outside the directory (locks.py), so an interrupt leaves every file as it was or every file
+updated, and two processes writing one file never lose each other's sessions. A damaged, foreign
 or newer file is reported, never overwritten unless the caller passes replace_damaged (the user
 asked to update). Plain JSON only.
 """
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -30,6 +28,7 @@ from specguard.store.baseline_file import (
     read_document,
     stored_session_from_json,
 )
+from specguard.store.locks import locked
 
 
 @dataclass
@@ -109,9 +108,7 @@ class BaselineStore:
         for w in writes:
             by_config.setdefault(w.config, []).append(w)
         self.directory.mkdir(parents=True, exist_ok=True)
-        with contextlib.ExitStack() as locks:
-            for config in sorted(by_config):  # one order for every process: no lock-order deadlock
-                locks.enter_context(_locked(self.path_for(config)))
+        with locked(self.path_for(c) for c in by_config):
             docs: dict[str, dict[str, Any]] = {}
             replaced: dict[str, str] = {}
             kept: dict[int, int] = {}
@@ -142,14 +139,3 @@ def _append(doc: dict[str, Any], write: StagedWrite, keep: int) -> int:
         cell["sessions"] = [*cell["sessions"], asdict(session)][-keep:]
         held.append(len(cell["sessions"]))
     return min(held, default=0)
-
-
-@contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    lock_path = path.with_suffix(path.suffix + ".lock")
-    with open(lock_path, "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)

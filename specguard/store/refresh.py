@@ -16,6 +16,7 @@ from typing import Any
 from specguard.labels import Level, TextEnum
 from specguard.store.baseline_file import BaselineError, Fingerprint, stored_session_from_json
 from specguard.store.baselines import BaselineStore, BaselineWrite, StagedWrite
+from specguard.store.locks import LockError
 
 
 class ProblemKind(TextEnum):
@@ -55,6 +56,7 @@ class WriteFailureKind(TextEnum):
     PERMISSION = "permission"
     DISK_FULL = "disk-full"
     OS_ERROR = "os-error"  # any other OSError
+    LOCK_DIR = "lock-dir"  # the lock directory cannot be used (error: locks.LockError's line)
     UNWRITABLE = "unwritable"  # a document JSON cannot hold (NaN), or a file refused
 
 
@@ -64,12 +66,14 @@ class WriteFailure:
 
     kind: WriteFailureKind
     where: str  # the path the error names, else the baselines directory
-    error: str  # "TypeName: message"
+    error: str  # "TypeName: message" (LOCK_DIR: the message)
 
 
 def write_failure(exc: BaseException, directory: Path) -> WriteFailure:
     where = str(getattr(exc, "filename", None) or directory)
     error = f"{type(exc).__name__}: {exc}"
+    if isinstance(exc, LockError):
+        return WriteFailure(WriteFailureKind.LOCK_DIR, where, str(exc))
     if isinstance(exc, (FileExistsError, NotADirectoryError)):
         kind = WriteFailureKind.IN_THE_WAY
     elif isinstance(exc, PermissionError):

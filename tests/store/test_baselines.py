@@ -52,12 +52,12 @@ def test_damaged_files_are_named_and_never_overwritten(tmp_path, content, expect
 def test_write_is_atomic_and_leaves_no_temp_files(tmp_path):
     store = BaselineStore(tmp_path)
     store.record_sessions("b", Fingerprint({"x": 1}), {1: session("s", [5.0, 6.0])}, keep=2)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["b.json", "b.json.lock"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["b.json"]  # no temp file, no lock file (locks.py)
     nan = session("n", [5.0, 6.0])
     nan.runs[0].output_throughput = float("nan")
     with pytest.raises(ValueError):
         store.record_sessions("b", Fingerprint({"x": 1}), {1: nan}, keep=2)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["b.json", "b.json.lock"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["b.json"]
     assert store.history("b", Fingerprint({"x": 1}), 1).sessions[0].throughputs == [5.0, 6.0]
 
 

@@ -42,7 +42,7 @@ def test_a_new_session_joins_the_old_ones_and_the_old_lock_files_stay(tmp_path):
     (fingerprint,) = store.fingerprints("eagle3")
     new = StoredSession("new", "2026-12-03T00:00:00+00:00", {}, [RunSample(0, "L1", 500.0, 2000, 4.0, 4, 0, 2.9, 690)])
     store.record_sessions("eagle3", fingerprint, {1: new}, keep=5)
-    assert sorted(p.name for p in suite.iterdir()) == sorted(before)  # no file added
+    assert sorted(p.name for p in suite.iterdir()) == sorted(before)  # no file added: the locks are elsewhere
     assert {n: (suite / n).read_bytes() for n in before if n != "eagle3.json"} == {
         n: b for n, b in before.items() if n != "eagle3.json"}  # baseline.json and both old .lock files untouched
     old = BaselineStore(SUITE).load_file("eagle3")
