@@ -11,7 +11,6 @@ from typing import Any, TypeAlias
 
 from specguard import ab, starter
 from specguard.config import ConfigError, ServerConfig, SweepConfig
-from specguard.decide.baselines import atomic_write_json
 from specguard.engines import get_engine
 from specguard.labels import ExitCode
 from specguard.measure.metrics import RunMetrics
@@ -22,6 +21,7 @@ from specguard.report.results import ResultsError
 from specguard.server import ServerHandle, ServerStartError, attach, launch, stop
 from specguard.session import api_key_from
 from specguard.slo import SLOError, parse_slo
+from specguard.store.atomic import atomic_write_json
 from specguard.timeline import cli as history_cli
 from specguard.tune import cli as tune_cli
 from specguard.workload import WORKLOAD_KINDS, Workload, WorkloadError, WorkloadSpec, build_workload

@@ -9,13 +9,13 @@ from pathlib import Path
 from emulator_suite import RELAUNCH, write_emulator_suite
 
 from specguard.config import load_suite
-from specguard.decide.baselines import RunSample, StoredSession
 from specguard.engines import EffectiveArgs, get_engine
 from specguard.measure.metrics import RunMetrics
 from specguard.measure.sweep import CellMeasurement
 from specguard.server import ServerHandle
 from specguard.session import GateSession, RunOptions
 from specguard.session.servers import ServerState
+from specguard.store.baseline_file import RunSample, StoredSession
 
 
 def make_suite(tmp_path: Path, **kwargs):

@@ -17,9 +17,9 @@ from research.study.report import ATTACH_KEYS, headline, matches, render_levels,
 from research.study.run import run_study
 from research.study.simulate import scenarios
 from specguard.config import FAIL_RULES, Suite, Tolerances, load_suite
-from specguard.decide.baselines import atomic_write_json
 from specguard.emulator.model import ACCEPTANCE_MODES, PER_REQUEST, PER_RUN
 from specguard.labels import ExitCode
+from specguard.store.atomic import atomic_write_json
 
 PROG = "python -m research.study"
 DEFAULT_SUITE = Path("perf_tests/suite.toml")

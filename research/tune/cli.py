@@ -10,8 +10,8 @@ from dataclasses import asdict
 from typing import Any
 
 from research.tune.sim import SimRunner
-from specguard.decide.baselines import atomic_write_json
 from specguard.labels import ExitCode
+from specguard.store.atomic import atomic_write_json
 from specguard.tune.cli import USAGE_ERRORS, Job, adaptive_paths, add_arguments, load_job, print_progress, tune
 from specguard.tune.grid import REFERENCE, Setting, TuneError, algorithm_of
 from specguard.tune.race import RacePlan, choices, full_grid, race

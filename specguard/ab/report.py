@@ -12,9 +12,9 @@ from typing import Any
 from specguard.ab.builds import Build
 from specguard.ab.decision import DIFFERENT, GateCell, shown_ratio
 from specguard.ab.rounds import Comparison
-from specguard.decide.baselines import atomic_write_json
 from specguard.labels import ACCEPT_LENGTH, SPECULATION, STEP_TIME, THROUGHPUT
 from specguard.report.terminal import fmt_num
+from specguard.store.atomic import atomic_write_json
 
 SCHEMA, SCHEMA_VERSION = "specguard-ab", 1
 GATE_SHOWN = {THROUGHPUT: "tok/s", STEP_TIME: "step ms", ACCEPT_LENGTH: "accept", SPECULATION: "spec/ref"}

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from specguard.decide.stats import RatioEstimate
 from specguard.labels import SPECULATION, STEP_TIME, THROUGHPUT, GateLabel, Level, TextEnum, Verdict
+from specguard.store.gaps import HistoryGap
 
 
 class Half(TextEnum):
@@ -34,7 +35,8 @@ class Why(TextEnum):
     TOO_FEW_RUNS = "too-few-runs"  # count: the runs measured
     NO_ACCEPT_LENGTH = "no-accept-length"  # no run carried verify counts (a category's test: none for it)
     NO_STEP_TIME = "no-step-time"  # no request decoded two or more tokens
-    # No stored session to compare with; detail: the history's own line (which file, what to run)
+    # No stored session to compare with; detail: the gap (store.gaps.HistoryGap: which file, what
+    # is missing, what to run)
     NO_BASELINE = "no-baseline"  # nothing recorded for this cell yet (a first run)
     OTHER_ENVIRONMENT = "other-environment"  # recorded, but with another fingerprint
     NO_CATEGORY_HISTORY = "no-category-history"  # recorded without this prompt category's figures
@@ -42,7 +44,7 @@ class Why(TextEnum):
     NO_REFERENCE = "no-reference"  # detail: the suite file that names none
     REFERENCE_FAILED = "reference-failed"  # detail: why the reference's server could not serve it
     REFERENCE_CELL_FAILED = "reference-cell-failed"  # detail: the reference cell's error at this level
-    REFERENCE_UNSTORED = "reference-unstored"  # detail: why no stored one serves; context: why it was not measured
+    REFERENCE_UNSTORED = "reference-unstored"  # detail: the gap of its stored sessions; context: why it was not measured
     ZERO_GOODPUT = "zero-goodput"  # detail: the SLOs; reference: whose goodput
     NOT_RUNNING = "not-running"  # speculation configured, no verify counts; detail: what the server runs
     ACCEPT_AT_FLOOR = "accept-at-floor"  # value: the median accept length, limit: min_accept_length
@@ -59,7 +61,10 @@ class Problem:
     """Why a gate was decided without (or against) its statistics, with the figures that say it."""
 
     why: Why
-    detail: str = ""  # a line from below the gate: a server's failure, a stored history's reason, an exception
+    # A line from below the gate (a server's failure, an exception), or for the HISTORY_MISSING
+    # kinds and REFERENCE_UNSTORED the stored history's gap as data (a string in documents
+    # written before gaps were data: their line as worded then)
+    detail: str | HistoryGap = ""
     value: float | None = None
     limit: float | None = None
     count: int | None = None

@@ -16,7 +16,6 @@ from typing import Any, Literal
 
 import pytest
 
-from specguard.decide.baselines import BaselineOutcome
 from specguard.decide.result import Why
 from specguard.labels import STATUS_NOT_MEASURED, STATUS_REGRESSION, ExitCode, Verdict, is_history_gate, status_of
 from specguard.plugin import state
@@ -24,12 +23,14 @@ from specguard.plugin.collection import cell_of
 from specguard.plugin.fixtures import FAILURE_KIND
 from specguard.plugin.hints import record_command
 from specguard.plugin.scheduling import WORKER_OUTPUT_KEY, WORKER_STAGE_KEY, claim_dir, commit_worker_stages, is_worker
+from specguard.report.baseline_text import outcome_lines
 from specguard.report.merge import merge_documents
 from specguard.report.publish import write_report_dir
-from specguard.report.results import family_holm, write_results
+from specguard.report.results import family_holm, outcome_doc, write_results
 from specguard.report.schema import DecisionDoc, FailedTestDoc, ResultsDoc, TestDoc
 from specguard.report.terminal import render_summary
 from specguard.session.results import build_results
+from specguard.store.refresh import BaselineOutcome
 
 HOLM_NODEID = "specguard::family_holm"
 _PACKAGE = Path(__file__).resolve().parents[1]
@@ -197,7 +198,7 @@ def _session_document(config: pytest.Config, interrupted: bool) -> tuple[Results
             stage = sg.stage_baselines(interrupted=interrupted)
         else:
             outcome = sg.write_baselines(interrupted=interrupted)
-        if not (sg.cells or sg.results or sg.baseline_updates or sg.pool.states):
+        if not (sg.cells or sg.results or sg.baselines_requested or sg.pool.states):
             return None
         doc = build_results(sg)
         if is_worker(config):  # the controller merges, reports and commits baselines
@@ -210,7 +211,9 @@ def _session_document(config: pytest.Config, interrupted: bool) -> tuple[Results
     if config.stash.get(state.WORKER_DOCS, None):
         doc = merge_documents(config.stash[state.WORKER_DOCS])
         outcome = commit_worker_stages(config, interrupted)
-        doc["baseline_updates"] = [*doc["baseline_updates"], *(outcome.lines if outcome else [])]
+        if outcome is not None:
+            doc["baseline_outcome"] = outcome_doc(outcome)
+            doc["baseline_updates"] = [*doc["baseline_updates"], *outcome_lines(outcome)]
         run_dir = claim_dir(config)
         if run_dir is not None:  # the workers' claims and launch lock are this run's only
             shutil.rmtree(run_dir, ignore_errors=True)

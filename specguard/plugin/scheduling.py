@@ -16,9 +16,10 @@ from typing import Any
 import pytest
 
 from specguard.config import Suite
-from specguard.decide.baselines import BaselineOutcome, BaselineStage, BaselineStore, commit_baseline_stages
 from specguard.plugin import state
 from specguard.plugin.options import baseline_dir, get_suite
+from specguard.store.baselines import BaselineStore
+from specguard.store.refresh import BaselineOutcome, BaselineStage, commit_baseline_stages
 
 WORKER_OUTPUT_KEY = "specguard_results"
 WORKER_STAGE_KEY = "specguard_baseline_stage"

@@ -19,12 +19,12 @@ import sys
 from pathlib import Path
 from typing import Any, Protocol
 
-from specguard.decide.baselines import atomic_write_json
 from specguard.labels import ExitCode
 from specguard.report.markdown import STATUS_TEXT, headline, render_markdown
 from specguard.report.results import ResultsError, load
 from specguard.report.schema import CellDoc, DecisionDoc, ResultsDoc, SummaryFigure
 from specguard.report.terminal import outcome_line
+from specguard.store.atomic import atomic_write_json
 
 FORMATS = ("bencher", "github-check")
 CHECK_TEXT_LIMIT = 65535  # the Checks API's maximum for output.summary and output.text

@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any, cast
 
 from specguard import __version__
-from specguard.decide.baselines import atomic_write_json
 from specguard.decide.result import (
     Against,
     Attribution,
@@ -29,6 +28,7 @@ from specguard.decide.result import (
 from specguard.decide.stats import RatioEstimate
 from specguard.labels import GateLabel, Level, Verdict
 from specguard.report.schema import (
+    BaselineOutcomeDoc,
     CellDoc,
     ConfigDoc,
     DecisionDoc,
@@ -38,6 +38,10 @@ from specguard.report.schema import (
 )
 from specguard.report.upgrade import upgrade
 from specguard.report.verdict_text import message, ratio_text
+from specguard.store.atomic import atomic_write_json
+from specguard.store.baseline_file import FieldDifference
+from specguard.store.gaps import GapKind, HistoryGap
+from specguard.store.refresh import BaselineOutcome
 
 SCHEMA = "specguard-results"
 SCHEMA_VERSION = 3
@@ -89,7 +93,7 @@ def decision_dict(r: GateResult) -> DecisionDoc:
         "attribution": ({"half": a.half.value, "step_rate": _estimate_doc(a.step_rate), "accept": _estimate_doc(a.accept)}
                         if a else None),
         "factors": cast(Any, asdict(r.factors)) if r.factors else None, "goodput": r.goodput,
-        "problem": cast(ProblemDoc, {**asdict(p), "why": p.why.value}) if p else None,
+        "problem": problem_doc(p) if p else None,
         "drift": cast(Any, asdict(r.drift)) if r.drift else None, "notes": list(r.notes),
     }
 
@@ -105,9 +109,35 @@ def decision_result(d: DecisionDoc) -> GateResult:
         stage=d.get("stage", 1),
         attribution=Attribution(Half(a["half"]), _estimate(a["step_rate"]), _estimate(a["accept"])) if a else None,
         factors=Factors(**f) if (f := d.get("factors")) else None, goodput=d.get("goodput", False),
-        problem=Problem(Why(p["why"]), p["detail"], p["value"], p["limit"], p["count"], p["reference"], p["context"])
-        if p else None,
+        problem=problem_result(p) if p else None,
         drift=Drift(**dr) if (dr := d.get("drift")) else None, notes=tuple(d.get("notes") or ()))
+
+
+def problem_doc(p: Problem) -> ProblemDoc:
+    """A decision's problem as stored: a stored history's gap under `gap`, every other detail a line."""
+    gap = p.detail if isinstance(p.detail, HistoryGap) else None
+    doc: ProblemDoc = {"why": p.why.value, "detail": "" if gap else str(p.detail), "value": p.value, "limit": p.limit,
+                       "count": p.count, "reference": p.reference, "context": p.context}
+    if gap is not None:
+        doc["gap"] = {"kind": gap.kind.value, "config": gap.config, "path": gap.path, "level": gap.level.name,
+                      "differing": [{"field": d.field, "stored": d.stored, "now": d.now} for d in gap.differing],
+                      "category": gap.category, "metric": gap.metric, "record_command": gap.record_command,
+                      "detail": gap.detail}
+    return doc
+
+
+def problem_result(p: ProblemDoc) -> Problem:
+    g = p.get("gap")
+    detail = p["detail"] if not g else HistoryGap(
+        GapKind(g["kind"]), g["config"], g["path"], Level.parse(g["level"]),
+        tuple(FieldDifference(d["field"], d["stored"], d["now"]) for d in g["differing"]), g["category"], g["metric"],
+        g["record_command"], g["detail"])
+    return Problem(Why(p["why"]), detail, p["value"], p["limit"], p["count"], p["reference"], p["context"])
+
+
+def outcome_doc(o: BaselineOutcome) -> BaselineOutcomeDoc:
+    """What --update-baselines did, as the document stores it (store/refresh.py writes the shape)."""
+    return cast(BaselineOutcomeDoc, o.to_json())
 
 
 def decision_text(d: DecisionDoc) -> str:

@@ -106,14 +106,38 @@ class VersusDoc(TypedDict):
     sessions: int
 
 
-class ProblemDoc(TypedDict):
-    why: str  # decide.result.Why
+class FieldDifferenceDoc(TypedDict):
+    field: str
+    stored: Any  # the fingerprint field's JSON value (null: absent)
+    now: Any
+
+
+class HistoryGapDoc(TypedDict):
+    """A `store.gaps.HistoryGap`: why a cell (or a reference) had no stored session to compare with."""
+
+    kind: str  # store.gaps.GapKind
+    config: str
+    path: str
+    level: str
+    differing: list[FieldDifferenceDoc]
+    category: str
+    metric: str
+    record_command: str
     detail: str
+
+
+class _ProblemFields(TypedDict):
+    why: str  # decide.result.Why
+    detail: str  # "" when the problem's detail is a gap
     value: float | None
     limit: float | None
     count: int | None
     reference: str
     context: str
+
+
+class ProblemDoc(_ProblemFields, total=False):
+    gap: HistoryGapDoc | None  # a stored history's gap (absent in files written before gaps were data)
 
 
 class AttributionDoc(TypedDict):
@@ -211,6 +235,42 @@ class CrossoverDoc(TypedDict):
     text: str
 
 
+class BaselineProblemDoc(TypedDict):
+    kind: str  # store.refresh.ProblemKind
+    config: str
+    level: str | None
+    detail: str
+
+
+class BaselineWriteDoc(TypedDict):
+    config: str
+    path: str
+    levels: list[str]
+    sessions_kept: int
+    replaced: str | None
+
+
+class SkippedConfigDoc(TypedDict):
+    config: str
+    detail: str
+
+
+class WriteFailureDoc(TypedDict):
+    kind: str  # store.refresh.WriteFailureKind
+    where: str
+    error: str
+
+
+class BaselineOutcomeDoc(TypedDict):
+    """A `store.refresh.BaselineOutcome`: what `--update-baselines` did."""
+
+    result: str  # store.refresh.Refresh
+    writes: list[BaselineWriteDoc]
+    problems: list[BaselineProblemDoc]
+    skipped: list[SkippedConfigDoc]
+    failure: WriteFailureDoc | None
+
+
 # "for" is a Python keyword, so this one is spelled in the functional form.
 ReferenceRoleDoc = TypedDict("ReferenceRoleDoc", {"config": str, "level": str, "for": list[str]})
 
@@ -251,7 +311,8 @@ class ResultsDoc(TypedDict, total=False):
     decisions: list[DecisionDoc]
     holm_failures: list[DecisionDoc]
     crossovers: dict[str, CrossoverDoc]
-    baseline_updates: list[str]
+    baseline_updates: list[str]  # what --update-baselines did, in words (older files: the only record)
+    baseline_outcome: BaselineOutcomeDoc | None  # the same as data (absent in files written before it)
     outcome: OutcomeDoc
     merged_from: int
     reference_roles: list[ReferenceRoleDoc]

@@ -14,6 +14,7 @@ from typing import Any
 
 from specguard.decide.gates import RelaunchReason, RelaunchWhy
 from specguard.labels import STATUS_NOT_MEASURED, STATUS_REGRESSION, GateLabel, Level
+from specguard.report.baseline_text import document_lines
 from specguard.report.results import detectable_drop, sorted_cells
 from specguard.report.schema import CellDoc, DecisionDoc, EstimateDoc, RelaunchDoc, ResultsDoc, ServerDoc, TestDoc
 from specguard.report.verdict_text import relaunch_reason
@@ -282,7 +283,7 @@ def notes(doc: ResultsDoc) -> list[str]:
     resolution = resolution_note(doc)
     if resolution:
         lines.append(resolution)
-    lines += [f"baselines: {u}" for u in doc["baseline_updates"]]
+    lines += [f"baselines: {u}" for u in document_lines(doc)]
     lines += list(doc.get("run_notes") or [])
     return lines
 

@@ -3,12 +3,15 @@ decision lines, all rendered from a `GateResult`'s fields (decide/result.py), ne
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from specguard.decide.gates import RelaunchReason, RelaunchWhy
 from specguard.decide.result import HISTORY_MISSING, Against, Attribution, Factors, GateResult, Half, Problem, Versus, Why
 from specguard.decide.stats import RatioEstimate
 from specguard.labels import SPECULATION, STEP_TIME, Verdict
+from specguard.store.baseline_file import FieldDifference
+from specguard.store.gaps import GapKind, HistoryGap
 
 MOVED = {Half.ENGINE: "the engine moved", Half.DRAFTER: "the drafter moved", Half.BOTH: "both halves moved",
          Half.NEITHER: "neither half resolved"}
@@ -109,8 +112,10 @@ def drift_line(r: GateResult) -> str:
 def problem_line(r: GateResult, p: Problem) -> str:
     """A decision the statistics did not make (or overruled), and why."""
     at = where(r)
-    if p.why in (*HISTORY_MISSING, Why.UNAVAILABLE):
-        return p.detail  # the history's or the server's own line already names the cell
+    if p.why in HISTORY_MISSING:  # the line names the cell
+        return cell_gap_line(p.detail) if isinstance(p.detail, HistoryGap) else p.detail
+    if p.why == Why.UNAVAILABLE:
+        return str(p.detail)  # the server's own line names the configuration
     if p.why == Why.ACCEPT_DRIFT:
         return f"{at}: {drift_line(r)} (advanced.accept_drift = \"fail\")"
     return f"{at}: {_PROBLEMS[p.why](p, r)}"
@@ -135,7 +140,8 @@ def _zero_goodput(p: Problem, r: GateResult) -> str:
 def _unstored(p: Problem, r: GateResult) -> str:
     why = (f"reference {p.reference!r} cannot be measured here ({p.context})" if p.context
            else f"reference {p.reference!r} was not measured")
-    return f"{why} and has no usable stored baseline: {p.detail}"
+    stored = reference_gap_text(p.detail) if isinstance(p.detail, HistoryGap) else p.detail
+    return f"{why} and has no usable stored baseline: {stored}"
 
 
 _PROBLEMS: dict[Why, Callable[[Problem, GateResult], str]] = {
@@ -153,6 +159,64 @@ _PROBLEMS: dict[Why, Callable[[Problem, GateResult], str]] = {
                                        f"{p.limit:g} (each verify step keeps almost no draft)"),
     Why.INTERNAL_ERROR: lambda p, r: f"internal error (a specguard bug): {p.detail}",
 }
+
+
+# -- no stored session to compare with (store/gaps.py) -----------------------------------------------
+_FIGURES = {"step_rates": "step times", "accept_lengths": "accept lengths", "request_goodputs": "request goodputs"}
+
+
+def short(value: Any, limit: int = 48) -> str:
+    """repr(value), cut to about `limit` characters (whole list items, then "...")."""
+    text = repr(value)
+    if len(text) <= limit:
+        return text
+    if isinstance(value, (list, tuple)):
+        shown: list[str] = []
+        for item in value:
+            if len(", ".join([*shown, repr(item)])) > limit - 8:
+                break
+            shown.append(repr(item))
+        return "[" + ", ".join(shown) + f", ... ({len(value)} items)]"
+    return text[: limit - 3] + "..."
+
+
+def difference_text(d: FieldDifference) -> str:
+    """"max_running_requests: stored 128, now 64" (long values cut, so a line stays readable)."""
+    return f"{d.field}: stored {short(d.stored)}, now {short(d.now)}"
+
+
+def differences_text(diffs: Sequence[FieldDifference]) -> str:
+    return "; ".join(difference_text(d) for d in diffs)
+
+
+def cell_gap_line(g: HistoryGap) -> str:
+    """Why a cell's history gates had nothing to compare with, and the command that records it."""
+    where, create = f"{g.config} {g.level}", f"create one with: {g.record_command}"
+    if g.kind == GapKind.UNREADABLE:
+        return g.detail
+    if g.kind == GapKind.OTHER_ENVIRONMENT:
+        return (f"baseline for {where} was recorded with another environment; differing fields: "
+                f"{differences_text(g.differing)}. Not compared. To accept this environment, {create}")
+    if g.kind == GapKind.NO_CATEGORY:
+        return (f"the baseline for {where} in {g.path} has no accept lengths for prompt category {g.category!r} "
+                f"(recorded before per-category figures were stored, or its runs had no such prompts); {create}")
+    if g.kind == GapKind.NO_FIGURES:
+        return (f"the baseline for {where} in {g.path} has no {_FIGURES.get(g.metric, g.metric)} (its runs were "
+                f"recorded without them); {create}")
+    return f"no baseline for {where} in {g.path}; {create}"  # no file, no entries, no cell at this level
+
+
+def reference_gap_text(g: HistoryGap) -> str:
+    """Why the reference's stored sessions cannot stand in for it (the speculation gate's line ends with it)."""
+    if g.kind == GapKind.UNREADABLE:
+        return g.detail
+    if g.kind == GapKind.NO_FILE:
+        return f"no stored reference ({g.path} does not exist)"
+    if g.kind == GapKind.NO_ENTRIES:
+        return f"{g.path} has no entries"
+    if g.kind == GapKind.OTHER_ENVIRONMENT:
+        return f"{g.path} was recorded in another environment, not used; differing fields: {differences_text(g.differing)}"
+    return f"{g.path} has this environment but no {g.level} cell"  # or its sessions there lack the figure
 
 
 def relaunch_reason(reason: RelaunchReason) -> str:

@@ -17,7 +17,6 @@ import time
 import uuid
 
 from specguard.config import Suite
-from specguard.decide.baselines import BaselineOutcome, BaselineStage, commit_baseline_stages
 from specguard.decide.gates import design_of
 from specguard.decide.result import GateResult
 from specguard.labels import ACCEPT_LENGTH, SPECULATION, STEP_TIME, THROUGHPUT
@@ -32,6 +31,7 @@ from specguard.session.plan import Plan, PlannedTest, Planner
 from specguard.session.recording import Recorder
 from specguard.session.servers import ServerPool
 from specguard.session.verdicts import Verdicts
+from specguard.store.refresh import BaselineOutcome, BaselineStage, Refresh, commit_baseline_stages
 from specguard.workload import Workload, build_workload
 
 
@@ -102,7 +102,7 @@ class GateSession:
         """
         if self.baseline_outcome is None:
             if not self.options.update_baselines:
-                self.baseline_outcome = BaselineOutcome(requested=False)
+                self.baseline_outcome = BaselineOutcome(Refresh.NOT_REQUESTED)
             else:
                 self.baseline_outcome = commit_baseline_stages([self.stage_baselines(interrupted)], self.histories.store,
                                                                keep=self.suite.tolerances.history_sessions)
@@ -118,8 +118,9 @@ class GateSession:
         return self.campaign.relaunches
 
     @property
-    def baseline_updates(self) -> list[str]:
-        return list(self.baseline_outcome.lines) if self.baseline_outcome else []
+    def baselines_requested(self) -> bool:
+        """Whether this process was asked to write baselines and has tried (its outcome is there)."""
+        return self.baseline_outcome is not None and self.baseline_outcome.requested
 
     def categories_at(self, level: int) -> list[str]:
         return self.levels.categories_at(level, self.workload)

@@ -7,17 +7,10 @@ import shutil
 import subprocess
 from collections.abc import Sequence
 from dataclasses import replace
+from functools import partial
 from typing import Any
 
 from specguard.config import ServerConfig, Suite
-from specguard.decide.baselines import (
-    BaselineError,
-    BaselineStore,
-    Fingerprint,
-    StoredSession,
-    cell_key,
-    stored_session_from_json,
-)
 from specguard.decide.gates import session_spread
 from specguard.decide.result import Why
 from specguard.decide.stats import SessionRuns, SpreadEstimate
@@ -27,9 +20,25 @@ from specguard.session.hints import exact_k, record_command_line
 from specguard.session.levels import SweepLevels
 from specguard.session.options import ConfigUnavailable, RunOptions
 from specguard.session.servers import ServerPool
+from specguard.store.baseline_file import (
+    BaselineError,
+    FieldDifference,
+    Fingerprint,
+    StoredSession,
+    cell_key,
+    entries_newest_first,
+    stored_session_from_json,
+)
+from specguard.store.baselines import BaselineStore
+from specguard.store.gaps import GapKind, HistoryGap
 
-# (samples per stored session | None, why not, whether "why not" is an error rather than a skip)
-History = tuple[list[list[float]] | None, str, Why | None]  # sessions, or why not (the line and its kind)
+# Per-launch samples of each stored session, or None with why not (the gap, and its kind: an
+# unreadable file is an error, every other gap a skip). cell_gates.py and speculation_gate.py
+# hand the gap to the gate's Problem as its detail; report/verdict_text.py words it.
+History = tuple[list[list[float]] | None, HistoryGap | str, Why | None]
+
+_WHY = {GapKind.UNREADABLE: Why.HISTORY_UNREADABLE, GapKind.OTHER_ENVIRONMENT: Why.OTHER_ENVIRONMENT,
+        GapKind.NO_CATEGORY: Why.NO_CATEGORY_HISTORY}  # every other gap: Why.NO_BASELINE
 
 _SPECULATIVE_FIELDS = {"speculative_algorithm", "draft_model_path", "num_steps", "eagle_topk", "num_draft_tokens"}
 # Server capacity that SGLang derives differently with and without speculation (the 48-request
@@ -124,7 +133,7 @@ class Histories:
         return Fingerprint({"engine": cfg.engine, **state.handle.effective.fingerprint_fields(), **self._session_fields(cfg)})
 
     def cell(self, name: str, level: int, metric: str) -> History:
-        """Stored per-session samples of a cell's metric, or None with the reason. A damaged,
+        """Stored per-session samples of a cell's metric, or None with the gap. A damaged,
         unreadable or foreign file is an error ("not measured"), never a skip."""
         fp = self.fingerprint(name)
         try:
@@ -133,32 +142,33 @@ class Histories:
                 samples: list[list[float]] = [s for s in (_by_launch(x, metric) for x in hist.sessions) if s]
                 if samples:
                     return samples, "", None
-            others = self.store.other_fingerprints(name)
+            recorded = self.store.fingerprints(name)
         except BaselineError as exc:
-            return None, str(exc), Why.HISTORY_UNREADABLE
-        create = self.record_hint(name, level)
-        where = f"{name} {self._levels.name(level)}"
+            return self._gap(GapKind.UNREADABLE, name, level, detail=str(exc))
+        gap = partial(self._gap, name=name, level=level, record_command=self.record_hint(name, level))
+        if fp.key not in {f.key for f in recorded}:  # no file, a file without entries, other environments only
+            if recorded:
+                return gap(GapKind.OTHER_ENVIRONMENT, differing=tuple(fp.differences(recorded[0])))
+            return gap(GapKind.NO_ENTRIES if self.store.path_for(name).exists() else GapKind.NO_FILE)
+        if hist is None or not hist.sessions:
+            return gap(GapKind.NO_CELL)
         category = GateLabel.parse(metric).category
-        if hist is not None and hist.sessions and category:
-            return None, (f"the baseline for {where} in {self.store.path_for(name)} has no accept lengths "
-                          f"for prompt category {category!r} (recorded before per-category figures were stored, or "
-                          f"its runs had no such prompts); {create}"), Why.NO_CATEGORY_HISTORY
-        if others:
-            diffs = fp.differences(others[0])
-            return (None, f"baseline for {where} was recorded with another environment; differing fields: "
-                    f"{'; '.join(diffs)}. Not compared. To accept this environment, {create}", Why.OTHER_ENVIRONMENT)
-        return None, f"no baseline for {where} in {self.store.path_for(name)}; {create}", Why.NO_BASELINE
+        return gap(GapKind.NO_CATEGORY, category=category) if category else gap(GapKind.NO_FIGURES, metric=metric)
+
+    def _gap(self, kind: GapKind, name: str, level: int, **more: Any) -> History:
+        found = HistoryGap(kind, name, str(self.store.path_for(name)), self._levels.level(level), **more)
+        return None, found, _WHY.get(kind, Why.NO_BASELINE)
 
     def record_hint(self, name: str, level: int) -> str:
         """A command that records exactly this cell, with this run's suite, directory and servers."""
         if self._options.rerun_hint is not None:
-            return "create one with: " + self._options.rerun_hint(name, [level])
+            return self._options.rerun_hint(name, [level])
         options = ["--suite", str(self._suite.path), "--baseline-dir", str(self.store.directory)]
         for n, url in self._options.server_urls.items():
             options += ["--server-url", f"{n}={url}" if n else url]
         cells = [(n, level) for n in self._suite.servers for level in self._levels.values]
         keyword = exact_k([(name, level)], cells, "r" if self._levels.rate else "c")
-        return "create one with: " + record_command_line([str(self._suite.path.parent)], options, keyword)
+        return record_command_line([str(self._suite.path.parent)], options, keyword)
 
     def _expected_reference_fields(self, spec_name: str, ref: str) -> dict[str, Any]:
         """The environment a stored reference must come from: this run's (workload, engine version,
@@ -172,23 +182,21 @@ class Histories:
 
     def reference(self, spec_name: str, ref: str, level: int, metric: str) -> History:
         """Every stored session of the reference at this level whose fingerprint matches this run's
-        environment (all non-speculative fields); None with the reason otherwise. Other
+        environment (all non-speculative fields); None with the gap otherwise. Other
         environments are never used."""
         expected = Fingerprint(self._expected_reference_fields(spec_name, ref))
-        path = self.store.path_for(ref)
         try:
             doc = self.store.load_file(ref)
         except BaselineError as exc:
-            return None, str(exc), Why.HISTORY_UNREADABLE
+            return self._gap(GapKind.UNREADABLE, ref, level, detail=str(exc))
         if doc is None:
-            return None, f"no stored reference ({path} does not exist)", Why.NO_BASELINE
-        entries = sorted(doc["entries"].values(), key=lambda e: e.get("updated", ""), reverse=True)
-        mismatches: list[str] = []
-        for entry in entries:
+            return self._gap(GapKind.NO_FILE, ref, level)
+        mismatches: list[list[FieldDifference]] = []
+        for entry in entries_newest_first(doc):
             stored = Fingerprint({k: v for k, v in entry["fingerprint"].items() if not _reference_free(k)})
             diffs = expected.differences(stored)
             if diffs:
-                mismatches.append("; ".join(diffs))
+                mismatches.append(diffs)
                 continue
             cell = entry["cells"].get(cell_key(self._levels.store_key(level)))
             sessions: list[list[float]] = [_by_launch(stored_session_from_json(s), metric)
@@ -196,11 +204,10 @@ class Histories:
             sessions = [s for s in sessions if s]
             if sessions:
                 return sessions, "", None
-            return None, f"{path} has this environment but no {self._levels.name(level)} cell", Why.NO_BASELINE
+            return self._gap(GapKind.NO_CELL, ref, level)
         if mismatches:
-            return (None, f"{path} was recorded in another environment, not used; differing fields: {mismatches[0]}",
-                    Why.OTHER_ENVIRONMENT)
-        return None, f"{path} has no entries", Why.NO_BASELINE
+            return self._gap(GapKind.OTHER_ENVIRONMENT, ref, level, differing=tuple(mismatches[0]))
+        return self._gap(GapKind.NO_ENTRIES, ref, level)
 
     def stored(self, name: str, level: int, metric: str) -> list[list[float]]:
         """A started configuration's stored sessions of a metric at a level ([] when none or unknown)."""

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 from specguard import __version__
-from specguard.decide.baselines import BaselineStage, RunSample, StagedWrite, StoredSession, now_iso
 from specguard.session.cells import CellStore
 from specguard.session.history import Histories
 from specguard.session.levels import SweepLevels
 from specguard.session.options import RunOptions
 from specguard.session.plan import Plan
 from specguard.session.servers import ServerPool
+from specguard.store.baseline_file import RunSample, StoredSession, now_iso
+from specguard.store.baselines import StagedWrite
+from specguard.store.refresh import BaselineProblem, BaselineStage, ProblemKind, SkippedConfig
 
 
 class Recorder:
@@ -35,30 +37,28 @@ class Recorder:
         needed = sorted(self._cells.attempted | set(self._cells.cells)) if self._options.worker_id else planned
         problems, skipped = self._problems(needed)
         if interrupted:
-            problems.insert(0, "the run was interrupted")
-        notes = [f"{name}: nothing to write (skipped: {str(self._pool.state(name).failure).splitlines()[0]})"
-                 for name in sorted(skipped)]
+            problems.insert(0, BaselineProblem(ProblemKind.INTERRUPTED))
+        notes = [SkippedConfig(name, _first_line(self._pool.state(name).failure)) for name in sorted(skipped)]
         covered = [k for k in planned if (k in self._cells.cells and not self._cells.error(*k)) or k[0] in skipped]
-        return BaselineStage(complete=not problems, problems=problems, writes=self._writes(selected), notes=notes,
-                             planned=planned, covered=covered)
+        at = self._levels.level
+        return BaselineStage(complete=not problems, problems=problems, writes=self._writes(selected), skipped=notes,
+                             planned=[(n, at(v)) for n, v in planned], covered=[(n, at(v)) for n, v in covered])
 
-    def _problems(self, needed: list[tuple[str, int]]) -> tuple[list[str], set[str]]:
-        """Why the cells needed cannot be written (one line each), and the configurations skipped here."""
-        problems: list[str] = []
+    def _problems(self, needed: list[tuple[str, int]]) -> tuple[list[BaselineProblem], set[str]]:
+        """Why the cells needed cannot be written, and the configurations skipped here."""
+        problems: list[BaselineProblem] = []
         skipped: set[str] = set()
-        for name, level in needed:
+        for name, value in needed:
             failure = self._pool.state(name).failure
-            cell = self._cells.cell(name, level)
-            where = f"{name} c{level}"
+            cell = self._cells.cell(name, value)
+            level = self._levels.level(value)
             if cell is None:
                 if failure is not None and failure.skip:
                     skipped.add(name)
-                elif failure is not None:
-                    problems.append(f"{where} not measured ({str(failure).splitlines()[0]})")
                 else:
-                    problems.append(f"{where} not measured")
+                    problems.append(BaselineProblem(ProblemKind.NOT_MEASURED, name, level, _first_line(failure)))
             elif cell.error:
-                problems.append(f"{where} had errors ({cell.error.splitlines()[0]})")
+                problems.append(BaselineProblem(ProblemKind.HAD_ERRORS, name, level, _first_line(cell.error)))
         return problems, skipped
 
     def _writes(self, selected: list[tuple[str, int]]) -> list[StagedWrite]:
@@ -84,3 +84,8 @@ class Recorder:
         """The cell's runs as stored, each with the id of the server launch that ran it."""
         tagged = self._cells.tagged_runs(name, level, self._pool.state(name).launch_id)
         return [RunSample.from_metrics(r, i, lid) for i, (lid, r) in enumerate(tagged)]
+
+
+def _first_line(text: object) -> str:
+    """The first line of a failure or an error ("" for none)."""
+    return (str(text).splitlines() or [""])[0] if text is not None else ""

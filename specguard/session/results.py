@@ -6,17 +6,26 @@ import platform
 from dataclasses import asdict
 
 from specguard import __version__
-from specguard.decide.baselines import now_iso
 from specguard.decide.gates import counts_as_failure
 from specguard.decide.result import GateResult
 from specguard.engines import redact
 from specguard.labels import STATUS_OK
+from specguard.report.baseline_text import outcome_lines
 from specguard.report.crossovers import crossovers
-from specguard.report.results import CONFIG_FIELDS, SCHEMA, SCHEMA_VERSION, clean, decision_dict, detectable_drop
+from specguard.report.results import (
+    CONFIG_FIELDS,
+    SCHEMA,
+    SCHEMA_VERSION,
+    clean,
+    decision_dict,
+    detectable_drop,
+    outcome_doc,
+)
 from specguard.report.schema import CellDoc, ConfigDoc, RelaunchDoc, ResultsDoc, ServerDoc
 from specguard.report.summary import cell_summary
 from specguard.session.campaign import Relaunch
 from specguard.session.gate_session import GateSession
+from specguard.store.baseline_file import now_iso
 
 
 def _configs(sg: GateSession) -> list[ConfigDoc]:
@@ -78,6 +87,7 @@ def relaunch_doc(relaunch: Relaunch) -> RelaunchDoc:
 def build_results(sg: GateSession) -> ResultsDoc:
     """Everything one session measured and decided; the plugin adds the tests and the outcome."""
     decisions = [decision_dict(r) for r in sg.results]
+    refresh = sg.baseline_outcome if sg.baseline_outcome is not None and sg.baseline_outcome.requested else None
     for d in decisions:  # what each verdict could resolve at its own level (docs/results.md)
         d["detectable_drop"] = detectable_drop(d["estimate"], sg.suite.tolerances.fail_rule)
     doc: ResultsDoc = clean({
@@ -100,7 +110,9 @@ def build_results(sg: GateSession) -> ResultsDoc:
         "decisions": decisions,
         "holm_failures": [decision_dict(r) for r in _holm_only(sg)],
         "crossovers": {},
-        "baseline_updates": sg.baseline_updates,
+        # what --update-baselines did, as data; and in words for readers of the field before it
+        "baseline_outcome": outcome_doc(refresh) if refresh else None,
+        "baseline_updates": outcome_lines(refresh) if refresh else [],
         "outcome": {"status": STATUS_OK, "exit_status": 0, "failed_tests": []},
         "merged_from": 1,
         "reference_roles": [{"config": name, "level": sg.levels.name(level), "for": list(users)}

@@ -9,8 +9,8 @@ import sys
 from pathlib import Path
 from typing import Any, Protocol
 
-from specguard.decide.baselines import atomic_write_json
 from specguard.labels import ExitCode
+from specguard.store.atomic import atomic_write_json
 from specguard.timeline import page, plot
 from specguard.timeline.detect import DEFAULT_MAX_PVALUE, DEFAULT_MIN_CHANGE, DETECTOR, SeriesChange, change_points
 from specguard.timeline.files import HistoryError, collect_paths, load_files, newest, parse_since

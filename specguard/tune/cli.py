@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from specguard.config import ConfigError, ServerConfig, Suite, load_suite
-from specguard.decide.baselines import atomic_write_json
 from specguard.labels import ExitCode
 from specguard.sglang_rules.adaptive_table import launch_num_steps
+from specguard.store.atomic import atomic_write_json
 from specguard.tune import output, verify
 from specguard.tune.grid import (
     ADAPTIVE,

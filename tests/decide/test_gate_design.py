@@ -299,8 +299,8 @@ def test_comparisons_with_relaunched_stored_sessions_keep_their_false_fail_rate(
 
 
 def test_the_history_reader_groups_a_stored_sessions_runs_by_launch():
-    from specguard.decide.baselines import RunSample, StoredSession
     from specguard.session.history import _by_launch
+    from specguard.store.baseline_file import RunSample, StoredSession
 
     runs = [RunSample(i, lid, tok, 100, 1.0, 4, 0, None, 0, step_time_ms=ms)
             for i, (lid, tok, ms) in enumerate([("L1", 100.0, 5.0), ("L1", 101.0, 5.1), ("L2", 97.0, None),

@@ -248,8 +248,9 @@ def test_sglang_reads_architecture_and_performance_args_into_the_fingerprint():
     assert fp["enable_deterministic_inference"] is False and fp["speculative_adaptive"] is False
     assert fp["max_running_requests_per_rank"] == [16] and "decode_cuda_graph_bs" not in fp  # [] on CPU: none captured
     changed = sglang_eff(sglang_info(kv_cache_dtype="fp8_e5m2", disable_overlap_schedule=True)).fingerprint_fields()
-    from specguard.decide.baselines import Fingerprint
-    diffs = Fingerprint(changed).differences(Fingerprint(fp))
+    from specguard.report.verdict_text import difference_text
+    from specguard.store.baseline_file import Fingerprint
+    diffs = [difference_text(d) for d in Fingerprint(changed).differences(Fingerprint(fp))]
     assert diffs == ["disable_overlap_schedule: stored False, now True", "kv_cache_dtype: stored 'auto', now 'fp8_e5m2'"]
 
 

@@ -9,8 +9,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from specguard.config import ConfigError, parse_suite
-from specguard.decide.baselines import BaselineError, BaselineStore
 from specguard.measure.sse import StreamParser, StreamProtocolError
+from specguard.store.baseline_file import BaselineError
+from specguard.store.baselines import BaselineStore
 
 FAST = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 

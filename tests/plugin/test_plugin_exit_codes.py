@@ -89,7 +89,7 @@ def test_xdist_launches_each_configuration_once(tmp_path):
 
 def test_a_refresh_that_cannot_write_is_3_with_one_line_naming_the_path(tmp_path):
     # --baseline-dir names a file: nothing can be written (the same path as permission denied and
-    # a full disk: decide/baselines.write_failure, whose lines tests/decide/test_baselines.py checks)
+    # a full disk: store/refresh.write_failure, whose lines tests/store/test_refresh.py checks)
     target = tmp_path / "baselines-target"
     target.write_text("not a directory")
     code, out, doc = run(tmp_path, "-k", "baseline and throughput", "--update-baselines", "--baseline-dir", str(target))

@@ -53,6 +53,27 @@ def test_a_stored_decision_reads_back_as_the_gate_produced_it():
                             "estimate": None}).estimate is None
 
 
+def test_a_missing_history_is_stored_as_its_gap_and_an_older_files_line_still_renders():
+    from specguard.labels import Level
+    from specguard.report.results import decision_text, problem_doc
+    from specguard.report.verdict_text import message
+    from specguard.store.baseline_file import FieldDifference
+    from specguard.store.gaps import GapKind, HistoryGap
+
+    gap = HistoryGap(GapKind.OTHER_ENVIRONMENT, "eagle3", "/b/eagle3.json", Level(8, rate=True),
+                     (FieldDifference("tp_size", 1, 2),), record_command="pytest perf_tests --update-baselines")
+    r = result("throughput", "eagle3", 8, "skip", rate=True, problem=Problem(Why.OTHER_ENVIRONMENT, gap))
+    d = decision_dict(r)
+    assert set(problem_doc(Problem(Why.OTHER_ENVIRONMENT, gap))) == _keys(schema.ProblemDoc)
+    assert d["problem"]["detail"] == "" and d["problem"]["gap"]["differing"] == [{"field": "tp_size", "stored": 1, "now": 2}]
+    assert decision_text(d) == message(r) == (
+        "baseline for eagle3 r8 was recorded with another environment; differing fields: tp_size: stored 1, now 2. "
+        "Not compared. To accept this environment, create one with: pytest perf_tests --update-baselines")
+    # a schema-3 file written before gaps were data: no `gap`, the line in `detail`, rendered as worded
+    old = {**d, "problem": {k: v for k, v in d["problem"].items() if k != "gap"} | {"detail": "no baseline for x"}}
+    assert decision_result(old).problem.detail == "no baseline for x" and decision_text(old) == "no baseline for x"
+
+
 # -- a cell's summary ---------------------------------------------------------------------------------
 def _run(tok_s: float, **kw: object) -> dict:
     return {"output_throughput": tok_s, "latency_ms": {"median_ttft_ms": 10.0, "p99_itl_ms": 4.0}, **kw}

@@ -13,7 +13,6 @@ from gate_support import step_gate
 from session_support import fake_server, make_suite
 
 from specguard.config import ConfigError, load_suite
-from specguard.decide.baselines import BaselineStore, RunSample, StoredSession
 from specguard.decide.gates import attribution
 from specguard.decide.stats import RatioEstimate, downward_trend
 from specguard.labels import Verdict
@@ -23,6 +22,8 @@ from specguard.measure.metrics import RunMetrics, step_time_ms, summarize_run
 from specguard.measure.sweep import CellMeasurement
 from specguard.report.verdict_text import attribution_text, message
 from specguard.session import GateSession, PlannedTest, RunOptions
+from specguard.store.baseline_file import RunSample, StoredSession
+from specguard.store.baselines import BaselineStore
 
 FAIL, PASS = Verdict.FAIL, Verdict.PASS
 

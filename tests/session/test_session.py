@@ -22,19 +22,25 @@ import httpx
 import pytest
 from emulator_suite import write_emulator_suite
 from gate_support import result
-from session_support import fake_cell, fake_server, make_session, make_suite, stored_session
+from session_support import fake_cell, fake_server, make_session, make_suite, run, stored_session
 
-from specguard.decide.baselines import BaselineStage, BaselineStore, Fingerprint, commit_baseline_stages
-from specguard.decide.result import GateResult
+from specguard.decide.result import GateResult, Why
 from specguard.decide.stats import RatioEstimate
 from specguard.engines import EffectiveArgs
 from specguard.labels import Verdict
+from specguard.measure.sweep import CellMeasurement
+from specguard.report.baseline_text import outcome_lines
+from specguard.report.results import decision_dict, decision_result, decision_text
 from specguard.report.terminal import relaunch_texts
 from specguard.report.verdict_text import message
 from specguard.session import ConfigUnavailable, GateSession, PlannedTest
 from specguard.session.history import is_speculative_field
 from specguard.session.results import relaunch_doc
 from specguard.session.servers import ServerState, attach_differences
+from specguard.store.baseline_file import Fingerprint
+from specguard.store.baselines import BaselineStore
+from specguard.store.gaps import GapKind, HistoryGap
+from specguard.store.refresh import BaselineOutcome, BaselineStage, commit_baseline_stages
 
 ERROR, SKIP = Verdict.ERROR, Verdict.SKIP
 
@@ -186,6 +192,38 @@ def test_a_fingerprint_mismatch_is_a_skip_naming_the_fields_and_a_hint_for_this_
     assert f"--baseline-dir {tmp_path / 'baselines'}" in message(r)
 
 
+def test_each_missing_history_is_told_apart_and_reads_back_from_the_results_document(tmp_path):
+    sg = make_session(tmp_path)
+    fake_server(sg, "eagle3")
+    sg.cells.cells[("eagle3", 1)] = CellMeasurement("eagle3", 1, runs=[replace(run(t), step_time_ms=5.0) for t in (300, 303)])
+    store, path = BaselineStore(tmp_path / "baselines"), tmp_path / "baselines" / "eagle3.json"
+    hint = sg.histories.record_hint("eagle3", 1)
+    assert hint.startswith("pytest ") and "--update-baselines -k 'eagle3 and c1'" in hint
+    seen = []
+
+    def gap(r: GateResult, kind: GapKind, line: str) -> None:
+        assert r.verdict == SKIP and r.problem is not None and isinstance(r.problem.detail, HistoryGap)
+        assert r.problem.detail.kind == kind and message(r) == line
+        seen.append(r)
+
+    gap(sg.throughput_result("eagle3", 1), GapKind.NO_FILE, f"no baseline for eagle3 c1 in {path}; create one with: {hint}")
+    # this environment recorded at another level only (65e213e worded it "recorded with another
+    # environment; differing fields: ." though nothing differed): a first run of this cell
+    fp = sg.histories.fingerprint("eagle3")
+    store.record_sessions("eagle3", fp, {4: stored_session("s", [1.0, 2.0])}, keep=5)
+    gap(sg.throughput_result("eagle3", 1), GapKind.NO_CELL, f"no baseline for eagle3 c1 in {path}; create one with: {hint}")
+    assert sg.throughput_result("eagle3", 1).problem.why == Why.NO_BASELINE
+    # recorded before step times were stored (so were 65e213e's; these sessions have none)
+    store.record_sessions("eagle3", fp, {1: stored_session("s", [1.0, 2.0])}, keep=5)
+    gap(sg.step_time_result("eagle3", 1), GapKind.NO_FIGURES,
+        f"the baseline for eagle3 c1 in {path} has no step times (its runs were recorded without them); "
+        f"create one with: {hint}")
+    for r in seen:  # a results file holds the gap as data and renders the same line
+        stored = json.loads(json.dumps(decision_dict(r)))
+        assert stored["problem"]["detail"] == "" and stored["problem"]["gap"]["level"] == "c1"
+        assert decision_result(stored) == r and decision_text(stored) == message(r)
+
+
 def test_an_internal_error_in_a_gate_is_not_measured_never_a_regression(tmp_path):
     sg = make_session(tmp_path)
     fake_server(sg, "eagle3")
@@ -197,6 +235,11 @@ def test_an_internal_error_in_a_gate_is_not_measured_never_a_regression(tmp_path
 
 
 # -- baseline writes: all or nothing --------------------------------------------------------------
+def _reason(outcome: BaselineOutcome) -> str:
+    """The refresh's first summary line: why nothing was written (report/baseline_text.py)."""
+    return outcome_lines(outcome)[0]
+
+
 def _complete_session(tmp_path: Path) -> GateSession:
     sg = make_session(tmp_path, update_baselines=True)
     sg.plan([PlannedTest(n, c, "throughput") for n in ("baseline", "eagle3") for c in (1, 4)])
@@ -212,20 +255,20 @@ def test_baselines_are_written_only_when_every_planned_cell_was_measured(tmp_pat
     del sg.cells.cells[("eagle3", 4)]  # e.g. interrupted before it
     out = sg.write_baselines()
     assert out.requested and not out.written
-    assert out.reason == "nothing written (all or nothing): eagle3 c4 not measured"
-    assert sg.baseline_updates == [out.reason]
+    assert _reason(out) == "nothing written (all or nothing): eagle3 c4 not measured"
+    assert outcome_lines(sg.baseline_outcome) == [_reason(out)]
     assert not list(tmp_path.rglob("*.json"))
 
     sg = _complete_session(tmp_path)
     sg.cells[("baseline", 1)].error = "RuntimeError: /flush_cache answered 400"
-    assert sg.write_baselines().reason.endswith("baseline c1 had errors (RuntimeError: /flush_cache answered 400)")
+    assert _reason(sg.write_baselines()).endswith("baseline c1 had errors (RuntimeError: /flush_cache answered 400)")
 
     sg = _complete_session(tmp_path)
-    assert "the run was interrupted" in sg.write_baselines(interrupted=True).reason
+    assert "the run was interrupted" in _reason(sg.write_baselines(interrupted=True))
 
     sg = _complete_session(tmp_path)
     out = sg.write_baselines()
-    assert out.written and len(out.paths) == 2 and sg.baseline_updates[0].startswith("baseline: wrote 2 cell(s) to ")
+    assert out.written and len(out.paths) == 2 and outcome_lines(out)[0].startswith("baseline: wrote 2 cell(s) to ")
     assert sg.write_baselines() is out  # one step, once
 
 
@@ -236,7 +279,7 @@ def test_reference_cells_block_the_commit_but_are_not_written(tmp_path):
     fake_server(sg, "baseline")
     fake_cell(sg, "eagle3", 1, [300.0, 301.0])
     fake_cell(sg, "baseline", 1, [100.0, 101.0], error="only 1 of 2 runs completed")
-    assert "baseline c1 had errors" in sg.write_baselines().reason
+    assert "baseline c1 had errors" in _reason(sg.write_baselines())
     sg = make_session(tmp_path, update_baselines=True)
     sg.plan([PlannedTest("eagle3", 1, "speculation")])
     fake_server(sg, "eagle3")
@@ -275,11 +318,11 @@ def test_xdist_stages_commit_together_or_not_at_all(tmp_path):
     stage0, stage1 = _via_json(gw0.stage_baselines()), _via_json(gw1.stage_baselines())
     assert stage0.complete and stage1.complete  # each answers only for its own share
     out = commit_baseline_stages([stage0], BaselineStore(tmp_path / "shared"), keep=5)  # gw1 crashed: no stage from it
-    assert not out.written and out.reason == "nothing written (all or nothing): eagle3 c1 not measured; eagle3 c4 not measured"
+    assert not out.written and _reason(out) == "nothing written (all or nothing): eagle3 c1 not measured; eagle3 c4 not measured"
     assert not (tmp_path / "shared").exists()
     gw1.cells[("eagle3", 4)].error = "only 1 of 2 runs completed"
     out = commit_baseline_stages([stage0, _via_json(gw1.stage_baselines())], BaselineStore(tmp_path / "shared"), keep=5)
-    assert not out.written and "eagle3 c4 had errors" in out.reason
+    assert not out.written and "eagle3 c4 had errors" in _reason(out)
     out = commit_baseline_stages([stage0, stage1], BaselineStore(tmp_path / "shared"), keep=5)
     assert out.written and sorted(p.name for p in (tmp_path / "shared").glob("*.json")) == ["baseline.json", "eagle3.json"]
 

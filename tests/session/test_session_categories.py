@@ -11,13 +11,14 @@ from emulator_suite import emulator_suite_toml
 from session_support import fake_server
 
 from specguard.config import load_suite
-from specguard.decide.baselines import BaselineStore, RunSample, StoredSession
 from specguard.labels import GateLabel, Verdict, gate_label, is_history_gate
 from specguard.measure.metrics import CategorySummary, RunMetrics
 from specguard.measure.sweep import CellMeasurement
 from specguard.report.verdict_text import message
 from specguard.session import GateSession, PlannedTest, RunOptions
 from specguard.session.cells import metric_values
+from specguard.store.baseline_file import RunSample, StoredSession
+from specguard.store.baselines import BaselineStore
 
 SKIP = Verdict.SKIP
 

@@ -66,7 +66,7 @@ def test_rate_levels_are_stored_under_r_keys_and_gated_as_r(tmp_path):
     sg.cells.cells[("eagle3", 8)] = CellMeasurement("eagle3", 8, runs=[run(300.0), run(303.0)])
     stage = sg.stage_baselines()
     assert [list(w.cells) for w in stage.writes] == [["r8"]]
-    from specguard.decide.baselines import BaselineStage
+    from specguard.store.refresh import BaselineStage
     assert list(BaselineStage.from_json(stage.to_json()).writes[0].cells) == ["r8"]  # xdist round trip
     r = sg.throughput_result("eagle3", 8)
     assert "no baseline for eagle3 r8" in message(r) and "-k 'eagle3 and r8'" in message(r), message(r)

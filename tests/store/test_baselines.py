@@ -1,10 +1,12 @@
-"""The baseline store: history, fingerprints, atomic writes and clear errors for bad files."""
+"""The baseline store (specguard/store/): history, fingerprints, atomic writes and clear errors for bad files."""
 
 import json
 
 import pytest
 
-from specguard.decide.baselines import BaselineError, BaselineStore, Fingerprint, RunSample, StoredSession
+from specguard.report.verdict_text import difference_text, short
+from specguard.store.baseline_file import BaselineError, Fingerprint, RunSample, StoredSession
+from specguard.store.baselines import BaselineStore
 
 
 def session(sid: str, tok: list[float]) -> StoredSession:
@@ -21,7 +23,7 @@ def test_history_keeps_last_k_sessions(tmp_path):
     assert [s.session_id for s in hist.sessions] == ["s1", "s2", "s3"]
     assert store.history("eagle3", fp, 4) is None
     assert store.history("eagle3", Fingerprint({"model": "other"}), 16) is None
-    assert Fingerprint({"model": "other"}).differences(fp) == [
+    assert [difference_text(d) for d in Fingerprint({"model": "other"}).differences(fp)] == [
         "model: stored 'm', now 'other'", "num_draft_tokens: stored 4, now None"]
 
 
@@ -50,19 +52,19 @@ def test_damaged_files_are_named_and_never_overwritten(tmp_path, content, expect
 def test_write_is_atomic_and_leaves_no_temp_files(tmp_path):
     store = BaselineStore(tmp_path)
     store.record_sessions("b", Fingerprint({"x": 1}), {1: session("s", [5.0, 6.0])}, keep=2)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["b.json", "b.json.lock"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["b.json"]  # no temp file, no lock file (locks.py)
     nan = session("n", [5.0, 6.0])
     nan.runs[0].output_throughput = float("nan")
     with pytest.raises(ValueError):
         store.record_sessions("b", Fingerprint({"x": 1}), {1: nan}, keep=2)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["b.json", "b.json.lock"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["b.json"]
     assert store.history("b", Fingerprint({"x": 1}), 1).sessions[0].throughputs == [5.0, 6.0]
 
 
 def test_differences_cut_long_values_but_name_every_field():
     stored = Fingerprint({"decode_cuda_graph_bs": list(range(1, 200)), "model_path": "m"})
     now = Fingerprint({"decode_cuda_graph_bs": [1, 2], "model_path": "n", "tp_size": 2})
-    lines = now.differences(stored)
+    lines = [difference_text(d) for d in now.differences(stored)]
     assert [line.split(":")[0] for line in lines] == ["decode_cuda_graph_bs", "model_path", "tp_size"]
     assert lines[0] == "decode_cuda_graph_bs: stored [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, ... (199 items)], now [1, 2]"
     assert all(len(line) < 130 for line in lines)
@@ -77,9 +79,11 @@ from dataclasses import asdict  # noqa: E402
 from datetime import datetime, timezone  # noqa: E402
 from pathlib import Path  # noqa: E402
 
-from specguard.decide import baselines as bl  # noqa: E402
-from specguard.decide.baselines import StagedWrite, validate_document  # noqa: E402
 from specguard.measure.metrics import CategorySummary, RunMetrics  # noqa: E402
+from specguard.store import atomic  # noqa: E402
+from specguard.store import baseline_file as bf  # noqa: E402
+from specguard.store.baseline_file import FieldDifference, validate_document  # noqa: E402
+from specguard.store.baselines import StagedWrite  # noqa: E402
 
 
 def _doc(entries, config="eagle3", version=1):
@@ -110,21 +114,22 @@ def test_fingerprint_key_is_the_sorted_json_sha256_prefix():
 def test_differences_list_only_differing_fields_in_name_order():
     now = Fingerprint({"z": 1, "a": "x", "same": 5})
     stored = Fingerprint({"same": 5, "a": "y", "m": True})
-    assert now.differences(stored) == ["a: stored 'y', now 'x'", "m: stored True, now None", "z: stored None, now 1"]
+    assert now.differences(stored) == [FieldDifference("a", "y", "x"), FieldDifference("m", True, None),
+                                       FieldDifference("z", None, 1)]
     assert now.differences(now) == []
 
 
 def test_short_keeps_a_repr_of_exactly_the_limit_and_cuts_one_longer():
-    assert bl._short("x" * 46) == "'" + "x" * 46 + "'"  # 48 characters: kept
-    assert bl._short("x" * 47) == "'" + "x" * 44 + "..."  # 49: cut to 45 + "..."
-    assert bl._short("abcdef", limit=5) == "'a..."
+    assert short("x" * 46) == "'" + "x" * 46 + "'"  # 48 characters: kept
+    assert short("x" * 47) == "'" + "x" * 44 + "..."  # 49: cut to 45 + "..."
+    assert short("abcdef", limit=5) == "'a..."
 
 
 def test_short_lists_keep_whole_items_up_to_forty_characters():
     # 5-character items: six of them join to exactly 40 characters (kept), a seventh would be 47
-    assert bl._short([10000] * 20) == "[" + ", ".join(["10000"] * 6) + ", ... (20 items)]"
-    assert bl._short(tuple([10000] * 20)) == "[" + ", ".join(["10000"] * 6) + ", ... (20 items)]"
-    assert bl._short([1, 2]) == "[1, 2]"
+    assert short([10000] * 20) == "[" + ", ".join(["10000"] * 6) + ", ... (20 items)]"
+    assert short(tuple([10000] * 20)) == "[" + ", ".join(["10000"] * 6) + ", ... (20 items)]"
+    assert short([1, 2]) == "[1, 2]"
 
 
 def test_run_sample_from_metrics_copies_every_field():
@@ -161,7 +166,7 @@ def test_session_lists_throughputs_and_known_accept_lengths():
 
 
 def test_now_iso_is_utc_to_the_second():
-    text = bl.now_iso()
+    text = bf.now_iso()
     t = datetime.fromisoformat(text)
     assert t.tzinfo == timezone.utc and t.microsecond == 0 and text.endswith("+00:00") and len(text) == 25
 
@@ -193,9 +198,10 @@ def test_record_many_groups_writes_per_file_and_reports_replacements(tmp_path):
                              StagedWrite("mtp", f1, {1: session("b", [2.0])}),
                              StagedWrite("eagle3", f2, {1: session("c", [3.0])})], keep=2, replace_damaged=True)
     d = tmp_path / "deep" / "er"
-    assert [p for p, _ in out] == [d / "eagle3.json", d / "mtp.json", d / "eagle3.json"]
-    assert out[0][1] is None and out[2][1] is None
-    assert out[1][1] == f"baseline file {d / 'mtp.json'} is not valid JSON (truncated or corrupted?): Expecting property name enclosed in double quotes at line 1"
+    assert [w.path for w in out] == [str(d / "eagle3.json"), str(d / "mtp.json"), str(d / "eagle3.json")]
+    assert [w.sessions_kept for w in out] == [1, 1, 1] and [str(lv) for w in out for lv in w.levels] == ["c1"] * 3
+    assert out[0].replaced is None and out[2].replaced is None
+    assert out[1].replaced == f"baseline file {d / 'mtp.json'} is not valid JSON (truncated or corrupted?): Expecting property name enclosed in double quotes at line 1"
     assert [s.session_id for s in store.history("eagle3", f2, 1).sessions] == ["c"]
     assert [s.session_id for s in store.history("eagle3", f1, 1).sessions] == ["a"]
     assert [s.session_id for s in store.history("mtp", f1, 1).sessions] == ["b"]
@@ -204,7 +210,7 @@ def test_record_many_groups_writes_per_file_and_reports_replacements(tmp_path):
 def test_record_creates_missing_parent_folders(tmp_path):
     store = BaselineStore(tmp_path / "a" / "b")
     assert store.record_sessions("x", Fingerprint({}), {1: session("s", [1.0])}, keep=1) == tmp_path / "a" / "b" / "x.json"
-    bl.atomic_write_json(tmp_path / "c" / "d" / "y.json", {"k": 1})
+    atomic.atomic_write_json(tmp_path / "c" / "d" / "y.json", {"k": 1})
     assert (tmp_path / "c" / "d" / "y.json").read_text() == '{\n "k": 1\n}\n'
 
 
@@ -236,8 +242,8 @@ def test_other_fingerprints_newest_first_and_undated_last(tmp_path):
                "k3": _entry([_run()], "2026-06-01T00:00:00+00:00", {"n": 3})}
     (tmp_path / "e.json").write_text(json.dumps(_doc(entries, config="e")))
     store = BaselineStore(tmp_path)
-    assert store.other_fingerprints("e") == [Fingerprint({"n": 3}), Fingerprint({"n": 1}), Fingerprint({"n": 2})]
-    assert store.other_fingerprints("missing") == []
+    assert store.fingerprints("e") == [Fingerprint({"n": 3}), Fingerprint({"n": 1}), Fingerprint({"n": 2})]
+    assert store.fingerprints("missing") == []
 
 
 def test_new_files_get_the_umask_mode(tmp_path):
@@ -246,9 +252,9 @@ def test_new_files_get_the_umask_mode(tmp_path):
         p = BaselineStore(tmp_path).record_sessions("e", Fingerprint({}), {1: session("s", [1.0])}, keep=1)
         assert os.stat(p).st_mode & 0o777 == 0o644
         os.umask(0o077)
-        bl.atomic_write_json(tmp_path / "private.json", {})
+        atomic.atomic_write_json(tmp_path / "private.json", {})
         assert os.stat(tmp_path / "private.json").st_mode & 0o777 == 0o600
-        assert bl._umask_mode() == 0o600 and os.umask(0o077) == 0o077  # reading it leaves it as it was
+        assert atomic.umask_mode() == 0o600 and os.umask(0o077) == 0o077  # reading it leaves it as it was
     finally:
         os.umask(old)
 
@@ -261,8 +267,8 @@ def test_temp_files_sit_next_to_the_target_with_a_hidden_name(tmp_path, monkeypa
         seen.append((src, dst))
         real(src, dst)
 
-    monkeypatch.setattr(bl.os, "replace", spy)
-    bl.commit_json({tmp_path / "a.json": {"x": 1}, tmp_path / "b.json": [1]})
+    monkeypatch.setattr(atomic.os, "replace", spy)
+    atomic.commit_json({tmp_path / "a.json": {"x": 1}, tmp_path / "b.json": [1]})
     assert [os.path.dirname(s) for s, _ in seen] == [str(tmp_path)] * 2
     assert [os.path.basename(s).startswith(".a.json.") for s, _ in seen] == [True, False]
     assert os.path.basename(seen[1][0]).startswith(".b.json.") and all(s.endswith(".tmp") for s, _ in seen)
@@ -272,7 +278,7 @@ def test_temp_files_sit_next_to_the_target_with_a_hidden_name(tmp_path, monkeypa
 
 def test_a_failed_write_leaves_no_file_of_the_set(tmp_path):
     with pytest.raises(ValueError):
-        bl.commit_json({tmp_path / "a.json": {"x": 1}, tmp_path / "b.json": {"y": float("inf")}})
+        atomic.commit_json({tmp_path / "a.json": {"x": 1}, tmp_path / "b.json": {"y": float("inf")}})
     assert list(tmp_path.iterdir()) == []
 
 
@@ -286,14 +292,14 @@ def test_signals_are_deferred_until_the_block_ends_and_delivered_once():
     try:
         signal.signal(signal.SIGINT, handler)
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        with bl._signals_deferred():
+        with atomic.signals_deferred():
             signal.raise_signal(signal.SIGINT)
             signal.raise_signal(signal.SIGINT)
             signal.raise_signal(signal.SIGTERM)
             assert got == []
         assert got == [signal.SIGINT]
         assert signal.getsignal(signal.SIGINT) is handler and signal.getsignal(signal.SIGTERM) == signal.SIG_IGN
-        with bl._signals_deferred():
+        with atomic.signals_deferred():
             signal.raise_signal(signal.SIGTERM)  # ignored before: still ignored after
         assert got == [signal.SIGINT]
     finally:
@@ -305,7 +311,7 @@ def test_signals_deferred_is_a_plain_block_off_the_main_thread():
     ran = []
 
     def work():
-        with bl._signals_deferred():
+        with atomic.signals_deferred():
             ran.append(True)
 
     t = threading.Thread(target=work)
@@ -360,7 +366,7 @@ def test_validation_accepts_null_accept_length_and_older_versions(tmp_path):
     (tmp_path / "eagle3.json").write_text(json.dumps(doc))
     s = BaselineStore(tmp_path).history("eagle3", Fingerprint({"other": 1}), 1)
     assert s is None
-    loaded = bl.stored_session_from_json(doc["entries"]["k"]["cells"]["c1"]["sessions"][0])
+    loaded = bf.stored_session_from_json(doc["entries"]["k"]["cells"]["c1"]["sessions"][0])
     assert loaded.session_id == "7" and loaded.provenance == {} and loaded.date == "d"
     assert [r.accept_length for r in loaded.runs] == [None, 2]
 
@@ -379,7 +385,7 @@ def test_unreadable_files_name_the_problem(tmp_path):
 
 
 def test_request_rate_levels_are_stored_under_their_own_key(tmp_path):
-    assert bl.cell_key(16) == "c16" and bl.cell_key("r8") == "r8"
+    assert bf.cell_key(16) == "c16" and bf.cell_key("r8") == "r8"
     store = BaselineStore(tmp_path)
     fp = Fingerprint({})
     store.record_sessions("e", fp, {"r8": session("rate", [3.0])}, keep=2)
@@ -411,62 +417,6 @@ def test_one_write_may_hold_concurrency_and_rate_levels(tmp_path):
     assert set(entry["cells"]) == {"c8", "r8"}
 
 
-def test_a_store_that_cannot_be_written_is_one_line_naming_the_path_and_the_fix(tmp_path):
-    import errno
-
-    from specguard.decide.baselines import BaselineStage, StagedWrite, commit_baseline_stages, write_failure
-    d = tmp_path / "b"
-    assert "a file is in the way" in write_failure(FileExistsError(17, "File exists", str(d)), d)
-    assert write_failure(PermissionError(13, "Permission denied", str(d)), d) == (
-        f"cannot write baselines under {d}: permission denied; make it writable or pass --baseline-dir DIR")
-    full = write_failure(OSError(errno.ENOSPC, "No space left on device", str(d / "x.json")), d)
-    assert full.startswith(f"cannot write baselines under {d / 'x.json'}: the disk is full") and "\n" not in full
-    d.write_text("a file where the directory goes")
-    stage = BaselineStage(complete=True, problems=[], writes=[StagedWrite("eagle3", Fingerprint({"a": 1}),
-                                                                          {4: session("s1", [100.0, 101.0])})])
-    out = commit_baseline_stages([stage], BaselineStore(d), keep=5)
-    assert out.failed and out.write_failed and not out.written
-    assert out.reason.startswith(f"nothing written: cannot write baselines under {d}") and d.read_text().startswith("a file")
-
-
-# -- the parts of an all-or-nothing refresh --------------------------------------------------------
-def test_stage_problems_put_the_interrupt_first_and_name_each_uncovered_cell_once():
-    from specguard.decide.baselines import BaselineStage, stage_problems
-
-    planned = [("eagle3", 4), ("eagle3", 16), ("baseline", 4)]
-    gw0 = BaselineStage(complete=False, problems=["eagle3 c16 failed: 3 failed requests"], writes=[],
-                        planned=planned, covered=[("eagle3", 4)])
-    gw1 = BaselineStage(complete=True, problems=[], writes=[], planned=planned, covered=[])
-    # eagle3 c16 is named by gw0's problem already; baseline c4 was measured by nobody
-    assert stage_problems([gw0, gw1], interrupted=True) == [
-        "the run was interrupted", "eagle3 c16 failed: 3 failed requests", "baseline c4 not measured"]
-    again = BaselineStage(complete=False, problems=["the run was interrupted"], writes=[])
-    assert stage_problems([again], interrupted=True) == ["the run was interrupted"]
-    assert stage_problems([BaselineStage(complete=True, problems=[], writes=[], planned=planned, covered=planned)],
-                          interrupted=False) == []
-
-
-def test_a_refresh_with_problems_writes_nothing_and_shows_three_of_them(tmp_path):
-    from specguard.decide.baselines import BaselineStage, StagedWrite, commit_baseline_stages
-
-    write = StagedWrite("eagle3", Fingerprint({"a": 1}), {4: session("s1", [100.0, 101.0])})
-    stage = BaselineStage(complete=False, problems=["p1", "p2", "p3", "p4", "p5"], writes=[write], notes=["n1", "n1"])
-    out = commit_baseline_stages([stage], BaselineStore(tmp_path), keep=5)
-    assert out.reason == "nothing written (all or nothing): p1; p2; p3; and 2 more"
-    assert out.lines == [out.reason, "n1"] and not out.written and not out.write_failed
-    assert not (tmp_path / "eagle3.json").exists()
-
-
-def test_written_line_names_the_replaced_file_only_when_there_was_one(tmp_path):
-    from specguard.decide.baselines import StagedWrite, written_line
-
-    write = StagedWrite("eagle3", Fingerprint({}), {4: session("a", [1.0]), "r8": session("b", [1.0])})
-    path = tmp_path / "eagle3.json"
-    assert written_line(write, path, None) == f"eagle3: wrote 2 cell(s) to {path}"
-    assert written_line(write, path, "not valid JSON") == (
-        f"eagle3: wrote 2 cell(s) to {path} (replaced an unusable file: not valid JSON)")
-
-
 @pytest.mark.parametrize("field,value,message", [
     ("output_throughput", 0, "output_throughput must be a positive number, got 0"),
     ("output_throughput", None, "output_throughput must be a positive number, got None"),
@@ -477,7 +427,7 @@ def test_written_line_names_the_replaced_file_only_when_there_was_one(tmp_path):
 def test_a_stored_run_names_the_first_figure_the_gates_could_not_use(field, value, message):
     from dataclasses import asdict
 
-    from specguard.decide.baselines import run_sample_from_json
+    from specguard.store.baseline_file import run_sample_from_json
 
     good = asdict(session("s", [100.0]).runs[0])
     assert run_sample_from_json({**good, "step_time_ms": 12.5}).step_time_ms == 12.5
