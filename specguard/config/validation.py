@@ -234,6 +234,13 @@ def _validate_draft_shape(p: Path, key: str, s: ServerConfig) -> None:
 
 def _validate_forced_acceptance(p: Path, key: str, s: ServerConfig) -> None:
     """simulate_accept_length: SGLang's forced acceptance (config/suite.py SIMULATE_ACCEPT_ENV)."""
+    _validate_forced_env(p, key, s)
+    if s.forced_acceptance:
+        _validate_forced_length(p, key, s)
+
+
+def _validate_forced_env(p: Path, key: str, s: ServerConfig) -> None:
+    """The variables SGLang reads: the length only through the key; method and token mode as SGLang takes them."""
     if SIMULATE_ACCEPT_ENV[0] in s.env:
         raise ConfigError(f"{p}: {key}.env sets {SIMULATE_ACCEPT_ENV[0]}: write simulate_accept_length = N instead, "
                           f"so the accept-length test checks it and the baseline fingerprint records it")
@@ -241,8 +248,12 @@ def _validate_forced_acceptance(p: Path, key: str, s: ServerConfig) -> None:
         if var in s.env and (not s.forced_acceptance or s.env[var] not in choices):
             raise ConfigError(f"{p}: {key}.env.{var} = {s.env[var]!r}: with simulate_accept_length, one of "
                               f"{', '.join(choices)}")
-    if not s.forced_acceptance:
-        return
+    if s.env.get("SGLANG_SIMULATE_ACC_TOKEN_MODE") == "real-draft-token" and s.eagle_topk not in (None, 1):
+        raise ConfigError(f"{p}: {key}.env.SGLANG_SIMULATE_ACC_TOKEN_MODE = \"real-draft-token\" needs eagle_topk = 1 "
+                          f"(SGLang refuses it on a tree)")
+
+
+def _validate_forced_length(p: Path, key: str, s: ServerConfig) -> None:
     length = s.simulate_accept_length
     if not s.speculative or s.engine == "vllm":
         raise ConfigError(f"{p}: {key}.simulate_accept_length forces SGLang's speculative acceptance: it needs "
@@ -253,9 +264,6 @@ def _validate_forced_acceptance(p: Path, key: str, s: ServerConfig) -> None:
     if s.num_steps is not None and s.speculative_algorithm != "NGRAM" and length > s.num_steps + 1:
         raise ConfigError(f"{p}: {key}.simulate_accept_length = {length} > num_steps + 1 = {s.num_steps + 1}: SGLang "
                           f"caps it there (a verify step keeps at most its drafts and one bonus token)")
-    if s.env.get("SGLANG_SIMULATE_ACC_TOKEN_MODE") == "real-draft-token" and s.eagle_topk not in (None, 1):
-        raise ConfigError(f"{p}: {key}.env.SGLANG_SIMULATE_ACC_TOKEN_MODE = \"real-draft-token\" needs eagle_topk = 1 "
-                          f"(SGLang refuses it on a tree)")
 
 
 def _validate_reference(p: Path, key: str, s: ServerConfig, servers: dict[str, ServerConfig]) -> None:
