@@ -253,14 +253,20 @@ def summarize_run(run: RunResult, server_accept_length: dict[str, float] | None 
         metrics.request_goodput, metrics.slo_attainment = goodput(run, slo_ms, duration_s)
     if categories:
         metrics.categories = category_summaries(run, categories, duration_s)
-    metrics.accept_check = check_accept_sources(accept_length, verify_ct, sum(1 for r in ok if r.spec_verify_ct),
-                                                metrics.server_accept_length, stream_count(ok),
-                                                own=REQUESTS if verify_ct else str(accept_length_source))
+    _check_accept_sources(metrics, ok, accept_length_source)
+    metrics.warnings.extend(client_busy_warnings(metrics.client_cpu_fraction))
+    return metrics
+
+
+def _check_accept_sources(metrics: RunMetrics, ok: list[RequestRecord], accept_length_source: str | None) -> None:
+    """The run's accept length against its other sources (accept_sources.py), and a warning when one disagrees."""
+    verify_ct = metrics.total_verify_ct
+    metrics.accept_check = check_accept_sources(metrics.accept_length, verify_ct,
+                                                sum(1 for r in ok if r.spec_verify_ct), metrics.server_accept_length,
+                                                stream_count(ok), own=REQUESTS if verify_ct else str(accept_length_source))
     line = disagreement_line(metrics.accept_check) if metrics.accept_check else None
     if line:
         metrics.warnings.append(line)
-    metrics.warnings.extend(client_busy_warnings(metrics.client_cpu_fraction))
-    return metrics
 
 
 def run_accept_length(records: Iterable[RequestRecord], server_accept_length: dict[str, float] | None,
