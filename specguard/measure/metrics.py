@@ -400,6 +400,9 @@ class RunFigures(Protocol):
     @property
     def step_time_ms(self) -> float | None: ...
 
+    @property
+    def correct_drafts_histogram(self) -> list[int]: ...
+
 
 class RunSeries:
     """The per-run figures the gates compare, for anything holding ``runs`` with
@@ -414,6 +417,19 @@ class RunSeries:
     @property
     def accept_lengths(self) -> list[float]:
         return [r.accept_length for r in self.runs if r.accept_length is not None]
+
+    def position_shares(self, k: int) -> list[float]:
+        """Per run, the share of its verify steps that accepted at least k drafts (acceptance at
+        draft position k, from the correct-drafts histogram); runs without the histogram, or whose
+        steps never reached position k, are left out (a share of 0 has no log)."""
+        out = []
+        for r in self.runs:
+            hist = r.correct_drafts_histogram
+            steps = sum(hist)
+            reached = sum(hist[k:]) if k < len(hist) else 0
+            if steps > 0 and reached > 0:
+                out.append(reached / steps)
+        return out
 
     @property
     def step_rates(self) -> list[float]:

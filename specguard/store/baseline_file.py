@@ -71,6 +71,9 @@ class RunSample:
     categories: dict[str, dict[str, Any]] = field(default_factory=dict)
     request_goodput: float | None = None  # good requests/s under the suite's [sweep] slo (None: no SLO)
     step_time_ms: float | None = None  # the engine's time per decode step of a request (None: recorded before it was)
+    # [k]: verify steps that accepted exactly k drafts (SGLang's spec_correct_drafts_histogram summed over
+    # the run's requests): acceptance by draft position ([] : recorded before it was, or no such counts)
+    correct_drafts_histogram: list[int] = field(default_factory=list)
 
     @classmethod
     def from_metrics(cls, m: RunMetrics, run_index: int, launch_id: str) -> RunSample:
@@ -80,7 +83,8 @@ class RunSample:
         return cls(run_index=run_index, launch_id=launch_id, output_throughput=m.output_throughput,
                    total_output_tokens=m.total_output_tokens, duration_s=m.duration_s, completed=m.completed,
                    failed=m.failed, accept_length=m.accept_length, total_verify_ct=m.total_verify_ct, categories=cats,
-                   request_goodput=m.request_goodput, step_time_ms=m.step_time_ms)
+                   request_goodput=m.request_goodput, step_time_ms=m.step_time_ms,
+                   correct_drafts_histogram=list(m.correct_drafts_histogram))
 
 
 @dataclass
@@ -185,6 +189,9 @@ def run_sample_from_json(r: Any) -> RunSample:
             raise ValueError(f"{name} must be a positive number or null, got {value!r}")
     if not isinstance(sample.categories, dict) or not all(isinstance(v, dict) for v in sample.categories.values()):
         raise ValueError("categories must map a category name to an object")
+    hist = sample.correct_drafts_histogram
+    if not isinstance(hist, list) or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in hist):
+        raise ValueError(f"correct_drafts_histogram must be a list of step counts, got {hist!r}")
     return sample
 
 

@@ -434,3 +434,17 @@ def test_a_stored_run_names_the_first_figure_the_gates_could_not_use(field, valu
     with pytest.raises(ValueError) as err:
         run_sample_from_json({**good, field: value})
     assert str(err.value) == message
+
+
+def test_a_run_stores_its_correct_drafts_histogram_and_older_files_read_without_it():
+    from specguard.store.baseline_file import StoredSession, run_sample_from_json
+
+    old = {"run_index": 0, "launch_id": "L", "output_throughput": 100.0, "total_output_tokens": 100, "duration_s": 1.0,
+           "completed": 4, "failed": 0, "accept_length": 3.0, "total_verify_ct": 40}
+    assert run_sample_from_json(old).correct_drafts_histogram == []
+    new = run_sample_from_json({**old, "correct_drafts_histogram": [10, 10, 20]})
+    series = StoredSession(session_id="s", date="d", provenance={}, runs=[new, run_sample_from_json(old)])
+    assert series.position_shares(1) == [0.75] and series.position_shares(2) == [0.5]  # >= 1 draft: 30 of 40
+    assert series.position_shares(3) == []  # no step accepted 3 drafts: no share to take the log of
+    with pytest.raises(ValueError, match="correct_drafts_histogram must be a list of step counts"):
+        run_sample_from_json({**old, "correct_drafts_histogram": [1, -2]})
