@@ -51,7 +51,8 @@ def make_doc(curves: dict[str, dict[int, float]], settings: dict[str, dict[str, 
                "num_draft_tokens": s.get("num_draft_tokens"),
                "max_running_requests": s.get("max_running_requests", 512), "tp_size": 1}
         servers[name] = {"engine": "emulator", "command": ["python", "-m", "specguard.emulator.launch_server"],
-                         "attached": False, "effective_args": eff, "checks": [], "failure": None}
+                         "attached": False, "effective_args": eff, "checks": [], "failure": None,
+                         "failure_skipped": False, "mode": "launched", "differences": []}
         for c, v in curves[name].items():
             acc = (accept or {}).get(name, 2.0 if s else None)
             runs = [_run(v * scale * f, c, acc) for f in (1 - spread, 1.0, 1 + spread)]

@@ -16,7 +16,7 @@ from research.study.plan import ATTACH, DEFAULT_DESIGN, DESIGNS, GateSettings, S
 from research.study.report import ATTACH_KEYS, headline, matches, render_levels, render_table, summary_line
 from research.study.run import run_study
 from research.study.simulate import scenarios
-from specguard.config import FAIL_RULES, Suite, Tolerances, load_suite
+from specguard.config import FAIL_RULES, ConfigError, Suite, Tolerances, load_suite
 from specguard.emulator.model import ACCEPTANCE_MODES, PER_REQUEST, PER_RUN
 from specguard.labels import ExitCode
 from specguard.store.atomic import atomic_write_json
@@ -210,4 +210,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run(build_parser().parse_args(sys.argv[1:] if argv is None else argv))
+    args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
+    try:
+        return run(args)
+    except ConfigError as exc:  # a suite the loader rejects: one line naming it, no traceback
+        print(f"{PROG}: {exc}", file=sys.stderr)
+        return ExitCode.USAGE

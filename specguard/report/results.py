@@ -7,13 +7,11 @@ recommend`), so those never need a live session. Schema: docs/results.md.
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any, cast
 
-from specguard import __version__
 from specguard.decide.result import (
     Against,
     Attribution,
@@ -40,22 +38,23 @@ from specguard.report.upgrade import upgrade
 from specguard.report.verdict_text import message, ratio_text
 from specguard.store.atomic import atomic_write_json
 from specguard.store.baseline_file import FieldDifference
+from specguard.store.documents import Document, DocumentError
 from specguard.store.gaps import GapKind, HistoryGap
 from specguard.store.refresh import BaselineOutcome
 
 SCHEMA = "specguard-results"
 SCHEMA_VERSION = 3
-READABLE_VERSIONS = (1, 2, 3)  # every version specguard ever wrote (report/upgrade.py)
-REQUIRED_KEYS = ("schema", "schema_version", "created", "specguard_version", "session_id", "suite", "environment",
-                 "options", "sweep", "workload", "tolerances", "configs", "servers", "cells", "decisions",
-                 "holm_failures", "crossovers", "baseline_updates", "outcome")
-CELL_KEYS = ("config", "level", "error", "warnings", "wall_s", "summary", "runs", "warmup_runs")
 CONFIG_FIELDS = ("engine", "model_path", "draft_model_path", "speculative_algorithm", "num_steps", "eagle_topk",
                  "num_draft_tokens", "max_running_requests", "reference", "speculation_must_win_up_to")
 
 
-class ResultsError(ValueError):
+class ResultsError(DocumentError):
     """A file that is not a results document this version of specguard can read."""
+
+
+RESULTS: Document[ResultsDoc] = Document(
+    SCHEMA, SCHEMA_VERSION, ResultsDoc, what="results file", make="write one with: pytest perf_tests --results-json FILE",
+    readable=(1, 2), upgrade=upgrade, error=ResultsError)  # every version specguard ever wrote (report/upgrade.py)
 
 
 def detectable_drop(estimate: EstimateDoc | None, rule: str = "significant") -> float | None:
@@ -199,38 +198,14 @@ def write_results(doc: ResultsDoc, path: Path) -> None:
 
 
 def validate(doc: Any, source: str = "document") -> ResultsDoc:
-    """The document as this specguard reads it (an older version upgraded in memory, report/upgrade.py);
-    else ResultsError saying why."""
-    if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
-        found = doc.get("schema") if isinstance(doc, dict) else type(doc).__name__
-        raise ResultsError(f"{source} is not a specguard results file (schema {found!r}, expected {SCHEMA!r}); "
-                           f"write one with: pytest perf_tests --results-json FILE")
-    version = doc.get("schema_version")
-    if version not in READABLE_VERSIONS:
-        raise ResultsError(f"{source} has results schema_version {version!r}; this specguard ({__version__}) reads "
-                           f"versions {', '.join(map(str, READABLE_VERSIONS))}: upgrade specguard to read it")
-    if version != SCHEMA_VERSION:
-        doc = upgrade(doc, version)
-    missing = [k for k in REQUIRED_KEYS if k not in doc]
-    if missing:
-        raise ResultsError(f"{source} is a damaged results file: missing {', '.join(missing)}")
-    for cell in doc["cells"]:
-        absent = [k for k in CELL_KEYS if k not in cell]
-        if absent:
-            raise ResultsError(f"{source}: cell {cell.get('config')} {cell.get('level')} lacks {', '.join(absent)}")
-    return cast(ResultsDoc, doc)  # JSON becomes the typed document here, once its keys are checked
+    """The document as this specguard reads it (an older version upgraded in memory, report/upgrade.py),
+    checked against its model; else ResultsError saying why."""
+    return RESULTS.validate(doc, source)
 
 
 def load(path: str | Path) -> ResultsDoc:
     """Read and validate a results file; errors name the file and what is wrong."""
-    p = Path(path)
-    try:
-        doc = json.loads(p.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ResultsError(f"{p}: no such file") from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ResultsError(f"{p} is not JSON ({exc}); expected a file written by --results-json") from None
-    return validate(doc, str(p))
+    return RESULTS.load(path)
 
 
 def config_order(doc: ResultsDoc) -> list[str]:

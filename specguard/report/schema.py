@@ -292,16 +292,19 @@ class RelaunchDoc(TypedDict, total=False):
     lines: list[str]  # a schema-2 file's relaunch lines, as that specguard worded them
 
 
-class ResultsDoc(TypedDict, total=False):
+class _ResultsKeys(TypedDict):
+    """The keys every results document has (report/upgrade.py gives older files the ones they lacked)."""
+
     schema: str
     schema_version: int
     created: str
     specguard_version: str
     session_id: str
     suite: str
-    environment: dict[str, str]
+    environment: dict[str, str | None]
     options: OptionsDoc
-    # The suite file's [sweep], [workload] and [tolerances] tables (config.py's dataclasses, asdict)
+    # The suite file's [sweep], [workload] and [tolerances] tables (config's dataclasses, asdict):
+    # free-form here, since each renderer reads the few keys it needs with a default
     sweep: dict[str, Any]
     workload: dict[str, Any]
     tolerances: dict[str, Any]
@@ -312,8 +315,13 @@ class ResultsDoc(TypedDict, total=False):
     holm_failures: list[DecisionDoc]
     crossovers: dict[str, CrossoverDoc]
     baseline_updates: list[str]  # what --update-baselines did, in words (older files: the only record)
-    baseline_outcome: BaselineOutcomeDoc | None  # the same as data (absent in files written before it)
     outcome: OutcomeDoc
+
+
+class ResultsDoc(_ResultsKeys, total=False):
+    """One session's raw numbers, decisions and environment (docs/results.md)."""
+
+    baseline_outcome: BaselineOutcomeDoc | None  # the same as data (absent in files written before it)
     merged_from: int
     reference_roles: list[ReferenceRoleDoc]
     relaunches: dict[str, list[RelaunchDoc]]

@@ -190,11 +190,12 @@ CASES = [
                   f"expected 'specguard-results'); write one with: pytest perf_tests --results-json FILE"),
     ("report-not-json", lambda w, u: cli_cmd("report", str(w / "not-json.json"), "--report-dir", str(w / "r")), EXIT_USAGE,
      lambda w, u: f"specguard report: {w / 'not-json.json'} is not JSON (Expecting property name enclosed in double "
-                  f"quotes: line 1 column 2 (char 1)); expected a file written by --results-json"),
+                  f"quotes: line 1 column 2 (char 1)); expected a results file: write one with: pytest perf_tests "
+                  f"--results-json FILE"),
     ("recommend-confidence", lambda w, u: cli_cmd("recommend", str(w / "x.json"), "--confidence", "2"), EXIT_USAGE,
      lambda w, u: "specguard recommend: --confidence 2.0 must be in (0, 1), e.g. 0.95"),
-    ("study-missing-suite", lambda w, u: cli_cmd("study", "--suite", str(w / "nope.toml")), EXIT_USAGE,
-     lambda w, u: f"specguard: suite file {w / 'nope.toml'} does not exist (set --suite)"),
+    ("study-missing-suite", lambda w, u: [sys.executable, "-m", "research.study", "--suite", str(w / "nope.toml")],
+     EXIT_USAGE, lambda w, u: f"python -m research.study: suite file {w / 'nope.toml'} does not exist (set --suite)"),
     ("unknown-command", lambda w, u: cli_cmd("benchmark"), EXIT_USAGE,
      lambda w, u: "specguard: error: argument command: invalid choice: 'benchmark' (choose from ..."),
 ]

@@ -17,7 +17,9 @@ def _speculation(config: str, level: int, ratio: float, low: float, high: float)
     estimate = {"ratio": ratio, "low": low, "high": high, "threshold": 1.0, "p_value": 0.5, "dof": 4.0,
                 "confidence": 0.95, "between_sd": 0.01, "between_source": "prior"}
     return {"gate": "speculation", "config": config, "level": f"c{level}", "verdict": "pass",
-            "estimate": estimate, "current": None, "reference": None, "enforced": True, "alpha": 0.01}
+            "estimate": estimate, "current": None, "reference": None, "versus": None, "tolerance": 0.0,
+            "rule": "significant", "enforced": True, "alpha": 0.01, "launches": 1, "stage": 1, "attribution": None,
+            "factors": None, "goodput": False, "problem": None, "drift": None, "notes": []}
 
 
 @pytest.fixture

@@ -23,8 +23,6 @@ from specguard.report.markdown import render_markdown
 from specguard.report.merge import merge_documents
 from specguard.report.publish import NO_PLOTS, write_report_dir
 from specguard.report.results import (
-    CELL_KEYS,
-    REQUIRED_KEYS,
     SCHEMA,
     SCHEMA_VERSION,
     ResultsError,
@@ -33,6 +31,7 @@ from specguard.report.results import (
     validate,
     write_results,
 )
+from specguard.report.schema import CellDoc, ResultsDoc
 from specguard.report.terminal import render_summary
 from specguard.session import GateSession, RunOptions
 from specguard.session.results import build_results
@@ -80,13 +79,13 @@ def session(tmp_path: Path) -> GateSession:
 def test_document_has_every_documented_key_and_round_trips(session, tmp_path):
     doc = build_results(session)
     assert doc["schema"] == SCHEMA == "specguard-results" and doc["schema_version"] == SCHEMA_VERSION == 3
-    assert set(REQUIRED_KEYS) <= set(doc) and validate(doc) is doc
+    assert set(ResultsDoc.__required_keys__) <= set(doc) and validate(doc) is doc
     assert [c["name"] for c in doc["configs"]] == ["baseline", "mtp"]
     mtp = doc["configs"][1]
     assert (mtp["speculative_algorithm"], mtp["num_steps"], mtp["reference"]) == ("NEXTN", 1, "baseline")
     assert "k3y" not in json.dumps(doc)  # launch args are redacted like server commands
     cell = next(c for c in doc["cells"] if c["config"] == "mtp" and int(c["level"][1:]) == 1)
-    assert set(CELL_KEYS) <= set(cell) and cell["summary"]["output_throughput"] == pytest.approx(151.5)
+    assert set(CellDoc.__required_keys__) <= set(cell) and cell["summary"]["output_throughput"] == pytest.approx(151.5)
     assert cell["summary"]["accept_length"] == 2.0 and cell["summary"]["p99_itl_ms"] is None  # NaN -> null
     assert doc["decisions"][0]["estimate"]["ratio"] == pytest.approx(0.83)
     assert doc["crossovers"] == {}  # one level measured with its reference: no crossover to speak of
@@ -98,7 +97,7 @@ def test_document_has_every_documented_key_and_round_trips(session, tmp_path):
 def test_validate_rejects_damaged_documents(session):
     doc = build_results(session)
     del doc["decisions"]
-    with pytest.raises(ResultsError, match="missing decisions"):
+    with pytest.raises(ResultsError, match="lacks decisions"):
         validate(doc, "x.json")
     doc = build_results(session)
     del doc["cells"][0]["summary"]
