@@ -24,6 +24,7 @@ from specguard.slo import SLOError, parse_slo
 from specguard.store.atomic import atomic_write_json
 from specguard.timeline import cli as history_cli
 from specguard.tune import cli as tune_cli
+from specguard.values import arg_type, positive_floats, positive_ints
 from specguard.workload import WORKLOAD_KINDS, Workload, WorkloadError, WorkloadSpec, build_workload
 
 # What add_subparsers() returns: each command adds its parser to it
@@ -39,26 +40,6 @@ class _Parser(argparse.ArgumentParser):
         sys.exit(ExitCode.USAGE)
 
 
-def _levels(text: str) -> list[int]:
-    try:
-        levels = [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"--concurrency {text!r}: use comma-separated integers, e.g. 1,4,16") from None
-    if not levels or any(c <= 0 for c in levels):
-        raise argparse.ArgumentTypeError(f"--concurrency {text!r}: levels must be positive")
-    return levels
-
-
-def _rates(text: str) -> list[float]:
-    try:
-        rates = [float(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        rates = []
-    if not rates or not all(0 < r < float("inf") for r in rates):
-        raise argparse.ArgumentTypeError(f"--request-rate {text!r}: use comma-separated positive req/s, e.g. 2,8,32")
-    return rates
-
-
 def _slo(text: str) -> dict[str, float]:
     try:
         return parse_slo(text)
@@ -71,7 +52,7 @@ def _bench_parser(sub: Subcommands) -> None:
     where = p.add_mutually_exclusive_group(required=True)
     where.add_argument("--url", help="a running server that speaks SGLang's API")
     where.add_argument("--emulator", metavar="PROFILE", help="start the embedded emulator with this profile")
-    p.add_argument("--concurrency", type=_levels, default=[1, 4, 16])
+    p.add_argument("--concurrency", type=arg_type(positive_ints, "--concurrency"), default=[1, 4, 16])
     p.add_argument("--requests", type=int, default=None, help="requests per run (default 4 x concurrency)")
     p.add_argument("--repeats", type=int, default=1, help="measured runs per level")
     p.add_argument("--warmup", type=int, default=1, help="discarded warmup runs per level")
@@ -81,7 +62,7 @@ def _bench_parser(sub: Subcommands) -> None:
     p.add_argument("--workload", choices=WORKLOAD_KINDS, default="random-ids")
     p.add_argument("--workload-file",
                    help="JSONL prompts for --workload jsonl; a ShareGPT-format JSON file for --workload sharegpt")
-    p.add_argument("--request-rate", type=_rates, default=None, metavar="R[,R...]",
+    p.add_argument("--request-rate", type=arg_type(positive_floats, "--request-rate"), default=None, metavar="R[,R...]",
                    help="open loop: seeded Poisson arrivals at each rate (req/s) instead of --concurrency levels")
     p.add_argument("--burstiness", type=float, default=1.0, help="gamma shape of the arrival gaps (1 = Poisson, < 1 burstier)")
     p.add_argument("--max-concurrency", type=int, default=256, help="open loop: cap on requests in flight (default 256)")

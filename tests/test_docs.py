@@ -766,3 +766,20 @@ def test_suite_file_doc_names_every_key_in_its_table():
             where = "advanced" if ADVANCED_KEYS.get(f.name) == table.split(".")[0] else table
             assert f"`{f.name}`" in sections[where], (f.name, where)
     assert "`strict_server_args`" in sections["advanced"]
+
+
+def test_design_md_places_every_top_level_module_the_layers_contract_lists():
+    """docs/design.md's layer table and pyproject's exhaustive layers contract name the same modules,
+    and each of them exists."""
+    import tomllib
+    contracts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
+    layers = next(c for c in contracts if c["type"] == "layers")
+    assert layers["exhaustive"] is True and layers["containers"] == ["specguard"]
+    in_contract = {name.strip() for layer in layers["layers"] for name in layer.split("|")}
+    package = ROOT / "specguard"
+    on_disk = {p.stem for p in package.iterdir()
+               if (p.suffix == ".py" and p.stem != "__init__") or (p / "__init__.py").exists()}
+    assert in_contract == on_disk
+    table = (ROOT / "docs" / "design.md").read_text().split("| layer (top to bottom) |")[1].split("\n\n")[0]
+    missing = sorted(m for m in on_disk if f"specguard/{m}.py" not in table and f"specguard/{m}/" not in table)
+    assert not missing, f"docs/design.md's layer table does not place {missing}"

@@ -20,21 +20,10 @@ from specguard.config import FAIL_RULES, ConfigError, Suite, Tolerances, load_su
 from specguard.emulator.model import ACCEPTANCE_MODES, PER_REQUEST, PER_RUN
 from specguard.labels import ExitCode
 from specguard.store.atomic import atomic_write_json
+from specguard.values import arg_type, names, numbers, positive_ints
 
 PROG = "python -m research.study"
 DEFAULT_SUITE = Path("perf_tests/suite.toml")
-
-
-def _floats(text: str) -> list[float]:
-    return [float(x) for x in text.split(",") if x.strip()]
-
-
-def _ints(text: str) -> list[int]:
-    return [int(x) for x in text.split(",") if x.strip()]
-
-
-def _names(text: str) -> list[str]:
-    return [x for x in text.split(",") if x]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -50,26 +39,27 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--headline", choices=("defaults", "suite"), default="suite",
                    help="the top-level rates are for specguard's default tolerances or the suite file's")
     grid = p.add_argument_group("grid (comma-separated lists; default: the suite's value)")
-    grid.add_argument("--repeats", type=_ints)
-    grid.add_argument("--history", type=_ints, default=[1, 5], help="stored baseline sessions K")
-    grid.add_argument("--tolerance", type=_floats, help="throughput tolerance")
-    grid.add_argument("--tolerance-accept", type=_floats)
-    grid.add_argument("--prior-sd", type=_floats, help="prior between-launch sd of log tok/s")
-    grid.add_argument("--prior-sd-accept", type=_floats)
-    grid.add_argument("--family-alpha", type=_floats)
-    grid.add_argument("--fail-rule", type=_names, help=f"comma-separated: {', '.join(FAIL_RULES)}")
-    grid.add_argument("--design", type=_names,
+    grid.add_argument("--repeats", type=arg_type(positive_ints, "--repeats"))
+    grid.add_argument("--history", type=arg_type(positive_ints, "--history"), default=[1, 5], help="stored baseline sessions K")
+    grid.add_argument("--tolerance", type=arg_type(numbers, "--tolerance"), help="throughput tolerance")
+    grid.add_argument("--tolerance-accept", type=arg_type(numbers, "--tolerance-accept"))
+    grid.add_argument("--prior-sd", type=arg_type(numbers, "--prior-sd"), help="prior between-launch sd of log tok/s")
+    grid.add_argument("--prior-sd-accept", type=arg_type(numbers, "--prior-sd-accept"))
+    grid.add_argument("--family-alpha", type=arg_type(numbers, "--family-alpha"))
+    grid.add_argument("--fail-rule", type=names, help=f"comma-separated: {', '.join(FAIL_RULES)}")
+    grid.add_argument("--design", type=names,
                       help=f"comma-separated: {', '.join(DESIGNS)} (default: the library's default design)")
-    grid.add_argument("--prior-dof", type=_floats, help="weight of the prior spread in pseudo dof (inf: known)")
+    grid.add_argument("--prior-dof", type=arg_type(numbers, "--prior-dof"),
+                      help="weight of the prior spread in pseudo dof (inf: known)")
     p.add_argument("--cache", type=Path, help="keep simulated trials here and reuse them (they do not depend on the grid)")
-    p.add_argument("--acceptance", type=_names, default=[PER_REQUEST],
+    p.add_argument("--acceptance", type=names, default=[PER_REQUEST],
                    help=f"comma-separated emulator acceptance models, the first gives the headline: {PER_REQUEST} "
                         f"(SGLang at temperature 0: a greedy request accepts the same run after run), {PER_RUN} "
                         f"(vLLM: fresh draws and a per-run offset, large at small batches)")
     p.add_argument("--crossover-suite", default="perf_tests/suites/seed-a.toml",
                    help="suite whose sweep scores the crossover estimate against the truth ('none': skip)")
     noise = p.add_argument_group("noise")
-    noise.add_argument("--noise", type=_names, default=["emulator"],
+    noise.add_argument("--noise", type=names, default=["emulator"],
                        help="comma-separated presets, the first gives the headline: emulator, emulator-busy (the "
                             "fast profile's drift and jitter plus the real-time client's noise measured on a quiet or "
                             "busy machine), gpu-quiet (0.5%% drift per launch), gpu (1%% drift per launch, 0.5%% per "

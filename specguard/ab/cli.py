@@ -27,19 +27,10 @@ from specguard.ab.rounds import Comparison, Selection
 from specguard.config import ConfigError, Suite
 from specguard.labels import ExitCode
 from specguard.session import api_key_from
+from specguard.values import arg_type, positive_ints
 
 DEFAULT_SUITE = "perf_tests/suite.toml"
 DEFAULT_MAX_ROUNDS = 4
-
-
-def _levels(text: str) -> list[int]:
-    try:
-        levels = [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        levels = []
-    if not levels or any(c <= 0 for c in levels):
-        raise argparse.ArgumentTypeError(f"--concurrency {text!r}: use comma-separated positive integers, e.g. 1,4,16")
-    return levels
 
 
 def _rounds(text: str) -> int:
@@ -54,7 +45,8 @@ def _rounds(text: str) -> int:
 
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--suite", default=DEFAULT_SUITE, help=f"suite file (default {DEFAULT_SUITE})")
-    p.add_argument("--concurrency", type=_levels, default=None, help="override the suite's levels, e.g. 1,16")
+    p.add_argument("--concurrency", type=arg_type(positive_ints, "--concurrency"), default=None,
+                   help="override the suite's levels, e.g. 1,16")
     p.add_argument("--max-rounds", type=_rounds, default=DEFAULT_MAX_ROUNDS,
                    help=f"launches per build and configuration at most (default {DEFAULT_MAX_ROUNDS})")
     p.add_argument("--results-json", help="write the decisions and every run's figures here (docs/ab.md)")

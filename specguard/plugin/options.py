@@ -17,6 +17,7 @@ from specguard.config import FAIL_RULES, ConfigError, Suite, load_suite, validat
 from specguard.plugin import state
 from specguard.server import ServerStartError, check_url
 from specguard.session import parse_server_args, parse_server_urls
+from specguard.values import ValueTextError, positive_ints
 
 SUITE_FILE_NAME = "suite.toml"
 
@@ -110,9 +111,9 @@ def baseline_dir(config: pytest.Config, suite: Suite) -> Path:
 
 def _levels(flag: str, text: str) -> list[int]:
     try:
-        return [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise ConfigError(f"{flag} {text} (command line): use comma-separated integers, e.g. 1,4,16") from None
+        return positive_ints(flag, text, "2,8,32" if flag == "--request-rate" else "1,4,16", where=" (command line)")
+    except ValueTextError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def _overridden(config: pytest.Config, suite: Suite) -> tuple[Suite, dict[str, str]]:

@@ -37,6 +37,7 @@ from specguard.tune.grid import (
 from specguard.tune.output import Band
 from specguard.tune.race import Ledger, Progress, RacePlan, RaceResult, Runner, choices, full_grid, race
 from specguard.tune.runners import ServerRunner
+from specguard.values import arg_type, positive_ints
 from specguard.workload import WorkloadError, build_workload
 
 SCHEMA, SCHEMA_VERSION = "specguard-tune", 1
@@ -64,18 +65,6 @@ class TuneRunner(Runner, Protocol):
         """How tune.json names the measurements: "launched", or the research checkout's virtual time."""
 
 
-def _ints(flag: str) -> Callable[[str], list[int]]:
-    def parse(text: str) -> list[int]:
-        try:
-            values = [int(x) for x in text.split(",") if x.strip()]
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{flag} {text!r}: use comma-separated integers, e.g. 1,2,3") from None
-        if not values or any(v < 1 for v in values):
-            raise argparse.ArgumentTypeError(f"{flag} {text!r}: values must be positive")
-        return values
-    return parse
-
-
 def add_parser(sub: SubParsers) -> None:
     add_arguments(sub.add_parser("tune", help="race speculation settings per concurrency, emit SGLang's adaptive config, "
                                               "verify it"))
@@ -88,8 +77,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", required=True, help="directory for the adaptive config, flags, snippet, plot, tune.json")
     p.add_argument("--verify", action="store_true", help="launch the tuned and SGLang's default adaptive configs and "
                                                          "sweep them against the reference and the best fixed settings")
-    p.add_argument("--steps", type=_ints("--steps"), default=list(DEFAULT_STEPS), help="fixed step counts (default 1..7)")
-    p.add_argument("--tree-topk", type=_ints("--tree-topk"), default=list(DEFAULT_TREE_TOPK),
+    p.add_argument("--steps", type=arg_type(positive_ints, "--steps"), default=list(DEFAULT_STEPS),
+                   help="fixed step counts (default 1..7)")
+    p.add_argument("--tree-topk", type=arg_type(positive_ints, "--tree-topk"), default=list(DEFAULT_TREE_TOPK),
                    help="topk values > 1 tried as trees where the algorithm has them (default 4)")
     p.add_argument("--max-running-requests", type=int, default=None,
                    help="cap for the speculative launches (default: the configuration's, else the highest level, "

@@ -135,7 +135,7 @@ CASES = [
      lambda w, u: f"ERROR: {w / 'one-repeat.toml'}: sweep.repeats = 1: the gates need at least 2 runs per cell to "
                   f"estimate noise; set repeats >= 2"),
     ("concurrency-flag", lambda w, u: pytest_cmd(w, "--concurrency", "1,x"), EXIT_USAGE,
-     lambda w, u: "ERROR: --concurrency 1,x (command line): use comma-separated integers, e.g. 1,4,16"),
+     lambda w, u: "ERROR: --concurrency 1,x (command line): use comma-separated positive integers, e.g. 1,4,16"),
     ("family-alpha-flag", lambda w, u: pytest_cmd(w, "--family-alpha", "0.7"), EXIT_USAGE,
      lambda w, u: "ERROR: --family-alpha 0.7 (command line): must be in (0, 0.5), e.g. 0.01"),
     ("suite-typo", lambda w, u: pytest_cmd(w, suite="typo.toml"), EXIT_USAGE,

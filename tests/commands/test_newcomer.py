@@ -55,4 +55,4 @@ def test_install_init_run_record_rerun_and_fail(tmp_path: Path) -> None:
     code, out = pytest_("--require-baselines", "-k", "eagle3 and throughput", "--server-args", "eagle3=--emulator-step-scale 1.5")
     assert code == 1 and "FAIL" in out, out
     code, out = pytest_("--concurrency", "1,x")
-    assert code == 4 and "--concurrency 1,x (command line): use comma-separated integers" in out, out
+    assert code == 4 and "--concurrency 1,x (command line): use comma-separated positive integers" in out, out

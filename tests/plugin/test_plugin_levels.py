@@ -85,7 +85,7 @@ def test_request_rate_flag_overrides_the_suites_levels_as_concurrency_does(tmp_p
 def test_bad_request_rate_flags_are_usage_errors_naming_the_flag(tmp_path):
     text = emulator_suite_toml(concurrency=(1,))
     code, out = collect(tmp_path, text, "--request-rate", "2,x")
-    assert code == 4 and "--request-rate 2,x (command line): use comma-separated integers" in out[0], out
+    assert code == 4 and "--request-rate 2,x (command line): use comma-separated positive integers" in out[0], out
     code, out = collect(tmp_path, text, "--request-rate", "0")
     assert code == 4 and "--request-rate 0 (command line)" in out[0] and "positive" in out[0], out
     code, out = collect(tmp_path, text, "--request-rate", "2", "--concurrency", "4")
