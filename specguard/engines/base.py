@@ -181,6 +181,12 @@ class Engine:
         verify counts of their own (the step time needs them); None otherwise."""
         return None
 
+    def idle_spec_counters(self, before: dict[str, float] | None, after: dict[str, float] | None) -> str | None:
+        """Why a run's engine-counter figures (step time, accept length) are unmeasured: the
+        server's speculative counters exist and did not move over a run that generated tokens.
+        None where the engine reads these from the requests, or the counters moved."""
+        return None
+
     def token_count_disagreement(self, before: dict[str, float] | None, after: dict[str, float] | None,
                                  client_tokens: int) -> str | None:
         """The server's own counter of generated tokens against the sum the client was told."""

@@ -154,6 +154,12 @@ def measure_run(handle: ServerHandle, client: httpx.Client, generator: LoadGener
                             slo_ms=slo_ms, categories=categories,
                             server_accepted_drafts=engine.server_accepted_drafts(before, after))
     metrics.spec_num_steps = engine.steps_in_use(handle.effective, after)
+    idle = engine.idle_spec_counters(before, after) if metrics.total_output_tokens else None
+    if idle:  # the counters the step time and accept length come from did not move: unmeasured
+        metrics.step_time_ms = None
+        if not metrics.total_verify_ct:
+            metrics.accept_length = None
+        metrics.warnings.append(idle)
     if metrics.failed == 0:
         disagreement = engine.token_count_disagreement(before, after, metrics.total_output_tokens)
         if disagreement:

@@ -138,6 +138,23 @@ def test_vllm_accept_length_from_counter_deltas_around_the_run():
         assert engine.server_accept_lengths(client, None, after) == {}
 
 
+def test_vllm_counters_that_did_not_move_leave_the_run_unmeasured():
+    # vLLM 0.32's captures: the drafts counter 0 -> 7 over a run; a run that reads the same
+    # snapshot on both sides (its stats not yet published) is unmeasured, and a server without
+    # the counters (no speculation) is not asked about them
+    engine = get_engine("vllm")
+    with serve(vllm_routes("metrics_before.txt")) as client:
+        before = engine.metrics_snapshot(client)
+    with serve(vllm_routes("metrics_after.txt")) as client:
+        after = engine.metrics_snapshot(client)
+    assert engine.idle_spec_counters(before, after) is None
+    idle = engine.idle_spec_counters(after, after)
+    assert idle and "did not move" in idle and "vllm:spec_decode_num_drafts_total" in idle
+    plain = {k: v for k, v in after.items() if "spec_decode" not in k}
+    assert engine.idle_spec_counters(plain, plain) is None
+    assert get_engine("sglang").idle_spec_counters(after, after) is None
+
+
 def test_vllm_token_counter_cross_checks_the_streamed_total():
     engine = get_engine("vllm")
     with serve(vllm_routes("metrics_before.txt")) as client:
