@@ -48,6 +48,8 @@ class Why(TextEnum):
     ZERO_GOODPUT = "zero-goodput"  # detail: the SLOs; reference: whose goodput
     NOT_RUNNING = "not-running"  # speculation configured, no verify counts; detail: what the server runs
     ACCEPT_AT_FLOOR = "accept-at-floor"  # value: the median accept length, limit: min_accept_length
+    # count: the first draft position whose acceptance fell (``positions``), while the accept length held
+    POSITION_DROP = "position-drop"
     ACCEPT_DRIFT = "accept-drift"  # advanced.accept_drift = "fail" and the cell's acceptance fell (``drift``)
     UNAVAILABLE = "unavailable"  # detail: the configuration's failure (a server that did not start, ...)
     INTERNAL_ERROR = "internal-error"  # detail: the exception (a specguard bug)
@@ -110,6 +112,19 @@ class Factors:
 
 
 @dataclass(frozen=True)
+class PositionShare:
+    """Acceptance at one draft position: the share of verify steps that accepted at least
+    `position` drafts (the correct-drafts histogram), this session's against the stored sessions'.
+    `estimate` is None when no step of this session reached the position (the share fell to 0)."""
+
+    position: int
+    verdict: Verdict
+    estimate: RatioEstimate | None
+    current: float | None
+    reference: float | None
+
+
+@dataclass(frozen=True)
 class Drift:
     """A cell's accept length falling across its runs in time order (vllm#41838)."""
 
@@ -143,6 +158,7 @@ class GateResult:
     goodput: bool = False  # the speculation gate decided on request goodput (advanced.speculation_metric)
     problem: Problem | None = None
     drift: Drift | None = None  # the accept-length gate: acceptance fell within the session
+    positions: tuple[PositionShare, ...] = ()  # the accept-length gate: acceptance per draft position
     notes: tuple[str, ...] = ()  # the server's and the measurement's own notes on this cell
 
     @property

@@ -19,6 +19,7 @@ from specguard.decide.result import (
     Factors,
     GateResult,
     Half,
+    PositionShare,
     Problem,
     Versus,
     Why,
@@ -94,6 +95,8 @@ def decision_dict(r: GateResult) -> DecisionDoc:
         "factors": cast(Any, asdict(r.factors)) if r.factors else None, "goodput": r.goodput,
         "problem": problem_doc(p) if p else None,
         "drift": cast(Any, asdict(r.drift)) if r.drift else None, "notes": list(r.notes),
+        "positions": [{"position": s.position, "verdict": s.verdict.value, "estimate": _estimate_doc(s.estimate),
+                       "current": s.current, "reference": s.reference} for s in r.positions],
     }
 
 
@@ -109,7 +112,9 @@ def decision_result(d: DecisionDoc) -> GateResult:
         attribution=Attribution(Half(a["half"]), _estimate(a["step_rate"]), _estimate(a["accept"])) if a else None,
         factors=Factors(**f) if (f := d.get("factors")) else None, goodput=d.get("goodput", False),
         problem=problem_result(p) if p else None,
-        drift=Drift(**dr) if (dr := d.get("drift")) else None, notes=tuple(d.get("notes") or ()))
+        drift=Drift(**dr) if (dr := d.get("drift")) else None, notes=tuple(d.get("notes") or ()),
+        positions=tuple(PositionShare(s["position"], Verdict(s["verdict"]), _estimate(s["estimate"]), s["current"],
+                                      s["reference"]) for s in d.get("positions") or ()))
 
 
 def problem_doc(p: Problem) -> ProblemDoc:

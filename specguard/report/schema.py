@@ -159,6 +159,16 @@ class DriftDoc(TypedDict):
     limit_p: float
 
 
+class PositionDoc(TypedDict):
+    """decide.result.PositionShare: acceptance at one draft position."""
+
+    position: int
+    verdict: str
+    estimate: EstimateDoc | None
+    current: float | None
+    reference: float | None
+
+
 class _DecisionFields(TypedDict):
     gate: str  # labels.GateLabel's text
     config: str
@@ -187,6 +197,7 @@ class DecisionDoc(_DecisionFields, total=False):
 
     detectable_drop: float | None  # added by session/results.py (docs/results.md)
     legacy_message: str  # a decision read from a schema-2 file: its line as that specguard worded it
+    positions: list[PositionDoc]  # the accept-length gate's per-position acceptance (absent in older files)
 
 
 class TestDoc(TypedDict, total=False):

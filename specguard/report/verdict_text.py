@@ -7,7 +7,18 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from specguard.decide.gates import RelaunchReason, RelaunchWhy
-from specguard.decide.result import HISTORY_MISSING, Against, Attribution, Factors, GateResult, Half, Problem, Versus, Why
+from specguard.decide.result import (
+    HISTORY_MISSING,
+    Against,
+    Attribution,
+    Factors,
+    GateResult,
+    Half,
+    PositionShare,
+    Problem,
+    Versus,
+    Why,
+)
 from specguard.decide.stats import RatioEstimate
 from specguard.labels import SPECULATION, STEP_TIME, Verdict
 from specguard.store.baseline_file import FieldDifference
@@ -27,6 +38,7 @@ def message(r: GateResult) -> str:
     """The decision's line, then one "notes:" line per note (drift, the server's, the measurement's)."""
     head = problem_line(r, r.problem) if r.problem is not None else statistics_line(r)
     notes = ([drift_line(r)] if r.drift is not None and (r.problem is None or r.problem.why != Why.ACCEPT_DRIFT) else [])
+    notes += [positions_line(r.positions)] if r.positions else []
     notes += list(dict.fromkeys(r.notes))
     return head + "".join(f"\n  notes: {n}" for n in notes)
 
@@ -121,6 +133,28 @@ def problem_line(r: GateResult, p: Problem) -> str:
     return f"{at}: {_PROBLEMS[p.why](p, r)}"
 
 
+def _share_change(s: PositionShare) -> str:
+    """One position's change: "-34.0% [-40.1%, -27.5%]", or "0 of steps" when none reached it."""
+    return ratio_change(s.estimate) if s.estimate is not None else "fell to 0"
+
+
+def positions_line(shares: Sequence[PositionShare]) -> str:
+    """The accept-length gate's per-position acceptance in one line: "acceptance per draft
+    position (share of verify steps accepting >= k drafts, vs baseline): 1 0.93 +0.1% [...], ..."."""
+    parts = [f"{s.position} {s.current or 0.0:.3f} {_share_change(s)}{' FAIL' if s.verdict == Verdict.FAIL else ''}"
+             for s in shares]
+    return "acceptance per draft position (share of verify steps accepting >= k drafts, vs baseline): " + \
+        ", ".join(parts)
+
+
+def _position_drop(p: Problem, r: GateResult) -> str:
+    s = next(s for s in r.positions if s.position == p.count)
+    accept = f" while the accept length moved {ratio_change(r.estimate)}" if r.estimate is not None else ""
+    return (f"acceptance at draft position {p.count} fell: {s.current or 0.0:.3f} of verify steps accepted >= "
+            f"{p.count} drafts vs {s.reference or 0.0:.3f} stored ({_share_change(s)}){accept}; the drafter's later "
+            f"positions stopped agreeing with the target (a head fed other hidden states, a changed draft tree) -> FAIL")
+
+
 def _no_accept_length(p: Problem, r: GateResult) -> str:
     if r.gate.category:
         return (f"no run has an accept length for prompt category {r.gate.category!r}: its requests carried no "
@@ -157,6 +191,7 @@ _PROBLEMS: dict[Why, Callable[[Problem, GateResult], str]] = {
                                    f"no verify counts and its own counters saw no drafts"),
     Why.ACCEPT_AT_FLOOR: lambda p, r: (f"speculation is not running: accept length {p.value:.3f} <= min_accept_length "
                                        f"{p.limit:g} (each verify step keeps almost no draft)"),
+    Why.POSITION_DROP: _position_drop,
     Why.INTERNAL_ERROR: lambda p, r: f"internal error (a specguard bug): {p.detail}",
 }
 

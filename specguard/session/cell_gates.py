@@ -14,13 +14,14 @@ from specguard.decide.gates import (
     launch_history_gate,
     step_time_gate,
 )
-from specguard.decide.result import Drift, GateResult, Problem, Why
+from specguard.decide.result import Drift, GateResult, PositionShare, Problem, Why
 from specguard.decide.stats import RatioEstimate, Rule, downward_trend
 from specguard.labels import ACCEPT_LENGTH, STEP_TIME, THROUGHPUT, GateLabel, Verdict
-from specguard.session.cells import ACCEPT_LENGTHS, STEP_RATES, THROUGHPUTS
+from specguard.session.cells import ACCEPT_LENGTHS, STEP_RATES, THROUGHPUTS, position_metric
 from specguard.session.parts import SessionParts
 
 DRIFT_P = 0.01  # one-sided p below which a cell's falling accept length is reported
+MAX_POSITIONS = 16  # draft positions looked at (SGLang's --speculative-num-draft-tokens tops out near here)
 
 
 def _mean(xs: list[float]) -> float | None:
@@ -58,7 +59,42 @@ class CellGates:
         else:
             result = self._against_history(test, launches, history)
         if gate == ACCEPT_LENGTH and not category:
-            result = self._drift(result, name, level)
+            result = self._drift(self._positions(result, test), name, level)
+        return result
+
+    def _positions(self, result: GateResult, test: GateTest) -> GateResult:
+        """Acceptance per draft position against the stored sessions (the correct-drafts
+        histogram): a drafter whose later positions stopped accepting can hold a mean accept
+        length within tolerance while one position collapses (seed 001's mis-wired head). The
+        accept-length test's alpha is split over the positions the stored sessions reached
+        (Bonferroni), so the test's own false-fail rate stays what the plan gave it. A position
+        this session never reached while the stored sessions did fails outright."""
+        cells, histories = self._parts.cells, self._parts.histories
+        name, level = test.config, test.level.value
+        found = []
+        for k in range(1, MAX_POSITIONS + 1):
+            history, _, _ = histories.cell(name, level, position_metric(k))
+            if not history:
+                break
+            found.append((k, cells.launch_values(name, level, position_metric(k)), history))
+        if not found or not any(found[0][1]):  # no stored histogram, or none measured: nothing to compare
+            return result
+        tol, design = self._parts.suite.tolerances, self._parts.design
+        prior, rule = design.prior(tol.prior_between_sd_accept, day_sd=0.0), design.rule(tol.fail_rule)
+        alpha = test.alpha / len(found)
+        shares = []
+        for k, launches, history in found:
+            reference = _mean([v for session in history for v in session])
+            if not any(launches):
+                shares.append(PositionShare(k, Verdict.FAIL, None, 0.0, reference))
+                continue
+            at = GateTest(test.gate, name, test.level, alpha, stage=test.stage)
+            r = launch_history_gate(at, launches, history, tol.accept_length, prior, rule)
+            shares.append(PositionShare(k, r.verdict, r.estimate, r.current, r.reference))
+        result = replace(result, positions=tuple(shares))
+        dropped = next((s.position for s in shares if s.verdict == Verdict.FAIL), None)
+        if dropped is not None and result.verdict not in (Verdict.FAIL, Verdict.ERROR):
+            return replace(result, verdict=Verdict.FAIL, problem=Problem(Why.POSITION_DROP, count=dropped))
         return result
 
     def _against_history(self, test: GateTest, launches: list[list[float]], history: list[list[float]]) -> GateResult:

@@ -11,11 +11,19 @@ from specguard.measure.sweep import CellMeasurement
 # A metric a gate compares, by the per-run series it reads (runs of a cell or of a stored session).
 THROUGHPUTS, ACCEPT_LENGTHS, REQUEST_GOODPUTS = "throughputs", "accept_lengths", "request_goodputs"
 STEP_RATES = "step_rates"  # decode steps per second of a request: the step-time gate's series
+POSITION_SHARES = "position_shares@"  # + k: per run, the share of verify steps accepting >= k drafts
+
+
+def position_metric(k: int) -> str:
+    """The metric of acceptance at draft position k (RunSeries.position_shares)."""
+    return f"{POSITION_SHARES}{k}"
 
 
 def metric_values(measured: Any, metric: str) -> list[float]:
     """A metric's per-run values from a CellMeasurement or a StoredSession: "throughputs",
     "accept_lengths", "accept_lengths[code]" (one prompt category's) or "request_goodputs"."""
+    if metric.startswith(POSITION_SHARES):
+        return list(measured.position_shares(int(metric.removeprefix(POSITION_SHARES))))
     category = GateLabel.parse(metric).category
     if metric == REQUEST_GOODPUTS:  # [sweep] slo: good requests/s per run (None: no SLO given)
         return [float(r.request_goodput) for r in measured.runs if getattr(r, "request_goodput", None) is not None]

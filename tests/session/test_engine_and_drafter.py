@@ -202,6 +202,67 @@ def test_acceptance_falling_within_the_session_is_reported_or_fails(tmp_path, mo
         assert "\n  notes: accept length fell" in message(r)
 
 
+GOOD_HEAD = [10, 20, 30, 40]  # verify steps accepting exactly 0..3 drafts: accept length 3.0
+# The same mean within 3 % (1.92 correct drafts a step) with position 3 collapsed: the later
+# positions stopped agreeing (seed 001's head fed other layers' hidden states)
+MISWIRED = [10, 10, 58, 22]
+
+
+def _accept(hist: list[int]) -> float:
+    return 1 + sum(k * n for k, n in enumerate(hist)) / sum(hist)
+
+
+def session_with_positions(tmp_path: Path) -> GateSession:
+    sg = GateSession(quiet_suite(tmp_path), RunOptions(baseline_dir=tmp_path / "b", log_dir=tmp_path / "l"))
+    fake_server(sg, "eagle3")
+    store, fp = BaselineStore(tmp_path / "b"), sg.histories.fingerprint("eagle3")
+    for k in range(5):
+        runs = []
+        for i, d in enumerate((0, 1, -1)):
+            hist = [GOOD_HEAD[0] - d, GOOD_HEAD[1] + d, GOOD_HEAD[2] - d, GOOD_HEAD[3] + d]
+            runs.append(RunSample(i, "L0", 600.0, 100, 1.0, 4, 0, _accept(hist), 100, step_time_ms=5.0,
+                                  correct_drafts_histogram=hist))
+        store.record_sessions("eagle3", fp, {1: StoredSession(f"s{k}", "2026-11-29T00:00:00+00:00", {}, runs)}, keep=5)
+    sg.plan([PlannedTest("eagle3", 1, "accept_length")])
+    return sg
+
+
+def run_with(hist: list[int]) -> RunMetrics:
+    m = metrics(600.0, _accept(hist), 5.0)
+    m.correct_drafts_histogram = list(hist)
+    return m
+
+
+def test_a_drop_at_one_draft_position_fails_by_name_while_the_accept_length_holds(tmp_path):
+    # cell_gates.CellGates._positions: RunSeries.position_shares(k) per run, against the stored
+    # sessions', alpha split over the positions the baseline reached
+    sg = session_with_positions(tmp_path / "bad")
+    bad = [[h + d for h in MISWIRED] for d in (0, 1, -1)]
+    measured(sg, [run_with(h) for h in bad])
+    r = sg.accept_length_result("eagle3", 1)
+    assert r.verdict == FAIL and r.problem is not None and r.problem.count == 3, message(r)
+    assert [s.position for s in r.positions] == [1, 2, 3] and r.positions[2].verdict == FAIL
+    assert r.estimate is not None and r.estimate.ratio > 0.97  # the mean alone would have passed
+    text = message(r)
+    assert text.startswith("accept_length eagle3 c1: acceptance at draft position 3 fell: 0.22") and "-> FAIL" in text
+    assert "\n  notes: acceptance per draft position (share of verify steps accepting >= k drafts, vs baseline): " \
+           "1 0.900 " in text
+    good = session_with_positions(tmp_path / "good")
+    measured(good, [run_with(list(GOOD_HEAD)) for _ in range(3)])
+    ok = good.accept_length_result("eagle3", 1)
+    assert ok.verdict == PASS and all(s.verdict == PASS for s in ok.positions), message(ok)
+
+
+def test_a_position_no_step_reached_fails_and_a_baseline_without_histograms_has_no_positions(tmp_path):
+    sg = session_with_positions(tmp_path / "zero")
+    measured(sg, [run_with([10, 20, 70, 0]) for _ in range(3)])
+    r = sg.accept_length_result("eagle3", 1)
+    assert r.verdict == FAIL and r.positions[2].estimate is None and "fell to 0" in message(r), message(r)
+    plain = session_with_history(tmp_path / "plain")  # stored before histograms were
+    measured(plain, [run_with(list(GOOD_HEAD)) for _ in range(3)])
+    assert plain.accept_length_result("eagle3", 1).positions == ()
+
+
 # -- the summary ----------------------------------------------------------------------------------
 def _decision(gate: str, config: str, level: int, verdict: str, attribution: str = "", low: float = 0.9,
               high: float = 0.98) -> dict:
