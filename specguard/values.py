@@ -59,5 +59,5 @@ def arg_type(parse: Callable[[str, str], list[int]] | Callable[[str, str], list[
         try:
             return parse(flag, text)
         except ValueTextError as exc:
-            raise argparse.ArgumentTypeError(str(exc)) from None
+            raise argparse.ArgumentTypeError(str(exc).removeprefix(f"{flag} ")) from None  # argparse names it
     return convert

@@ -29,6 +29,7 @@ STUDY_MD = ROOT / "docs" / "gate-study.md"
 STUDY_JSON = ROOT / "docs" / "gate-study.json"
 STATISTICS_MD = ROOT / "docs" / "statistics.md"
 README = ROOT / "README.md"
+GUARANTEES = ROOT / "docs" / "guarantees.md"  # the README links it
 
 NUMBER = r"\d+(?:\.\d+)?"
 ACCEPTANCE_MODELS = ("per-request", "per-run")
@@ -641,10 +642,9 @@ def _gate_counts(study: dict[str, Any]) -> list[int]:
     return [n, n, len(spec) * len(levels_), must_win, len(spec) * len(levels_) - must_win]
 
 
-def test_readme_guarantee_table_equals_the_json(study):
-    text = README.read_text(encoding="utf-8")
-    section = text[text.index("### What the gate guarantees"):]
-    section = section[:section.index("\n## ")]
+def test_guarantee_table_equals_the_json(study):
+    text = GUARANTEES.read_text(encoding="utf-8")
+    section = text[text.index("## Measured"):]
     _, head, rows = next(tables(section))
     run = by_acceptance(study, "per-run")
     s, half = headline(study), headline(study, prior=0.005)
@@ -674,22 +674,22 @@ def test_readme_guarantee_table_equals_the_json(study):
         "crossover": [(1.25, 1), (seed_a["within_1_25x"], 100), (s["A/A"]["crossover_within_1_25x"], 100)],
     }
     wrong, seen = [], set()
-    wrong += mismatches("README guarantee table header", head[1],
+    wrong += mismatches("guarantee table header", head[1],
                         [(study["sessions"], 1), (math.hypot(noise["day_pct"], noise["drift_pct"]), 1),
                          (noise["day_pct"], 1), (noise["drift_pct"], 1), (1, 1), (1 / noise["stall_rate"], 1)])
     for row in rows:
         key = next((k for k in expected if row[0].startswith(k)), None)
-        assert key, f"README guarantee table: row {row[0]!r} is new; teach tests/test_docs.py its figures"
+        assert key, f"guarantee table: row {row[0]!r} is new; teach tests/test_docs.py its figures"
         seen.add(key)
-        wrong += mismatches(f"README guarantee row {row[0]!r}", row[1], expected[key])
-    assert seen == set(expected), f"README guarantee table lost rows: {set(expected) - seen}"
+        wrong += mismatches(f"guarantee row {row[0]!r}", row[1], expected[key])
+    assert seen == set(expected), f"guarantee table lost rows: {set(expected) - seen}"
     preamble = " ".join(section[:section.index("\n|")].split())
     m = re.search(r"(\d+) gate tests: (\d+) throughput, (\d+) step-time, (\d+) accept-length, (\d+) must-win and "
                   r"(\d+) report-only speculation; (\d+) runs per cell, K = (\d+) stored sessions", preamble)
-    assert m, "README: the guarantee table's preamble (gate tests, runs, K) was reworded; update tests/test_docs.py"
+    assert m, "docs/guarantees.md: the guarantee table's preamble (gate tests, runs, K) was reworded; update tests/test_docs.py"
     counts = _gate_counts(study)
     assert sum(counts) == study["gate_tests"], f"the suite's gate tests {counts} do not add up to the study's"
-    wrong += mismatches("README guarantee preamble", " ".join(m.groups()),
+    wrong += mismatches("guarantee preamble", " ".join(m.groups()),
                         [(study["gate_tests"], 1), *[(c, 1) for c in counts], (3, 1), (5, 1)])
     assert not wrong, "\n".join(wrong)
 
@@ -783,3 +783,18 @@ def test_design_md_places_every_top_level_module_the_layers_contract_lists():
     table = (ROOT / "docs" / "design.md").read_text().split("| layer (top to bottom) |")[1].split("\n\n")[0]
     missing = sorted(m for m in on_disk if f"specguard/{m}.py" not in table and f"specguard/{m}/" not in table)
     assert not missing, f"docs/design.md's layer table does not place {missing}"
+
+
+def test_readme_stays_a_first_page_and_every_relative_link_resolves():
+    """The README is the two commands and first steps (<= 90 lines: the rest is in docs/); a link
+    in it or in docs/ that names a file names one that exists."""
+    assert len(README.read_text(encoding="utf-8").splitlines()) <= 90
+    broken = []
+    for page in [README, *sorted((ROOT / "docs").glob("*.md"))]:
+        for target in re.findall(r"\]\(([^)\s]+)\)", page.read_text(encoding="utf-8")):
+            if target.startswith(("http://", "https://", "#", "mailto:")):
+                continue
+            path = (page.parent / target.split("#")[0]).resolve()
+            if not path.exists():
+                broken.append(f"{page.relative_to(ROOT)}: {target}")
+    assert not broken, broken

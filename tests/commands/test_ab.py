@@ -310,7 +310,7 @@ def test_selection_adds_references_and_attach_mode_needs_urls():
 @pytest.mark.parametrize("argv, message", [
     (["ab", "--suite", "perf_tests/suite.toml"], "builds A and B are the same"),
     (["ab", "--max-rounds", "0", "--b-server-args", "eagle3=--x"], "--max-rounds '0'"),
-    (["ab", "--concurrency", "1,x", "--b-server-args", "eagle3=--x"], "--concurrency '1,x'"),
+    (["ab", "--concurrency", "1,x", "--b-server-args", "eagle3=--x"], "argument --concurrency: 1,x: use comma-separated positive integers"),
     (["ab", "--suite", "nosuch.toml", "--b-server-args", "eagle3=--x"], "nosuch.toml"),
     (["ab", "--config", "nosuch", "--b-server-args", "eagle3=--x"], "--config nosuch: no configuration"),
 ])
