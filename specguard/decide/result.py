@@ -18,6 +18,7 @@ class Half(TextEnum):
     DRAFTER = "drafter"  # the accept length
     BOTH = "both"
     NEITHER = ""  # neither interval resolved a change
+    ENGINE_ONLY = "engine-only"  # acceptance forced (simulate_accept_length): only the engine can move
 
 
 class Against(TextEnum):
@@ -48,6 +49,9 @@ class Why(TextEnum):
     ZERO_GOODPUT = "zero-goodput"  # detail: the SLOs; reference: whose goodput
     NOT_RUNNING = "not-running"  # speculation configured, no verify counts; detail: what the server runs
     ACCEPT_AT_FLOOR = "accept-at-floor"  # value: the median accept length, limit: min_accept_length
+    # Acceptance forced (simulate_accept_length): value the run farthest from what the forced length
+    # gives its requests, limit the forced length, count the runs outside it (0: it held)
+    FORCED_ACCEPT = "forced-accept"
     # count: the first draft position whose acceptance fell (``positions``), while the accept length held
     POSITION_DROP = "position-drop"
     ACCEPT_DRIFT = "accept-drift"  # advanced.accept_drift = "fail" and the cell's acceptance fell (``drift``)

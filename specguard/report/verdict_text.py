@@ -25,7 +25,7 @@ from specguard.store.baseline_file import FieldDifference
 from specguard.store.gaps import GapKind, HistoryGap
 
 MOVED = {Half.ENGINE: "the engine moved", Half.DRAFTER: "the drafter moved", Half.BOTH: "both halves moved",
-         Half.NEITHER: "neither half resolved"}
+         Half.NEITHER: "neither half resolved", Half.ENGINE_ONLY: "acceptance forced: the engine alone"}
 
 
 def where(r: GateResult) -> str:
@@ -155,6 +155,15 @@ def _position_drop(p: Problem, r: GateResult) -> str:
             f"positions stopped agreeing with the target (a head fed other hidden states, a changed draft tree) -> FAIL")
 
 
+def _forced_accept(p: Problem, r: GateResult) -> str:
+    head = f"acceptance forced to {p.limit:g} tokens per verify step (simulate_accept_length)"
+    if not p.count:
+        return (f"{head}: every run holds it (median {r.current:.3f}, farthest {p.value:.3f}; each request's prefill "
+                f"token and shorter last step allowed) -> PASS")
+    return (f"{head}, but {p.count} run{'s' if p.count != 1 else ''} read otherwise (farthest {p.value:.3f}): the "
+            f"server does not apply SGLANG_SIMULATE_ACC_LEN as launched -> FAIL")
+
+
 def _no_accept_length(p: Problem, r: GateResult) -> str:
     if r.gate.category:
         return (f"no run has an accept length for prompt category {r.gate.category!r}: its requests carried no "
@@ -192,6 +201,7 @@ _PROBLEMS: dict[Why, Callable[[Problem, GateResult], str]] = {
     Why.ACCEPT_AT_FLOOR: lambda p, r: (f"speculation is not running: accept length {p.value:.3f} <= min_accept_length "
                                        f"{p.limit:g} (each verify step keeps almost no draft)"),
     Why.POSITION_DROP: _position_drop,
+    Why.FORCED_ACCEPT: _forced_accept,
     Why.INTERNAL_ERROR: lambda p, r: f"internal error (a specguard bug): {p.detail}",
 }
 

@@ -14,13 +14,14 @@ from specguard.decide.gates import (
     launch_history_gate,
     step_time_gate,
 )
-from specguard.decide.result import Drift, GateResult, PositionShare, Problem, Why
+from specguard.decide.result import Attribution, Drift, GateResult, Half, PositionShare, Problem, Why
 from specguard.decide.stats import RatioEstimate, Rule, downward_trend
 from specguard.labels import ACCEPT_LENGTH, STEP_TIME, THROUGHPUT, GateLabel, Verdict
 from specguard.session.cells import ACCEPT_LENGTHS, STEP_RATES, THROUGHPUTS, position_metric
 from specguard.session.parts import SessionParts
 
 DRIFT_P = 0.01  # one-sided p below which a cell's falling accept length is reported
+FORCED_SLACK = 0.01  # tokens per verify step a forced run may sit outside what its request lengths allow
 MAX_POSITIONS = 16  # draft positions looked at (SGLang's --speculative-num-draft-tokens tops out near here)
 
 
@@ -43,6 +44,8 @@ class CellGates:
         metric = {THROUGHPUT: THROUGHPUTS, STEP_TIME: STEP_RATES}.get(gate, str(GateLabel(ACCEPT_LENGTHS, category)))
         launches = self._parts.cells.launch_values(name, level, metric)
         current = [v for launch in launches for v in launch]
+        if gate == ACCEPT_LENGTH and not category and self._parts.suite.servers[name].forced_acceptance:
+            return self._forced(test)
         if gate == ACCEPT_LENGTH:
             stopped = self._not_running(test, current) if not category else None
             if stopped is not None:
@@ -61,6 +64,33 @@ class CellGates:
         if gate == ACCEPT_LENGTH and not category:
             result = self._drift(self._positions(result, test), name, level)
         return result
+
+    def _forced(self, test: GateTest) -> GateResult:
+        """Acceptance forced to N tokens per verify step (SGLANG_SIMULATE_ACC_LEN, SGLang 0.5.23
+        srt/speculative/spec_utils.py generate_simulated_accept_index): the forced value is the
+        reference, no baseline needed. A run of n requests and T completion tokens counts the
+        prefill token of each request outside any verify step, and a request's last step keeps
+        what max_tokens leaves (1..N), so its verify steps v lie in [(T - n) / N, (T - n) / N + n)
+        and its accept length T / v between T / upper and T / lower; a run outside by more than
+        FORCED_SLACK fails (the server does not apply the forced acceptance)."""
+        n_forced = self._parts.suite.servers[test.config].simulate_accept_length
+        assert n_forced is not None
+        cell = self._parts.cells.cell(test.config, test.level.value)
+        runs = [(r.accept_length, r) for r in (cell.runs if cell else [])
+                if r.accept_length is not None and r.total_verify_ct]
+        if not runs:
+            return test.problem(Verdict.ERROR, Problem(Why.NO_ACCEPT_LENGTH))
+        misses = []
+        for accept, r in runs:
+            steps_low = (r.total_output_tokens - r.completed) / n_forced
+            high, low = r.total_output_tokens / max(steps_low, 1e-9), r.total_output_tokens / (steps_low + r.completed)
+            misses.append((max(low - accept, accept - high, 0.0), accept))
+        worst = max(misses)[1]
+        outside = sum(1 for miss, _ in misses if miss > FORCED_SLACK)
+        median = sorted(a for a, _ in runs)[len(runs) // 2]
+        return test.result(Verdict.FAIL if outside else Verdict.PASS, current=median, reference=float(n_forced),
+                           tolerance=FORCED_SLACK, problem=Problem(Why.FORCED_ACCEPT, value=worst,
+                                                                   limit=float(n_forced), count=outside))
 
     def _positions(self, result: GateResult, test: GateTest) -> GateResult:
         """Acceptance per draft position against the stored sessions (the correct-drafts
@@ -113,6 +143,8 @@ class CellGates:
     def _attribute(self, result: GateResult, test: GateTest, rule: Rule) -> GateResult:
         """Which half of a speculative cell's tok/s change moved, with intervals."""
         step = self._estimate(STEP_TIME, test, rule)
+        if self._parts.suite.servers[test.config].forced_acceptance:  # the drafter cannot move
+            return replace(result, attribution=Attribution(Half.ENGINE_ONLY, step, None))
         accept = self._estimate(ACCEPT_LENGTH, test, rule)
         if step is None and accept is None:
             return result

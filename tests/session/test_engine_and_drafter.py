@@ -121,8 +121,13 @@ def quiet_suite(tmp_path: Path, **kwargs):
     return replace(suite, tolerances=replace(suite.tolerances, prior_between_sd=0.005))
 
 
-def session_with_history(tmp_path: Path, **options) -> GateSession:
-    sg = GateSession(quiet_suite(tmp_path), RunOptions(baseline_dir=tmp_path / "b", log_dir=tmp_path / "l", **options))
+def session_with_history(tmp_path: Path, forced: int | None = None, **options) -> GateSession:
+    from dataclasses import replace
+    suite = quiet_suite(tmp_path)
+    if forced is not None:
+        suite = replace(suite, servers={**suite.servers,
+                                        "eagle3": replace(suite.servers["eagle3"], simulate_accept_length=forced)})
+    sg = GateSession(suite, RunOptions(baseline_dir=tmp_path / "b", log_dir=tmp_path / "l", **options))
     fake_server(sg, "eagle3")
     store = BaselineStore(tmp_path / "b")
     fp = sg.histories.fingerprint("eagle3")
@@ -261,6 +266,46 @@ def test_a_position_no_step_reached_fails_and_a_baseline_without_histograms_has_
     plain = session_with_history(tmp_path / "plain")  # stored before histograms were
     measured(plain, [run_with(list(GOOD_HEAD)) for _ in range(3)])
     assert plain.accept_length_result("eagle3", 1).positions == ()
+
+
+def forced_session(tmp_path: Path, length: int = 3) -> GateSession:
+    from dataclasses import replace
+    suite = quiet_suite(tmp_path)
+    servers = {**suite.servers, "eagle3": replace(suite.servers["eagle3"], simulate_accept_length=length)}
+    sg = GateSession(replace(suite, servers=servers), RunOptions(baseline_dir=tmp_path / "b", log_dir=tmp_path / "l"))
+    fake_server(sg, "eagle3")
+    sg.plan([PlannedTest("eagle3", 1, g) for g in ("throughput", "accept_length")])
+    return sg
+
+
+def forced_run(tokens: int, requests: int, verify: int) -> RunMetrics:
+    m = metrics(600.0, tokens / verify, 5.0)
+    m.total_output_tokens, m.completed, m.num_requests, m.total_verify_ct = tokens, requests, requests, verify
+    return m
+
+
+def test_forced_acceptance_is_checked_against_the_forced_length_without_a_baseline(tmp_path):
+    # 4 requests of 100 tokens at 3 a step: 1 prefill token + 33 steps each = 132 steps, 400 / 132 = 3.03
+    sg = forced_session(tmp_path / "held")
+    measured(sg, [forced_run(400, 4, 132) for _ in range(3)])
+    r = sg.accept_length_result("eagle3", 1)
+    assert r.verdict == PASS and r.reference == 3.0 and r.current == pytest.approx(400 / 132), message(r)
+    assert message(r).startswith("accept_length eagle3 c1: acceptance forced to 3 tokens per verify step "
+                                 "(simulate_accept_length): every run holds it"), message(r)
+    # the server ignored the variable: the drafter's own 2.4 tokens a step
+    off = forced_session(tmp_path / "ignored")
+    measured(off, [forced_run(400, 4, 132), forced_run(400, 4, 167), forced_run(400, 4, 132)])
+    r = off.accept_length_result("eagle3", 1)
+    assert r.verdict == FAIL and r.problem is not None and r.problem.count == 1, message(r)
+    assert "but 1 run read otherwise (farthest 2.395)" in message(r) and message(r).endswith("-> FAIL")
+
+
+def test_a_forced_configuration_s_tok_s_change_is_the_engine_s_alone(tmp_path):
+    sg = session_with_history(tmp_path, forced=3)
+    measured(sg, [metrics(600 / 1.06 * f, 3.0, 5.0 * 1.06 / f) for f in (1.0, 1.001, 0.999)])
+    tput = sg.throughput_result("eagle3", 1)
+    assert tput.verdict == FAIL and tput.attribution is not None and tput.attribution.half == "engine-only"
+    assert "(acceptance forced: the engine alone) -> FAIL" in message(tput) and "accept length" not in message(tput)
 
 
 # -- the summary ----------------------------------------------------------------------------------
