@@ -65,7 +65,8 @@ class RatioEstimate:
     between_sd: float  # the between-session spread used (log scale)
     between_source: str  # "prior" or "history of K sessions"
     test_at: float | None = None  # None (older results files): the threshold
-    # "pass" is an equivalence claim (a one-sided test that the ratio is above the threshold, TOST),
+    # "pass" is a non-inferiority claim (a one-sided test that the ratio is above the threshold: one
+    # side of a TOST, since a speed-up never fails),
     # made at its own level: a wrong pass misses a regression in one cell, a wrong fail is a false
     # alarm of the whole gate, so only the fail side needs the family's (Holm's) tiny per-cell alpha.
     # None (older results files): pass needs ``low``, the fail interval's bound.
