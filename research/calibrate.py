@@ -18,14 +18,15 @@ import math
 import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
 from specguard.emulator.model import SimulationResult, simulate_closed_loop
 from specguard.emulator.profile import DraftProfile, EmulatorProfile, PiecewiseLinear, load_profile
 from specguard.emulator.spec import SpecRequest, resolve_settings, uniform_accept_prob
-from specguard.labels import ExitCode
+from specguard.labels import ExitCode, Level
+from specguard.report.results import validate
 
 UNCAPPED = 1024  # the profile's cap when the baseline's running requests were not limited
 ITERATIONS = 60
@@ -83,13 +84,22 @@ class MeasuredSweep:
 
 
 # -- reading measurements ------------------------------------------------------------------------
+def _clients(cell: dict[str, Any]) -> int:
+    """A cell's concurrency from its level's name; a request-rate sweep has none to fit."""
+    level = Level.parse(cell["level"])
+    if level.rate:
+        raise ValueError(f"cell {cell['config']} {level}: a request-rate sweep; calibrate fits closed-loop concurrency")
+    return level.value
+
+
 def from_results(doc: dict[str, Any]) -> MeasuredSweep:
     """A specguard results JSON: run means per cell, caps and speculative flags from the servers'
     effective args, the workload from the suite."""
+    doc = cast(dict[str, Any], validate(doc, "results"))  # an older schema upgraded: levels by name ("c16")
     servers, cells = doc["servers"], [c for c in doc["cells"] if c["runs"] and not c.get("error")]
 
     def curve(name: str, key: str) -> dict[int, float]:
-        return {c["concurrency"]: float(np.mean([r[key] for r in c["runs"] if r.get(key)]))
+        return {_clients(c): float(np.mean([r[key] for r in c["runs"] if r.get(key)]))
                 for c in cells if c["config"] == name and any(r.get(key) for r in c["runs"])}
 
     base_name = next((n for n, s in servers.items() if not (s.get("effective_args") or {}).get("speculative_algorithm")), None)
@@ -112,7 +122,7 @@ def from_results(doc: dict[str, Any]) -> MeasuredSweep:
                                 curve(name, "accept_length"),
                                 category_accept_lengths([c for c in cells if c["config"] == name])))
     workload = doc["workload"]
-    requests = {c["concurrency"]: c["runs"][0]["num_requests"] for c in cells}
+    requests = {_clients(c): c["runs"][0]["num_requests"] for c in cells}
     base_args = servers[base_name].get("effective_args") or {}
     return MeasuredSweep(workload["input_len"], workload["output_len"], workload["kind"] == "repeated-id",
                          curve(base_name, "output_throughput"), specs, base_args.get("max_running_requests"), requests,

@@ -32,10 +32,10 @@ def shares(doc: dict) -> dict[str, Counter]:
 def rows(doc: dict) -> Counter:
     """Table rows by verdict: fail if any enforced gate fails, pass if every one passes, else the
     worst of the rest (error, skip, inconclusive)."""
-    by_row: dict[tuple[str, int], list[str]] = {}
+    by_row: dict[tuple[str, str], list[str]] = {}
     for d in doc.get("decisions", []):
         if d.get("enforced", True):
-            by_row.setdefault((d["config"], d["concurrency"]), []).append(d["verdict"])
+            by_row.setdefault((d["config"], d.get("level") or f"c{d['concurrency']}"), []).append(d["verdict"])
     out: Counter = Counter()
     for verdicts in by_row.values():
         out[next((v for v in ("fail", "error", "skip", "inconclusive") if v in verdicts), "pass")] += 1

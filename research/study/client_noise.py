@@ -12,15 +12,20 @@ import numpy as np
 from research.study.noise import Noise
 from research.study.simulate import seed_of, simulate_launch
 from specguard.config import Suite
+from specguard.labels import Level
 
 CellLogs = dict[tuple[str, int], np.ndarray]  # (configuration, concurrency) -> log tok/s of the runs
 STALL_SDS = 5.0  # a run this many robust sds below its cell's median is a stall (cf. stats.outliers)
 
 
 def results_logs(doc: dict[str, Any]) -> CellLogs:
-    """Measured runs of one results JSON (``pytest perf_tests --results-json``)."""
-    return {(c["config"], c["concurrency"]): np.log([r["output_throughput"] for r in c["runs"]])
-            for c in doc["cells"] if c["runs"] and not c.get("error")}
+    """Measured runs of one results JSON (``pytest perf_tests --results-json``): levels by name
+    ("c16", schema 3), or by number in files older specguards wrote."""
+    cells = doc["cells"]
+    def clients(c: dict[str, Any]) -> int:
+        return Level.parse(c["level"]).value if "level" in c else int(c["concurrency"])
+    return {(c["config"], clients(c)): np.log([r["output_throughput"] for r in c["runs"]])
+            for c in cells if c["runs"] and not c.get("error")}
 
 
 @dataclass(frozen=True)

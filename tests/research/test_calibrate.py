@@ -3,11 +3,14 @@
 import json
 
 import pytest
+from synthetic_results import _run as synthetic_run
+from synthetic_results import make_doc
 
 from research import calibrate
 from specguard.emulator.model import simulate_closed_loop
 from specguard.emulator.profile import load_profile
 from specguard.emulator.spec import SpecRequest
+from specguard.report.summary import cell_summary
 
 # seed-figures.md table A: concurrency -> (no-MTP tok/s, MTP tok/s); MTP at (1, 1, 2), capped at 48
 SEED_A = {1: (108, 121.5), 4: (286, 400.5), 16: (873, 1209), 32: (1359, 1502), 64: (2327, 1571), 128: (2800, 1635)}
@@ -55,14 +58,19 @@ def test_table_without_lengths_is_refused(tmp_path, capsys):
 
 
 def _results_doc():
-    """A results JSON as `pytest perf_tests --results-json` writes it, from the fast profile."""
+    """A results JSON as `pytest perf_tests --results-json` writes it (schema 3: levels by name),
+    its runs simulated from the fast profile."""
     fast = load_profile("fast")
     eagle = SpecRequest("EAGLE3", 3, 1, 4)
-    servers = {
-        "baseline": {"effective_args": {"speculative_algorithm": None, "max_running_requests": 128, "model_path": "/m"}},
-        "eagle3": {"effective_args": {"speculative_algorithm": "EAGLE3", "num_steps": 3, "eagle_topk": 1,
-                                      "num_draft_tokens": 4, "max_running_requests": 128, "model_path": "/m"}},
+    doc = make_doc({"baseline": {1: 1.0}, "eagle3": {1: 1.0}}, {"eagle3": {"speculative_algorithm": "EAGLE3"}},
+                   workload={"kind": "random-ids", "input_len": 128, "output_len": 64, "seed": 0, "path": None})
+    effective = {
+        "baseline": {"speculative_algorithm": None, "max_running_requests": 128, "model_path": "/m"},
+        "eagle3": {"speculative_algorithm": "EAGLE3", "num_steps": 3, "eagle_topk": 1, "num_draft_tokens": 4,
+                   "max_running_requests": 128, "model_path": "/m"},
     }
+    for name, args in effective.items():
+        doc["servers"][name]["effective_args"] = args
     cells = []
     for name, spec in (("baseline", None), ("eagle3", eagle)):
         for c in (1, 4, 16):
@@ -70,10 +78,11 @@ def _results_doc():
             for seed in range(2):
                 r = simulate_closed_loop(fast, spec, c, 4 * c, 128, 64, max_running_requests=128, seed=seed,
                                          same_prompt=False)
-                runs.append({"output_throughput": r.output_throughput, "accept_length": r.accept_length,
-                             "num_requests": 4 * c})
-            cells.append({"config": name, "concurrency": c, "error": None, "runs": runs})
-    return {"servers": servers, "cells": cells, "workload": {"kind": "random-ids", "input_len": 128, "output_len": 64}}
+                runs.append({**synthetic_run(r.output_throughput, c, r.accept_length), "num_requests": 4 * c})
+            cells.append({"config": name, "level": f"c{c}", "error": None, "warnings": [], "wall_s": 1.0,
+                          "summary": cell_summary(runs), "runs": runs, "warmup_runs": []})
+    doc["cells"] = cells
+    return doc
 
 
 def test_results_json_is_fitted_from_its_runs_and_effective_args(tmp_path, capsys):

@@ -104,7 +104,7 @@ def test_measure_noise_attributes_nothing_extra_to_model_made_sessions(tiny):
     quiet = study.Noise(within={}, between={}, stall_rate=0.0)
     docs = []
     for i in range(30):
-        cells = [{"config": n, "concurrency": c, "runs": [{"output_throughput": t} for t in tok], "warmup_runs": []}
+        cells = [{"config": n, "level": f"c{c}", "runs": [{"output_throughput": t} for t in tok], "warmup_runs": []}
                  for j, n in enumerate(tiny.servers)
                  for c, (tok, *_) in study.simulate_launch(tiny, n, 1000 + 10 * i + j, 3, quiet).items()]
         docs.append({"cells": cells})
