@@ -11,6 +11,7 @@ from enum import Enum, IntEnum
 
 THROUGHPUT, ACCEPT_LENGTH, STEP_TIME, SPECULATION = "throughput", "accept_length", "step_time", "speculation"
 GATES = (THROUGHPUT, ACCEPT_LENGTH, STEP_TIME, SPECULATION)
+SOAK = "soak"  # test_soak: outside the family (its own [soak] alpha per metric), decided on its windows
 # Gated against the stored baseline history (a run that records baselines does not gate them).
 HISTORY_GATES = (THROUGHPUT, ACCEPT_LENGTH, STEP_TIME)
 

@@ -754,12 +754,12 @@ def test_suite_file_doc_names_every_key_in_its_table():
     """docs/suite-file.md documents every key a suite file can hold, in the table it is written in."""
     import dataclasses
 
-    from specguard.config import ADVANCED_KEYS, ServerConfig, SweepConfig, Tolerances
+    from specguard.config import ADVANCED_KEYS, ServerConfig, SoakConfig, SweepConfig, Tolerances
     from specguard.workload import WorkloadSpec
     text = (ROOT / "docs" / "suite-file.md").read_text()
     sections = dict(re.findall(r"^## `\[([a-z.A-Z]+)\]`\n(.*?)(?=^## |\Z)", text, flags=re.S | re.M))
     for table, cls in (("servers.NAME", ServerConfig), ("sweep", SweepConfig), ("workload", WorkloadSpec),
-                       ("tolerances", Tolerances)):
+                       ("tolerances", Tolerances), ("soak", SoakConfig)):
         for f in dataclasses.fields(cls):
             if f.name == "name":
                 continue

@@ -16,6 +16,7 @@ from specguard.config.suite import (
                                     AttachConfig,
                                     ConfigError,
                                     ServerConfig,
+                                    SoakConfig,
                                     Suite,
                                     SweepConfig,
                                     Tolerances,
@@ -24,5 +25,5 @@ from specguard.config.suite import (
 from specguard.config.validation import Origin, statistical_caveats, validate_suite
 
 __all__ = ["ADVANCED_KEYS", "APIS", "ENGINES", "FAIL_RULES", "PRIOR_BETWEEN_DOF", "REMOVED_KEYS", "SGLANG_ALGORITHMS",
-           "AttachConfig", "ConfigError", "Origin", "ServerConfig", "Suite", "SweepConfig", "Tolerances", "expand_path",
-           "key_name", "load_suite", "parse_suite", "statistical_caveats", "validate_suite"]
+           "AttachConfig", "ConfigError", "Origin", "ServerConfig", "SoakConfig", "Suite", "SweepConfig", "Tolerances",
+           "expand_path", "key_name", "load_suite", "parse_suite", "statistical_caveats", "validate_suite"]

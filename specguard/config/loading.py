@@ -17,6 +17,7 @@ from specguard.config.suite import (
     AttachConfig,
     ConfigError,
     ServerConfig,
+    SoakConfig,
     Suite,
     SweepConfig,
     Tolerances,
@@ -131,7 +132,8 @@ def parse_suite(raw: dict[str, Any], path: Path) -> Suite:
         raise ConfigError(f"{path}: [workload]: {exc}") from exc
     suite = Suite(path=path, servers=servers, sweep=_build(SweepConfig, tables["sweep"], "sweep", path), workload=workload,
                   tolerances=_build(Tolerances, tables["tolerances"], "tolerances", path),
-                  attach=_build(AttachConfig, tables["attach"], "attach", path))
+                  attach=_build(AttachConfig, tables["attach"], "attach", path),
+                  soak=_build(SoakConfig, raw.get("soak") or {}, "soak", path))
     validate_suite(suite)
     return suite
 

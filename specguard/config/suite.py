@@ -165,6 +165,22 @@ class Tolerances:
 
 
 @dataclass(frozen=True)
+class SoakConfig:
+    """`[soak]`: one long closed-loop run per configuration, cut into windows, each window's accept
+    length, step time and tok/s searched for the change point where it started to slide
+    (sglang#37326: acceptance towards zero after hours; vllm#41838: 3.07 -> 2.8). Off (no
+    test_soak) while duration_s is 0."""
+
+    duration_s: float = 0.0  # the soak's length, warm-up windows included (0: no soak tests)
+    window_s: float = 30.0  # the length a window aims at: its request count follows the last window's rate
+    concurrency: int = 16  # clients in flight for the whole soak
+    warmup_windows: int = 1  # first windows left out of the decision (caches, graphs, the clock)
+    configs: list[str] = field(default_factory=list)  # soaked configurations (default: every speculative one)
+    alpha: float = 0.001  # two-sided level of a change point (decide/changepoint.py), per metric
+    min_change: float = 0.03  # the smallest shift a change point must have to count (3 %)
+
+
+@dataclass(frozen=True)
 class AttachConfig:
     """How an attached server (--server-url) is held to the suite file's launch values."""
 
@@ -181,6 +197,14 @@ class Suite:
     workload: WorkloadSpec
     tolerances: Tolerances
     attach: AttachConfig = field(default_factory=AttachConfig)
+    soak: SoakConfig = field(default_factory=SoakConfig)
+
+    @property
+    def soaked(self) -> list[str]:
+        """The configurations test_soak runs on: [soak] configs, else every speculative one; none while off."""
+        if self.soak.duration_s <= 0:
+            return []
+        return list(self.soak.configs) or [n for n, s in self.servers.items() if s.speculative]
 
     def reference_of(self, name: str) -> ServerConfig | None:
         ref = self.servers[name].reference
@@ -199,7 +223,7 @@ ADVANCED_KEYS = {
     "inconclusive": "tolerances", "fail_rule": "tolerances", "strict_server_args": "attach",
 }
 REMOVED_KEYS = {"tolerances.spread_rule": "the pooled-t spread is the only rule (docs/statistics.md); delete the key"}
-TABLES = ("servers", "sweep", "workload", "tolerances", "advanced")
+TABLES = ("servers", "sweep", "workload", "tolerances", "soak", "advanced")
 
 
 def key_name(key: str) -> str:

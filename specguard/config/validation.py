@@ -53,6 +53,7 @@ def validate_suite(suite: Suite, sources: dict[str, str] | None = None) -> None:
     _validate_design(suite.sweep, suite.tolerances, at)
     for name, s in suite.servers.items():
         _validate_server(suite.path, name, s, suite)
+    _validate_soak(suite, at)
     for line in statistical_caveats(suite.tolerances, at):
         if line not in _WARNED:  # the file is validated alone, then with the command line: one line each
             _WARNED.add(line)
@@ -60,6 +61,23 @@ def validate_suite(suite: Suite, sources: dict[str, str] | None = None) -> None:
 
 
 _WARNED: set[str] = set()
+
+
+def _validate_soak(suite: Suite, at: Origin) -> None:
+    soak = suite.soak
+    for key in ("duration_s", "window_s", "concurrency", "warmup_windows"):
+        value = getattr(soak, key)
+        positive = key in ("window_s", "concurrency")
+        if value < 0 or (positive and value == 0):
+            raise ConfigError(f"{at('soak.' + key, value)}: must be {'positive' if positive else '>= 0'}")
+    if not 0 < soak.alpha < 1 or not 0 <= soak.min_change < 1:
+        raise ConfigError(f"{at('soak.alpha', soak.alpha)}: soak.alpha in (0, 1) and soak.min_change in [0, 1)")
+    for name in soak.configs:
+        if name not in suite.servers:
+            raise ConfigError(f"{at('soak.configs', soak.configs)}: {name!r} is not a configuration in this file")
+    if soak.duration_s and soak.duration_s < (soak.warmup_windows + 3) * soak.window_s:
+        raise ConfigError(f"{at('soak.duration_s', soak.duration_s)}: a soak needs the warm-up windows and at least 3 "
+                          f"more of {soak.window_s:g} s: at least {(soak.warmup_windows + 3) * soak.window_s:g} s")
 
 
 def statistical_caveats(tol: Tolerances, at: Origin) -> list[str]:

@@ -128,6 +128,43 @@ class PositionShare:
     reference: float | None
 
 
+class SoakMetric(TextEnum):
+    """A soak window's figures (its run's): the ones a change point is searched in."""
+
+    ACCEPT_LENGTH = "accept_length"
+    STEP_TIME = "step_time_ms"
+    THROUGHPUT = "output_throughput"
+    ITL_P99 = "p99_itl_ms"
+
+
+@dataclass(frozen=True)
+class SoakShift:
+    """A soak metric's first change the worse way: from `window` on (the soak's windows counted from
+    0, warm-up included) its geometric mean went from `before` to `after`, ratio in [low, high]."""
+
+    metric: SoakMetric
+    window: int
+    before: float
+    after: float
+    low: float
+    high: float
+    p_value: float
+
+    @property
+    def ratio(self) -> float:
+        return self.after / self.before
+
+
+@dataclass(frozen=True)
+class Soak:
+    """A soak test's windows and what slid: `windows` measured after `warmup` warm-up windows."""
+
+    windows: int
+    warmup: int
+    shifts: tuple[SoakShift, ...]
+    half: Half  # accept length slid: the drafter; step time: the engine
+
+
 @dataclass(frozen=True)
 class Drift:
     """A cell's accept length falling across its runs in time order (vllm#41838)."""
@@ -163,6 +200,7 @@ class GateResult:
     problem: Problem | None = None
     drift: Drift | None = None  # the accept-length gate: acceptance fell within the session
     positions: tuple[PositionShare, ...] = ()  # the accept-length gate: acceptance per draft position
+    soak: Soak | None = None  # the soak test: its windows' change points
     notes: tuple[str, ...] = ()  # the server's and the measurement's own notes on this cell
 
     @property

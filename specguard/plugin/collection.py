@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import pytest
 
 from specguard.config import Suite
-from specguard.labels import ACCEPT_LENGTH, SPECULATION, STEP_TIME, THROUGHPUT, Level
+from specguard.labels import ACCEPT_LENGTH, SOAK, SPECULATION, STEP_TIME, THROUGHPUT, Level
 from specguard.plugin import state
 from specguard.plugin.live import LiveLine
 from specguard.plugin.options import get_suite
@@ -30,7 +30,7 @@ ALGORITHM_MARKER = "algorithm"
 # Tests renamed since a release: old name -> new (plugin/gate_tests.py keeps the old importable)
 DEPRECATED_NAMES = {"test_speculation_beats_baseline": "test_speculation_beats_reference"}
 GATE_OF_TEST = {"test_throughput": THROUGHPUT, "test_step_time": STEP_TIME, "test_accept_length": ACCEPT_LENGTH,
-                "test_speculation_beats_reference": SPECULATION}
+                "test_speculation_beats_reference": SPECULATION, "test_soak": SOAK}
 GATE_OF_TEST.update({old: GATE_OF_TEST[new] for old, new in DEPRECATED_NAMES.items()})
 TEST_ORDER = {name: i for i, name in enumerate(GATE_OF_TEST)}
 
@@ -68,11 +68,15 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     rate = bool(suite.sweep.request_rate)
     params = []
     for name, cfg in suite.servers.items():
-        if kind == "speculative" and not cfg.speculative:
+        if (kind == "speculative" and not cfg.speculative) or (kind == "soak" and name not in suite.soaked):
             continue
         algo = cfg.algorithm_label.lower() if cfg.speculative else "none"
         marks = [pytest.mark.xdist_group(group_of(suite, name)),  # with its reference: measured once
                  getattr(pytest.mark, ALGORITHM_MARKER)(name=algo)]
+        if kind == "soak":  # one test per configuration, at the soak's concurrency
+            params.append(pytest.param(Cell(name, Level(suite.soak.concurrency)), id=f"{name}-c{suite.soak.concurrency}",
+                                       marks=marks))
+            continue
         for value in suite.sweep.request_rate or suite.sweep.concurrency:
             level = Level(value, rate)
             for category in ["", *categories.get(value, [])]:  # next to the overall test, one per category
@@ -136,7 +140,9 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     """The selected tests (after -k/-m) are known: they are the family Holm and the per-cell
     alpha count, and the plan from which the session measures references; then the progress line."""
     config = session.config
-    selected = [(c, gate_of(item)) for item in session.items if (c := cell_of(item)) is not None]
+    # a soak test is decided on its own windows, outside the family (its [soak] alpha per metric)
+    selected = [(c, gate) for item in session.items
+                if (c := cell_of(item)) is not None and (gate := gate_of(item)) != SOAK]
     if not selected:
         return
     sg = get_session(config)

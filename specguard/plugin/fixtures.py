@@ -107,6 +107,10 @@ class CellTest:
         """The cell's accept length, or its prompt category's when the test is a category's."""
         return self.session.accept_length_result(self.cell.config, self._level, self.cell.category)
 
+    def soak(self) -> GateResult:
+        """The configuration under [soak] load for its duration, decided on its windows."""
+        return self.session.soak_result(self.cell.config)
+
     def speculation(self) -> GateResult:
         return self.session.speculation_result(self.cell.config, self._level)
 

@@ -53,6 +53,14 @@ def test_speculation_beats_reference(cell: CellTest) -> None:
     cell.enforce(cell.speculation())
 
 
+@pytest.mark.specguard(cells="soak")
+def test_soak(cell: CellTest) -> None:
+    """Under steady load for `[soak] duration_s`, no window's accept length, step time or tok/s
+    starts a lasting slide (a change point the worse way after the warm-up windows): acceptance
+    that decays in a long-running server (sglang#37326) fails by name, with the window it began."""
+    cell.enforce(cell.soak())
+
+
 def __getattr__(name: str) -> Any:
     """A renamed test imported by its old name (PEP 562): the same function, so a repository's
     perf_tests/ written by an older `specguard init` keeps its tests and their ids."""

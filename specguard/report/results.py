@@ -21,6 +21,9 @@ from specguard.decide.result import (
     Half,
     PositionShare,
     Problem,
+    Soak,
+    SoakMetric,
+    SoakShift,
     Versus,
     Why,
 )
@@ -34,6 +37,7 @@ from specguard.report.schema import (
     EstimateDoc,
     ProblemDoc,
     ResultsDoc,
+    SoakDoc,
 )
 from specguard.report.upgrade import upgrade
 from specguard.report.verdict_text import message, ratio_text
@@ -97,6 +101,10 @@ def decision_dict(r: GateResult) -> DecisionDoc:
         "drift": cast(Any, asdict(r.drift)) if r.drift else None, "notes": list(r.notes),
         "positions": [{"position": s.position, "verdict": s.verdict.value, "estimate": _estimate_doc(s.estimate),
                        "current": s.current, "reference": s.reference} for s in r.positions],
+        "soak": ({"windows": r.soak.windows, "warmup": r.soak.warmup, "half": r.soak.half.value,
+                  "shifts": [{"metric": s.metric.value, "window": s.window, "before": s.before, "after": s.after,
+                              "low": s.low, "high": s.high, "p_value": s.p_value} for s in r.soak.shifts]}
+                 if r.soak else None),
     }
 
 
@@ -114,7 +122,16 @@ def decision_result(d: DecisionDoc) -> GateResult:
         problem=problem_result(p) if p else None,
         drift=Drift(**dr) if (dr := d.get("drift")) else None, notes=tuple(d.get("notes") or ()),
         positions=tuple(PositionShare(s["position"], Verdict(s["verdict"]), _estimate(s["estimate"]), s["current"],
-                                      s["reference"]) for s in d.get("positions") or ()))
+                                      s["reference"]) for s in d.get("positions") or ()),
+        soak=_soak(d.get("soak")))
+
+
+def _soak(d: SoakDoc | None) -> Soak | None:
+    if not d:
+        return None
+    shifts = tuple(SoakShift(SoakMetric(s["metric"]), s["window"], s["before"], s["after"], s["low"], s["high"],
+                             s["p_value"]) for s in d["shifts"])
+    return Soak(d["windows"], d["warmup"], shifts, Half(d["half"]))
 
 
 def problem_doc(p: Problem) -> ProblemDoc:

@@ -169,6 +169,36 @@ class PositionDoc(TypedDict):
     reference: float | None
 
 
+class SoakShiftDoc(TypedDict):
+    """decide.result.SoakShift."""
+
+    metric: str
+    window: int
+    before: float
+    after: float
+    low: float
+    high: float
+    p_value: float
+
+
+class SoakDoc(TypedDict):
+    """decide.result.Soak: a soak test's windows and what slid."""
+
+    windows: int
+    warmup: int
+    shifts: list[SoakShiftDoc]
+    half: str
+
+
+class SoakWindowsDoc(TypedDict):
+    """One configuration's soak windows (`soaks.NAME`): every window's run, warm-up included."""
+
+    concurrency: int
+    window_s: float
+    warmup_windows: int
+    windows: list[dict[str, Any]]  # measure.metrics.RunMetrics, as stored
+
+
 class _DecisionFields(TypedDict):
     gate: str  # labels.GateLabel's text
     config: str
@@ -198,6 +228,7 @@ class DecisionDoc(_DecisionFields, total=False):
     detectable_drop: float | None  # added by session/results.py (docs/results.md)
     legacy_message: str  # a decision read from a schema-2 file: its line as that specguard worded it
     positions: list[PositionDoc]  # the accept-length gate's per-position acceptance (absent in older files)
+    soak: SoakDoc | None  # the soak test's change points (absent in older files)
 
 
 class TestDoc(TypedDict, total=False):
@@ -336,6 +367,7 @@ class ResultsDoc(_ResultsKeys, total=False):
     merged_from: int
     reference_roles: list[ReferenceRoleDoc]
     relaunches: dict[str, list[RelaunchDoc]]
+    soaks: dict[str, SoakWindowsDoc]  # test_soak's windows per configuration (absent in older files)
     tests: list[TestDoc]
     run_notes: list[str]
     hints: dict[str, str]

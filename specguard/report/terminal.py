@@ -13,11 +13,11 @@ import textwrap
 from typing import Any
 
 from specguard.decide.gates import RelaunchReason, RelaunchWhy
-from specguard.labels import STATUS_NOT_MEASURED, STATUS_REGRESSION, GateLabel, Level
+from specguard.labels import SOAK, STATUS_NOT_MEASURED, STATUS_REGRESSION, GateLabel, Level
 from specguard.report.baseline_text import document_lines
-from specguard.report.results import detectable_drop, sorted_cells
+from specguard.report.results import decision_result, detectable_drop, sorted_cells
 from specguard.report.schema import CellDoc, DecisionDoc, EstimateDoc, RelaunchDoc, ResultsDoc, ServerDoc, TestDoc
-from specguard.report.verdict_text import relaunch_reason
+from specguard.report.verdict_text import message, relaunch_reason
 
 GATE_SHORT = {"throughput": "tput", "accept_length": "accept", "step_time": "step", "speculation": "spec"}
 VERDICT_ORDER = ["FAIL", "ERROR", "skip", "inconclusive", "behind (info)", "recorded"]
@@ -275,7 +275,7 @@ def notes(doc: ResultsDoc) -> list[str]:
     """Crossovers, server notes, Holm, references, baseline writes: the lines under the table."""
     lines = [f"{name}: {x['text']}" for name, x in doc["crossovers"].items()]
     lines += server_lines(doc) + reference_lines(doc) + category_lines(doc) + load_lines(doc)
-    lines += relaunch_lines(doc)
+    lines += relaunch_lines(doc) + soak_lines(doc)
     lines += regression_halves(doc) + attach_lines(doc)
     family = family_test(doc)
     if family is not None and family["outcome"] == "failed":
@@ -286,6 +286,11 @@ def notes(doc: ResultsDoc) -> list[str]:
     lines += [f"baselines: {u}" for u in document_lines(doc)]
     lines += list(doc.get("run_notes") or [])
     return lines
+
+
+def soak_lines(doc: ResultsDoc) -> list[str]:
+    """Each soak test's line (its windows and what slid), under the table: a soak has no cell in it."""
+    return [message(decision_result(d)).split("\n")[0] for d in doc["decisions"] if d["gate"] == SOAK]
 
 
 def regression_halves(doc: ResultsDoc) -> list[str]:

@@ -16,6 +16,9 @@ from specguard.decide.result import (
     Half,
     PositionShare,
     Problem,
+    Soak,
+    SoakMetric,
+    SoakShift,
     Versus,
     Why,
 )
@@ -36,7 +39,10 @@ def where(r: GateResult) -> str:
 
 def message(r: GateResult) -> str:
     """The decision's line, then one "notes:" line per note (drift, the server's, the measurement's)."""
-    head = problem_line(r, r.problem) if r.problem is not None else statistics_line(r)
+    if r.problem is not None:
+        head = problem_line(r, r.problem)
+    else:
+        head = soak_line(r, r.soak) if r.soak is not None else statistics_line(r)
     notes = ([drift_line(r)] if r.drift is not None and (r.problem is None or r.problem.why != Why.ACCEPT_DRIFT) else [])
     notes += [positions_line(r.positions)] if r.positions else []
     notes += list(dict.fromkeys(r.notes))
@@ -136,6 +142,28 @@ def problem_line(r: GateResult, p: Problem) -> str:
 def _share_change(s: PositionShare) -> str:
     """One position's change: "-34.0% [-40.1%, -27.5%]", or "0 of steps" when none reached it."""
     return ratio_change(s.estimate) if s.estimate is not None else "fell to 0"
+
+
+SOAK_NAMES = {SoakMetric.ACCEPT_LENGTH: "accept length", SoakMetric.STEP_TIME: "step time",
+              SoakMetric.THROUGHPUT: "tok/s", SoakMetric.ITL_P99: "ITL p99"}
+SOAK_HALF = {Half.DRAFTER: "the drafter", Half.ENGINE: "the engine", Half.BOTH: "the drafter and the engine"}
+
+
+def soak_shift_text(s: SoakShift) -> str:
+    """"accept length -9.8% [-12.1%, -7.4%] from window 7 (3.02 -> 2.72)"."""
+    fmt = ".3g" if s.metric != SoakMetric.THROUGHPUT else ".0f"
+    return (f"{SOAK_NAMES[s.metric]} {s.ratio - 1:+.1%} [{s.low - 1:+.1%}, {s.high - 1:+.1%}] from window {s.window} "
+            f"({s.before:{fmt}} -> {s.after:{fmt}})")
+
+
+def soak_line(r: GateResult, soak: Soak) -> str:
+    """A soak test's line: its windows, what slid from which window, and which half moved."""
+    head = f"{where(r)}: {soak.windows} windows after {soak.warmup} warm-up"
+    if not soak.shifts:
+        return f"{head}: no lasting slide in accept length, step time or tok/s -> PASS"
+    moved = f" ({SOAK_HALF[soak.half]} moved)" if soak.half in SOAK_HALF else ""
+    shifts = "; ".join(soak_shift_text(s) for s in soak.shifts)
+    return f"{head}: {shifts}{moved} -> {r.verdict.value.upper()}"
 
 
 def positions_line(shares: Sequence[PositionShare]) -> str:

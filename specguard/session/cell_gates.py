@@ -44,16 +44,9 @@ class CellGates:
         metric = {THROUGHPUT: THROUGHPUTS, STEP_TIME: STEP_RATES}.get(gate, str(GateLabel(ACCEPT_LENGTHS, category)))
         launches = self._parts.cells.launch_values(name, level, metric)
         current = [v for launch in launches for v in launch]
-        if gate == ACCEPT_LENGTH and not category and self._parts.suite.servers[name].forced_acceptance:
-            return self._forced(test)
-        if gate == ACCEPT_LENGTH:
-            stopped = self._not_running(test, current) if not category else None
-            if stopped is not None:
-                return stopped
-            if not current:
-                return test.problem(Verdict.ERROR, Problem(Why.NO_ACCEPT_LENGTH))
-        if gate == STEP_TIME and not current:
-            return test.problem(Verdict.ERROR, Problem(Why.NO_STEP_TIME))
+        early = self._before_history(test, current)
+        if early is not None:
+            return early
         history, reason, missing = self._parts.histories.cell(name, level, metric)
         if history is None:
             missing = missing or Why.NO_BASELINE
@@ -126,6 +119,22 @@ class CellGates:
         if dropped is not None and result.verdict not in (Verdict.FAIL, Verdict.ERROR):
             return replace(result, verdict=Verdict.FAIL, problem=Problem(Why.POSITION_DROP, count=dropped))
         return result
+
+    def _before_history(self, test: GateTest, current: list[float]) -> GateResult | None:
+        """What decides a cell before its history is read: forced acceptance, speculation that
+        stopped, nothing measured."""
+        gate, category = test.gate.gate, test.gate.category
+        if gate == ACCEPT_LENGTH and not category and self._parts.suite.servers[test.config].forced_acceptance:
+            return self._forced(test)
+        if gate == ACCEPT_LENGTH:
+            stopped = self._not_running(test, current) if not category else None
+            if stopped is not None:
+                return stopped
+            if not current:
+                return test.problem(Verdict.ERROR, Problem(Why.NO_ACCEPT_LENGTH))
+        if gate == STEP_TIME and not current:
+            return test.problem(Verdict.ERROR, Problem(Why.NO_STEP_TIME))
+        return None
 
     def _against_history(self, test: GateTest, launches: list[list[float]], history: list[list[float]]) -> GateResult:
         tol, design = self._parts.suite.tolerances, self._parts.design

@@ -20,6 +20,7 @@ from specguard.config import Suite
 from specguard.decide.gates import design_of
 from specguard.decide.result import GateResult
 from specguard.labels import ACCEPT_LENGTH, SPECULATION, STEP_TIME, THROUGHPUT
+from specguard.measure.metrics import RunMetrics
 from specguard.measure.sweep import CellMeasurement, Driver, Progress, plain_driver
 from specguard.session.campaign import Campaign, Relaunch
 from specguard.session.cells import CellStore
@@ -30,6 +31,7 @@ from specguard.session.parts import SessionParts
 from specguard.session.plan import Plan, PlannedTest, Planner
 from specguard.session.recording import Recorder
 from specguard.session.servers import ServerPool
+from specguard.session.soak import run_soak
 from specguard.session.verdicts import Verdicts
 from specguard.store.refresh import BaselineOutcome, BaselineStage, Refresh, commit_baseline_stages
 from specguard.workload import Workload, build_workload
@@ -51,19 +53,22 @@ class GateSession:
         self.pool = ServerPool(suite, options, self.workload)
         self.cells = CellStore()
         self.histories = Histories(suite, options, self.pool, self.levels, gpu_fingerprint())
-        self.verdicts = Verdicts(SessionParts(suite, self.design, self.planner, self.pool, self.cells, self.histories,
-                                             self.levels))
+        self.parts = SessionParts(suite, self.design, self.planner, self.pool, self.cells, self.histories, self.levels)
+        self.verdicts = Verdicts(self.parts)
         self.campaign = Campaign(suite, options, self.design, self.planner, self.pool, self.cells, self.verdicts,
                                  self.levels)
         self.recorder = Recorder(str(suite.path), options, self.pool, self.cells, self.histories, self.levels,
                                   self.session_id, self.git_commit)
         self.baseline_outcome: BaselineOutcome | None = None
+        self.soaks: dict[str, list[RunMetrics]] = {}  # test_soak's windows per configuration
+        self._progress: Progress | None = None
 
     # -- the plugin's calls ---------------------------------------------------------------------
     def plan(self, selected: list[PlannedTest]) -> Plan:
         return self.planner.plan(selected)
 
     def set_progress(self, progress: Progress | None) -> None:
+        self._progress = progress
         self.campaign.set_progress(progress)
 
     def measure(self, name: str, level: int, driver: Driver = plain_driver) -> CellMeasurement:
@@ -83,6 +88,11 @@ class GateSession:
         if must_win_up_to == self.options.speculation_must_win_up_to:
             must_win_up_to = None  # the session's own limit: the verdict decided at the sweep stands
         return self.verdicts.report(SPECULATION, name, level, must_win_up_to)
+
+    def soak_result(self, name: str) -> GateResult:
+        """test_soak: `name` under [soak] load for its duration, decided on its windows' change points."""
+        result, self.soaks[name] = run_soak(self.parts, self.options, name, self._progress)
+        return self.verdicts.record_soak(result)
 
     def stop_server(self, name: str) -> None:
         self.pool.stop(name)

@@ -118,6 +118,9 @@ def build_results(sg: GateSession) -> ResultsDoc:
         "reference_roles": [{"config": name, "level": sg.levels.name(level), "for": list(users)}
                             for (name, level), users in sorted(sg.cells.reference_roles.items())],
         "relaunches": {k: [relaunch_doc(r) for r in v] for k, v in sg.relaunches.items()},
+        "soaks": {name: {"concurrency": sg.suite.soak.concurrency, "window_s": sg.suite.soak.window_s,
+                         "warmup_windows": sg.suite.soak.warmup_windows, "windows": [asdict(r) for r in windows]}
+                  for name, windows in sg.soaks.items()},
     })
     doc["crossovers"] = crossovers(doc)
     return doc

@@ -38,6 +38,11 @@ class Verdicts:
         self.stage1.append(result)
         return self._record(result)
 
+    def record_soak(self, result: GateResult) -> GateResult:
+        """A soak test's result (decided on its own windows, session/soak.py), kept with the others."""
+        self.stage1.append(result)
+        return self._record(result)
+
     def decide(self, name: str, stage: int) -> list[GateResult]:
         """Decide every planned gate test of a configuration whose cell was measured error-free."""
         out = []

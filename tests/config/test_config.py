@@ -145,7 +145,8 @@ def test_removed_and_moved_tables_name_what_to_do(tmp_path):
 
 
 def test_a_user_meets_at_most_36_keys_outside_advanced():
-    # 35 until servers.NAME.simulate_accept_length (the engine measured alone, issue 30)
+    # 35 until servers.NAME.simulate_accept_length (the engine measured alone, issue 30); the
+    # [soak] table is opt-in (no soak test until soak.duration_s is set) and not counted here
     import dataclasses
 
     from specguard.config import ADVANCED_KEYS, ServerConfig, SweepConfig, Tolerances
@@ -247,3 +248,19 @@ def test_forced_acceptance_is_one_key_that_sets_sglangs_variable_and_is_checked(
     with pytest.raises(ConfigError, match="servers.baseline.simulate_accept_length forces SGLang's speculative acceptance"):
         parse_suite({"servers": {"baseline": {"engine": "emulator", "model_path": "/m", "simulate_accept_length": 2}}},
                     tmp_path / "s.toml")
+
+
+def test_a_soak_is_off_until_it_has_a_duration_and_its_mistakes_name_the_key(tmp_path):
+    assert load_suite(write(tmp_path, GOOD)).soaked == []
+    suite = load_suite(write(tmp_path, GOOD + "\n[soak]\nduration_s = 600\nwindow_s = 30\n"))
+    assert suite.soaked == ["eagle3"] and suite.soak.concurrency == 16  # every speculative configuration
+    chosen = load_suite(write(tmp_path, GOOD + '\n[soak]\nduration_s = 600\nconfigs = ["baseline"]\n'))
+    assert chosen.soaked == ["baseline"]
+    for body, message in (("duration_s = 60\nwindow_s = 30", r"soak.duration_s = 60.0: a soak needs the warm-up windows "
+                                                           r"and at least 3 more of 30 s: at least 120 s"),
+                          ('duration_s = 600\nconfigs = ["nope"]', r"soak.configs = \['nope'\]: 'nope' is not a "
+                                                                   r"configuration"),
+                          ("duration_s = 600\nwindow = 30", r"unknown key soak.window; known keys: duration_s, window_s"),
+                          ("duration_s = 600\nconcurrency = 0", r"soak.concurrency = 0: must be positive")):
+        with pytest.raises(ConfigError, match=message):
+            load_suite(write(tmp_path, GOOD + f"\n[soak]\n{body}\n"))

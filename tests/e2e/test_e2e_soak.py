@@ -1,0 +1,51 @@
+"""test_soak end to end on the emulator (issue 32): a server whose acceptance decays mid-soak
+(`--emulator-fault-accept-decay`, specguard/emulator/decay.py) fails naming the drafter and the
+window the slide began; the same soak on an unchanged server passes. The soak is short (45 s of
+5 s windows) so CI can afford it; benchmarks and the docs hold the long ones."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from e2e.test_e2e_suite import run_suite
+from emulator_suite import write_emulator_suite
+
+pytestmark = [pytest.mark.e2e, pytest.mark.soak]
+
+SOAK = "\n[soak]\nduration_s = 45\nwindow_s = 5\nconcurrency = 4\nwarmup_windows = 1\n"
+# 12 % less acceptance from 20 s of serving on, at once: windows 4 or 5 of 5 s each
+DECAY = ', "--emulator-fault-accept-decay", "0.12", "--emulator-fault-decay-start-s", "20", ' \
+        '"--emulator-fault-decay-over-s", "0"'
+
+
+def soak_suite(tmp_path, decay: bool):
+    suite = write_emulator_suite(tmp_path / "suite.toml", concurrency=(1,))
+    text = suite.read_text() + SOAK
+    if decay:
+        text = text.replace('reference = "baseline"\nspeculation_must_win_up_to = 4\nargs = ["--emulator-profile", "fast"',
+                            'reference = "baseline"\nspeculation_must_win_up_to = 4\nargs = ["--emulator-profile", "fast"'
+                            + DECAY)
+        assert DECAY in text
+    suite.write_text(text)
+    return suite
+
+
+@pytest.mark.parametrize("decay", [True, False], ids=["decaying", "unchanged"])
+def test_a_decaying_server_fails_its_soak_naming_the_drafter_and_an_unchanged_one_passes(tmp_path, decay):
+    results = tmp_path / "results.json"
+    code, out, res = run_suite(tmp_path, soak_suite(tmp_path, decay), "-k", "soak", "--results-json", str(results))
+    assert res == {"test_soak[eagle3-c4]": "failure" if decay else "passed"}, out
+    assert code == (1 if decay else 0), out
+    doc = json.loads(results.read_text())
+    (decision,) = [d for d in doc["decisions"] if d["gate"] == "soak"]
+    windows = doc["soaks"]["eagle3"]["windows"]
+    assert decision["soak"]["windows"] == len(windows) - 1 >= 5, decision  # one warm-up window
+    shifts = {s["metric"]: s for s in decision["soak"]["shifts"]}
+    if decay:
+        accept = shifts["accept_length"]
+        assert decision["soak"]["half"] == "drafter" and 3 <= accept["window"] <= 6, decision
+        assert 0.84 < accept["after"] / accept["before"] < 0.92, accept
+        assert "test_soak[eagle3-c4]" in out and "accept length -1" in out and "(the drafter moved) -> FAIL" in out
+    else:
+        assert "accept_length" not in shifts and "step_time_ms" not in shifts, decision
