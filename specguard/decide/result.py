@@ -163,6 +163,7 @@ class Soak:
     warmup: int
     shifts: tuple[SoakShift, ...]
     half: Half  # accept length slid: the drafter; step time: the engine
+    stalled: tuple[int, ...] = ()  # windows left out: their tok/s dipped below their neighbours' (decide/soak.py)
 
 
 @dataclass(frozen=True)

@@ -102,6 +102,7 @@ def decision_dict(r: GateResult) -> DecisionDoc:
         "positions": [{"position": s.position, "verdict": s.verdict.value, "estimate": _estimate_doc(s.estimate),
                        "current": s.current, "reference": s.reference} for s in r.positions],
         "soak": ({"windows": r.soak.windows, "warmup": r.soak.warmup, "half": r.soak.half.value,
+                  "stalled": list(r.soak.stalled),
                   "shifts": [{"metric": s.metric.value, "window": s.window, "before": s.before, "after": s.after,
                               "low": s.low, "high": s.high, "p_value": s.p_value} for s in r.soak.shifts]}
                  if r.soak else None),
@@ -131,7 +132,7 @@ def _soak(d: SoakDoc | None) -> Soak | None:
         return None
     shifts = tuple(SoakShift(SoakMetric(s["metric"]), s["window"], s["before"], s["after"], s["low"], s["high"],
                              s["p_value"]) for s in d["shifts"])
-    return Soak(d["windows"], d["warmup"], shifts, Half(d["half"]))
+    return Soak(d["windows"], d["warmup"], shifts, Half(d["half"]), tuple(d["stalled"]))
 
 
 def problem_doc(p: Problem) -> ProblemDoc:

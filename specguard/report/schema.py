@@ -188,6 +188,7 @@ class SoakDoc(TypedDict):
     warmup: int
     shifts: list[SoakShiftDoc]
     half: str
+    stalled: list[int]
 
 
 class SoakWindowsDoc(TypedDict):

@@ -159,6 +159,8 @@ def soak_shift_text(s: SoakShift) -> str:
 def soak_line(r: GateResult, soak: Soak) -> str:
     """A soak test's line: its windows, what slid from which window, and which half moved."""
     head = f"{where(r)}: {soak.windows} windows after {soak.warmup} warm-up"
+    if soak.stalled:
+        head += f" ({len(soak.stalled)} stalled left out: window {', '.join(map(str, soak.stalled))})"
     if not soak.shifts:
         return f"{head}: no lasting slide in accept length, step time or tok/s -> PASS"
     moved = f" ({SOAK_HALF[soak.half]} moved)" if soak.half in SOAK_HALF else ""

@@ -48,3 +48,17 @@ def test_a_steady_soak_passes_and_the_warm_up_window_is_left_out():
 def test_too_few_windows_is_not_measured():
     verdict, soak = decide_soak(windows([3.0, 3.0, 3.0], [5.0, 5.0, 5.0]), SETTINGS)
     assert verdict == Verdict.ERROR and soak.windows == 2
+
+
+def test_a_ramp_is_placed_where_it_begins_and_a_stalled_window_is_left_out():
+    n = 21
+    ramp = np.clip((np.arange(n) - 6) / (n - 7), 0, 1)  # flat to window 6, then down 10 % by the end
+    accept = list(3.0 * (1 - 0.10 * ramp) * np.exp(np.random.default_rng(9).normal(0, 0.003, n)))
+    step = noisy(5.0, n, 0.004, 10)
+    step[12] *= 1 / 0.7  # one stalled window: tok/s dips 30 %, step time with it
+    verdict, soak = decide_soak(windows(accept, step), SETTINGS)
+    shift = next(s for s in soak.shifts if s.metric == SoakMetric.ACCEPT_LENGTH)
+    assert verdict == Verdict.FAIL and soak.half == Half.DRAFTER and abs(shift.window - 7) <= 1, soak
+    assert soak.stalled == (12,) and SoakMetric.STEP_TIME not in {s.metric for s in soak.shifts}
+    steady, _ = decide_soak(windows(noisy(3.0, n, 0.003, 11), step), SETTINGS)
+    assert steady == Verdict.PASS  # the stall alone fails nothing
