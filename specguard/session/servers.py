@@ -175,10 +175,6 @@ class ServerPool:
         """The workload sent to a configuration (the suite's, fitted to its model's vocabulary)."""
         return self.workloads.get(name, self._workload)
 
-    def vocab_notes(self) -> list[str]:
-        """One line per distinct note on where the id bound came from (for the summary, once)."""
-        return list(dict.fromkeys(b.note for b in self.vocab_bounds.values() if b.note))
-
     def _checks(self, name: str, handle: ServerHandle, mode: str) -> tuple[list[ArgCheck], list[ServerDifference]]:
         """Launch mode: the adapter's silent-rewrite checks as they are (blocking stays blocking).
 
@@ -249,11 +245,15 @@ class ServerPool:
             self.stop(name)
 
     def warnings_for(self, name: str) -> list[str]:
-        """Non-blocking notes about a configuration's server (rewrites, attach differences)."""
+        """Non-blocking notes about a configuration's server (rewrites, attach differences, where
+        its prompts' id bound came from when the model's vocabulary could not be read)."""
         state = self.states.get(name)
         if state is None:
             return []
         notes = [c.message for c in state.checks if not c.blocking]
+        bound = self.vocab_bounds.get(name)
+        if bound is not None and bound.note:
+            notes.append(bound.note)
         if not self.strict_server_args:
             notes += [d.message for d in state.differences]
         return notes

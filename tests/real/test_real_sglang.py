@@ -808,6 +808,33 @@ def test_spec_attach_to_the_hand_started_servers_with_adaptive_steps(env, work_d
         figure(work_dir, line)
 
 
+def test_the_topk_1_draft_token_rewrite_is_one_line_read_from_the_servers_own_arguments(env, work_dir, tmp_path):
+    """Seed 001's silent rewrite, live: EAGLE3 launched with --speculative-num-steps 1
+    --speculative-eagle-topk 1 --speculative-num-draft-tokens 16, which SGLang 0.5.23 turns into 2
+    draft tokens (srt/arg_groups/speculative_hook.py, _handle_eagle_family: topk 1 forces
+    num_steps + 1). The flags go in the configuration's args (the suite file's own keys refuse the
+    combination), so specguard compares what was asked on the command line with /server_info's
+    resolved arguments: the configuration is not measured, and the summary says 16 -> 2 and why."""
+    text = SPEC_SUITE.read_text()
+    start = text.index("[servers.eagle3]")
+    block = text[start:]
+    rewritten = (block.replace("num_steps = 3\neagle_topk = 1\nnum_draft_tokens = 4\n", "")
+                 .replace('"65536", "--speculative-adaptive"]',
+                          '"65536", "--speculative-num-steps", "1", "--speculative-eagle-topk", "1",\n'
+                          '        "--speculative-num-draft-tokens", "16"]'))
+    assert rewritten != block and "--speculative-num-draft-tokens" in rewritten
+    suite = tmp_path / "sglang-cpu-spec-rewrite.toml"
+    suite.write_text(text[:start] + rewritten)
+    code, out, res, doc = run_suite(work_dir, tmp_path / "b", "rewrite", env, "-k", "eagle3 and throughput",
+                                    "--concurrency", "1", "--repeats", "1", suite=suite, timeout_s=SPEC_RUN_TIMEOUT_S)
+    assert code == 3, out[-4000:]
+    line = "eagle3: ERROR: asked for 16 draft tokens, server runs 2: topk=1 forces num_steps+1"
+    assert line in out, out[-4000:]
+    eff = doc["servers"]["eagle3"]["effective_args"]
+    assert (eff["num_steps"], eff["eagle_topk"], eff["num_draft_tokens"]) == (1, 1, 2), eff
+    figure(work_dir, f"rewrite, live: {line}")
+
+
 def spec_probe(url: str, ids: list[int]) -> dict:
     """contract_shapes.probe plus the speculative fields: the OpenAI routes asked for
     return_spec_tokens_details (sglext chunk), the native /generate not streamed."""

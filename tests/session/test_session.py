@@ -33,7 +33,7 @@ from specguard.report.baseline_text import outcome_lines
 from specguard.report.results import decision_dict, decision_result, decision_text
 from specguard.report.terminal import relaunch_texts
 from specguard.report.verdict_text import message
-from specguard.session import ConfigUnavailable, GateSession, PlannedTest
+from specguard.session import ConfigUnavailable, GateSession, PlannedTest, RunOptions
 from specguard.session.history import is_speculative_field
 from specguard.session.results import relaunch_doc
 from specguard.session.servers import ServerState, attach_differences
@@ -640,3 +640,16 @@ def test_a_request_floor_is_in_the_fingerprint_only_when_set_and_requests_replac
     fixed = with_suite(fixed, min_requests_per_run=32)
     fake_server(fixed, "eagle3")
     assert fixed.levels.sweep_at(1).num_requests(1) == 8 and "min_requests_per_run" not in fixed.histories.fingerprint("eagle3").fields
+
+
+def test_a_vocabulary_bound_note_reaches_the_configurations_notes(tmp_path):
+    # the bound only the suite's value could give (no config.json, no server answer) is said on the
+    # configuration's results; before, ServerPool.vocab_notes held it and nothing read it
+    from session_support import fake_server, make_suite
+
+    from specguard.workload import VocabBound
+    sg = GateSession(make_suite(tmp_path), RunOptions(baseline_dir=tmp_path / "b", log_dir=tmp_path / "l"))
+    fake_server(sg, "eagle3")
+    assert sg.pool.warnings_for("eagle3") == []
+    sg.pool.vocab_bounds["eagle3"] = VocabBound(32000, "workload.vocab_size", note="vocabulary size not readable")
+    assert sg.pool.warnings_for("eagle3") == ["vocabulary size not readable"]
