@@ -33,6 +33,7 @@ import json
 import os
 import re
 import signal
+import statistics
 import subprocess
 import sys
 import threading
@@ -826,13 +827,47 @@ def test_the_topk_1_draft_token_rewrite_is_one_line_read_from_the_servers_own_ar
     suite = tmp_path / "sglang-cpu-spec-rewrite.toml"
     suite.write_text(text[:start] + rewritten)
     code, out, res, doc = run_suite(work_dir, tmp_path / "b", "rewrite", env, "-k", "eagle3 and throughput",
-                                    "--concurrency", "1", "--repeats", "1", suite=suite, timeout_s=SPEC_RUN_TIMEOUT_S)
+                                    "--concurrency", "1", "--repeats", "2", suite=suite, timeout_s=SPEC_RUN_TIMEOUT_S)
     assert code == 3, out[-4000:]
     line = "eagle3: ERROR: asked for 16 draft tokens, server runs 2: topk=1 forces num_steps+1"
     assert line in out, out[-4000:]
     eff = doc["servers"]["eagle3"]["effective_args"]
     assert (eff["num_steps"], eff["eagle_topk"], eff["num_draft_tokens"]) == (1, 1, 2), eff
     figure(work_dir, f"rewrite, live: {line}")
+
+
+def test_forced_acceptance_holds_on_real_sglang_and_its_spread_is_reported(env, work_dir, tmp_path):
+    """The engine measured alone (issue 30): the standalone configuration with
+    simulate_accept_length = 2, so SGLang launches with SGLANG_SIMULATE_ACC_LEN=2 (srt/environ.py)
+    and every verify step keeps 2 tokens whatever the draft (srt/speculative/spec_utils.py
+    generate_simulated_accept_index, its CPU branch). Its accept-length test passes on the forced
+    value with no baseline; the forced and the real-draft configurations' run-to-run tok/s spread
+    are written beside each other (figures.txt)."""
+    text = SPEC_SUITE.read_text()
+    start = text.index("[servers.standalone]")
+    end = text.index("[servers.", start + 1)
+    forced = text[start:end].replace("[servers.standalone]", "[servers.forced]").replace(
+        'num_draft_tokens = 4\n', 'num_draft_tokens = 4\nsimulate_accept_length = 2\n')
+    assert "simulate_accept_length = 2" in forced
+    suite = tmp_path / "sglang-cpu-spec-forced.toml"
+    suite.write_text(text + "\n" + forced)
+    code, out, res, doc = run_suite(work_dir, tmp_path / "b", "forced", env, "-k",
+                                    "(forced or standalone) and not weak and (accept_length or throughput)",
+                                    "--concurrency", "2", "--repeats", "3", suite=suite,
+                                    timeout_s=SPEC_RUN_TIMEOUT_S)
+    assert code == 0, out[-4000:]
+    (decision,) = [d for d in doc["decisions"] if d["gate"] == "accept_length" and d["config"] == "forced"]
+    assert decision["verdict"] == "pass" and decision["problem"]["why"] == "forced-accept", decision
+    (cell,) = [c for c in doc["cells"] if c["config"] == "forced"]
+    for run in cell["runs"]:  # 64 tokens: 1 prefill token + ceil(63 / 2) = 32 verify steps a request
+        assert run["total_verify_ct"] == run["completed"] * 32, run
+        assert run["accept_length"] == pytest.approx(64 / 32, abs=0.01), run
+    spread = {}
+    for c in doc["cells"]:
+        tok = [r["output_throughput"] for r in c["runs"]]
+        spread[c["config"]] = statistics.stdev(tok) / statistics.mean(tok)
+    figure(work_dir, "forced acceptance, tok/s run-to-run CV at c2: "
+           + ", ".join(f"{name} {cv:.1%}" for name, cv in sorted(spread.items())))
 
 
 def spec_probe(url: str, ids: list[int]) -> dict:
