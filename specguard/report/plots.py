@@ -299,8 +299,41 @@ def acceptance_position_png(doc: ResultsDoc) -> bytes | None:
     return _png(fig)
 
 
+SOAK_PANELS = (("accept_length", "accept length"), ("step_time_ms", "step time (ms)"), ("output_throughput", "tok/s"))
+
+
+def soak_png(doc: ResultsDoc) -> bytes | None:
+    """Each soaked configuration's windows in time order (accept length, step time, tok/s), the
+    warm-up shaded and each worse change point marked where the slide began."""
+    soaks = doc.get("soaks") or {}
+    if not soaks:
+        return None
+    shifts: dict[tuple[str, str], int] = {}
+    for d in doc["decisions"]:
+        found = d.get("soak") if d["gate"] == "soak" else None
+        for s in found["shifts"] if found else []:
+            shifts[(d["config"], s["metric"])] = s["window"]
+    colors = _colors(doc)
+    fig, axes = _figure(ncols=len(SOAK_PANELS))
+    for ax, (key, label) in zip(axes, SOAK_PANELS):
+        for name, soak in soaks.items():
+            values = [w.get(key) for w in soak["windows"]]
+            ax.plot(range(len(values)), [v if v is not None else float("nan") for v in values], marker="o", ms=3, lw=1.2,
+                    color=colors.get(name), label=name)
+            if (name, key) in shifts:
+                ax.axvline(shifts[(name, key)], color=colors.get(name), ls="--", lw=1)
+            if soak["warmup_windows"]:
+                ax.axvspan(-0.5, soak["warmup_windows"] - 0.5, color="0.9")
+        ax.set_xlabel(f"window (~{next(iter(soaks.values()))['window_s']:g} s each)")
+        ax.set_title(label, fontsize=10)
+        ax.grid(True, alpha=0.3)
+    axes[0].legend(loc="best", fontsize=8)
+    return _png(fig)
+
+
 FIGURES = {"throughput": throughput_png, "speculation_ratio": ratio_png, "accept_length": accept_png,
-           "latency": latency_png, "acceptance_by_position": acceptance_position_png}
+           "latency": latency_png, "acceptance_by_position": acceptance_position_png,
+           "soak": soak_png}
 
 
 def render_all(doc: ResultsDoc) -> dict[str, bytes]:

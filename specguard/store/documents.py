@@ -54,15 +54,17 @@ def check(value: Any, tp: Any, where: str) -> None:
 
 
 def _check_union(value: Any, options: tuple[Any, ...], where: str) -> None:
-    errors = []
+    errors = {}
     for option in options:
         try:
             check(value, option, where)
             return
         except DocumentError as exc:
-            errors.append(str(exc))
-    raise DocumentError(errors[-1] if len(options) == 2 and type(None) in options and value is not None
-                        else f"{where} is {_short(value)}; expected {' or '.join(_name(o) for o in options)}")
+            errors[option] = str(exc)
+    others = [o for o in options if o is not type(None)]
+    if len(others) == 1 and value is not None:  # X | None and not None: what is wrong with it as an X
+        raise DocumentError(errors[others[0]])
+    raise DocumentError(f"{where} is {_short(value)}; expected {' or '.join(_name(o) for o in options)}")
 
 
 def _check_typeddict(value: Any, tp: Any, where: str) -> None:

@@ -73,3 +73,21 @@ def test_level_axis_defaults_to_clients_for_other_callers():
     fig, (ax,) = plots._figure()
     plots._concurrency_axis(ax, [1, 4, 16])
     assert ax.get_xlabel() == "concurrency (clients)"
+
+
+def test_the_soak_figure_draws_each_metric_over_the_windows_and_marks_the_slide(figures):
+    doc = seed_a_doc()
+    assert figures(doc)["soak"] is None  # no soak: no figure
+    windows = [{"accept_length": 3.0 if i < 6 else 2.7, "step_time_ms": 5.0, "output_throughput": 600.0}
+               for i in range(12)]
+    doc["soaks"] = {"mtp": {"concurrency": 16, "window_s": 30.0, "warmup_windows": 1, "windows": windows}}
+    doc["decisions"].append({"gate": "soak", "config": "mtp", "level": "c16", "verdict": "fail", "soak": {
+        "windows": 11, "warmup": 1, "half": "drafter", "stalled": [],
+        "shifts": [{"metric": "accept_length", "window": 6, "before": 3.0, "after": 2.7, "low": 0.89, "high": 0.91,
+                    "p_value": 1e-9}]}})
+    fig = figures(doc)["soak"]
+    accept, step, tok = fig.axes[:3]
+    assert [ax.get_title() for ax in (accept, step, tok)] == ["accept length", "step time (ms)", "tok/s"]
+    assert list(accept.lines[0].get_ydata()) == [w["accept_length"] for w in windows]
+    assert [line.get_xdata()[0] for line in accept.lines[1:]] == [6]  # the slide's first window, marked
+    assert len(step.lines) == 1 and accept.get_xlabel() == "window (~30 s each)"
