@@ -91,7 +91,14 @@ class CellGates:
         length within tolerance while one position collapses (seed 001's mis-wired head). The
         accept-length test's alpha is split over the positions the stored sessions reached
         (Bonferroni), so the test's own false-fail rate stays what the plan gave it. A position
-        this session never reached while the stored sessions did fails outright."""
+        this session never reached while the stored sessions did fails outright.
+
+        Position k's tolerance compounds the accept-length tolerance: 1 - (1 - tol)^k. The share
+        of steps reaching position k is a product of k conditional acceptances, so a drafter that
+        is uniformly a little worse (every position's acceptance down by tol: the mean's own
+        tolerance) moves position k by about 1 - (1 - tol)^k; only a drop out of proportion at some
+        position (one position collapsing) fails here before the mean does. (The plain tolerance
+        failed a code-only drop diluted to -5.9 % overall at position 3's -13 %.)"""
         cells, histories = self._parts.cells, self._parts.histories
         name, level = test.config, test.level.value
         found = []
@@ -112,7 +119,7 @@ class CellGates:
                 shares.append(PositionShare(k, Verdict.FAIL, None, 0.0, reference))
                 continue
             at = GateTest(test.gate, name, test.level, alpha, stage=test.stage)
-            r = launch_history_gate(at, launches, history, tol.accept_length, prior, rule)
+            r = launch_history_gate(at, launches, history, 1 - (1 - tol.accept_length) ** k, prior, rule)
             shares.append(PositionShare(k, r.verdict, r.estimate, r.current, r.reference))
         result = replace(result, positions=tuple(shares))
         dropped = next((s.position for s in shares if s.verdict == Verdict.FAIL), None)
