@@ -87,6 +87,18 @@ def worse_shift(metric: SoakMetric, series: Sequence[float], windows: Sequence[i
     return None
 
 
+def _metric_shift(metric: SoakMetric, series: Sequence[float | None], kept: list[int], first: int,
+                  settings: SoakSettings) -> SoakShift | None:
+    values = [series[i] for i in kept]
+    if any(v is None or v <= 0 for v in values):
+        return None  # a window without the figure: the metric is not decided
+    return worse_shift(metric, [float(v) for v in values if v is not None], [first + i for i in kept], settings)
+
+
+def _half(drafter: bool, engine: bool) -> Half:
+    return Half.BOTH if drafter and engine else Half.DRAFTER if drafter else Half.ENGINE if engine else Half.NEITHER
+
+
 def decide_soak(windows: dict[SoakMetric, list[float | None]], settings: SoakSettings) -> tuple[Verdict, Soak]:
     """Every metric's first worse change point after the warm-up windows, stalled windows left
     out; the soak fails when accept length, step time or tok/s has one, and names the half that moved."""
@@ -97,16 +109,9 @@ def decide_soak(windows: dict[SoakMetric, list[float | None]], settings: SoakSet
     kept = [i for i in range(count) if i not in left_out]
     if len(kept) < MIN_WINDOWS:
         return Verdict.ERROR, Soak(count, first, (), Half.NEITHER, tuple(first + i for i in left_out))
-    shifts = []
-    for metric, series in measured.items():
-        values = [series[i] for i in kept]
-        if any(v is None or v <= 0 for v in values):
-            continue  # a window without the figure: the metric is not decided
-        shift = worse_shift(metric, [float(v) for v in values if v is not None], [first + i for i in kept], settings)
-        if shift is not None:
-            shifts.append(shift)
+    shifts = [s for metric, series in measured.items()
+              if (s := _metric_shift(metric, series, kept, first, settings)) is not None]
     metrics = {s.metric for s in shifts}
-    drafter, engine = SoakMetric.ACCEPT_LENGTH in metrics, SoakMetric.STEP_TIME in metrics
-    half = Half.BOTH if drafter and engine else Half.DRAFTER if drafter else Half.ENGINE if engine else Half.NEITHER
+    half = _half(SoakMetric.ACCEPT_LENGTH in metrics, SoakMetric.STEP_TIME in metrics)
     verdict = Verdict.FAIL if any(m in GATING for m in metrics) else Verdict.PASS
     return verdict, Soak(count, first, tuple(shifts), half, tuple(first + i for i in left_out))
