@@ -7,19 +7,27 @@ from __future__ import annotations
 import argparse
 import math
 from collections.abc import Callable
+from typing import TypeVar
+
+T = TypeVar("T")
 
 
 class ValueTextError(ValueError):
     """A command-line value that is not what its flag takes: the message names the flag."""
 
 
-def positive_ints(flag: str, text: str, example: str = "1,4,16", where: str = "") -> list[int]:
-    """`1,4,16` -> [1, 4, 16]; empty items are ignored (a trailing comma), anything else is an error.
-    `where` follows the value in the message, e.g. " (command line)"."""
+def _split(text: str, convert: Callable[[str], T]) -> list[T]:
+    """Comma-separated values, blanks dropped (a trailing comma); [] when one does not convert."""
     try:
-        values = [int(x) for x in text.split(",") if x.strip()]
+        return [convert(x) for x in text.split(",") if x.strip()]
     except ValueError:
-        values = []
+        return []
+
+
+def positive_ints(flag: str, text: str, example: str = "1,4,16", where: str = "") -> list[int]:
+    """`1,4,16` -> [1, 4, 16]; anything else is an error. `where` follows the value in the
+    message, e.g. " (command line)"."""
+    values = _split(text, int)
     if not values or any(v <= 0 for v in values):
         raise ValueTextError(f"{flag} {text}{where}: use comma-separated positive integers, e.g. {example}")
     return values
@@ -27,10 +35,7 @@ def positive_ints(flag: str, text: str, example: str = "1,4,16", where: str = ""
 
 def positive_floats(flag: str, text: str, example: str = "2,8,32") -> list[float]:
     """`2,8.5` -> [2.0, 8.5]; each value finite and above 0."""
-    try:
-        values = [float(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        values = []
+    values = _split(text, float)
     if not values or not all(0 < v and math.isfinite(v) for v in values):
         raise ValueTextError(f"{flag} {text}: use comma-separated positive numbers, e.g. {example}")
     return values
@@ -38,10 +43,7 @@ def positive_floats(flag: str, text: str, example: str = "2,8,32") -> list[float
 
 def numbers(flag: str, text: str, example: str = "0.01,0.03") -> list[float]:
     """`0,0.03,inf` -> [0.0, 0.03, inf]: any numbers (the caller bounds them)."""
-    try:
-        values = [float(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        values = []
+    values = _split(text, float)
     if not values:
         raise ValueTextError(f"{flag} {text}: use comma-separated numbers, e.g. {example}")
     return values
