@@ -7,6 +7,7 @@ because SGLang silently rewrites some of what it is asked (draft tokens, running
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -201,7 +202,7 @@ def check_url(url: str, flag: str = "--server-url") -> str:
     """The URL without a trailing slash, or ServerStartError when it cannot be a server URL."""
     parsed = urlsplit(url)
     if parsed.scheme not in ("http", "https") or not parsed.netloc:
-        guess = f"http://{url}" if "://" not in url else url
+        guess = "http://" + re.sub(r"^[A-Za-z][\w+.-]*:/+", "", url)  # a mistyped scheme ("htp:/h") replaced
         raise ServerStartError(f"{flag} {url!r} is not an http(s) URL; write the scheme, e.g. {guess}")
     return url.rstrip("/")
 

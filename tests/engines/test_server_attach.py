@@ -105,3 +105,14 @@ def test_arguments_that_cannot_be_read_are_one_line_naming_the_route(scripted, a
     with pytest.raises(server.ServerStartError) as err:
         server.attach("eagle3", URL, ReadsServerInfo())
     assert str(err.value).startswith(message) and "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("typed, guess", [("htp:/127.0.0.1:30000", "http://127.0.0.1:30000"),
+                                          ("127.0.0.1:30000", "http://127.0.0.1:30000"),
+                                          ("localhost:30000", "http://localhost:30000"), ("ftp://h:1", "http://h:1")])
+def test_a_url_without_an_http_scheme_is_one_line_with_the_url_to_type(typed, guess):
+    from specguard.server import ServerStartError, check_url
+    with pytest.raises(ServerStartError) as err:
+        check_url(typed)
+    assert str(err.value) == f"--server-url {typed!r} is not an http(s) URL; write the scheme, e.g. {guess}"
+    assert check_url("http://127.0.0.1:30000/") == "http://127.0.0.1:30000"
