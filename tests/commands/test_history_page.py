@@ -167,8 +167,11 @@ def test_headless_chromium_renders_every_chart_with_its_data_and_marks(page, tmp
     background colours) holds the series' blue ink, and red change-point marks exactly where the
     steps are."""
     chromium = shutil.which("chromium")
-    if chromium is None:
-        pytest.fail("chromium is not installed: apt-get install -y chromium (.ci/run installs it when missing)")
+    if chromium is None:  # CI installs it (.ci/run), so there a missing browser fails; elsewhere it is said
+        missing = "chromium is not installed: apt-get install -y chromium (.ci/run installs it when missing)"
+        if os.environ.get("CI"):
+            pytest.fail(missing)
+        pytest.skip(missing)
     from PIL import Image  # matplotlib's own dependency: the [plots] extra the tests install
 
     shot = tmp_path / "page.png"
