@@ -90,7 +90,8 @@ class CellGates:
         histogram): a drafter whose later positions stopped accepting can hold a mean accept
         length within tolerance while one position collapses (seed 001's mis-wired head). The
         accept-length test's alpha is split over the positions the stored sessions reached
-        (Bonferroni), so the test's own false-fail rate stays what the plan gave it. A position
+        (Bonferroni): the positions together spend at most the test's alpha again, so its false-fail
+        rate is at most twice what the plan gave it (not yet in the gate study). A position
         this session never reached while the stored sessions did fails outright.
 
         Position k's tolerance compounds the accept-length tolerance: 1 - (1 - tol)^k. The share
