@@ -253,6 +253,9 @@ def summarize_run(run: RunResult, server_accept_length: dict[str, float] | None 
         metrics.request_goodput, metrics.slo_attainment = goodput(run, slo_ms, duration_s)
     if categories:
         metrics.categories = category_summaries(run, categories, duration_s)
+    if metrics.step_time_ms is None and any((r.completion_tokens or 0) >= 2 for r in ok):
+        metrics.warnings.append("step time unmeasured: every request's tokens arrived in one read, so no decode "
+                                "time was seen (a longer output_len gives the stream time to show its steps)")
     _check_accept_sources(metrics, ok, accept_length_source)
     metrics.warnings.extend(client_busy_warnings(metrics.client_cpu_fraction))
     return metrics
@@ -285,12 +288,13 @@ def step_time_ms(records: Iterable[RequestRecord], server_accepted_drafts: float
     A request's decode steps are its spec_verify_ct (SGLang, speculative), else one per token after
     the first (completion_tokens - 1), less `server_accepted_drafts` over those requests (vLLM's
     counters: a speculative step yields its accepted drafts besides its own token). A ratio of
-    sums, like accept length; None when no request decoded."""
+    sums, like accept length; None when no request decoded, or when every request's tokens came in
+    one read (no decode time was seen: dividing 0 s would record a step time of 0)."""
     decode_s = 0.0
     verify_steps = token_steps = 0
     for r in records:
         first_s, tokens = r.first_token_s, r.completion_tokens or 0
-        if first_s is None or tokens < 2:
+        if first_s is None or tokens < 2 or r.end_s <= first_s:
             continue
         decode_s += r.end_s - first_s
         if r.spec_verify_ct:

@@ -50,6 +50,12 @@ def test_without_verify_counts_a_step_is_a_token_less_the_drafts_the_server_acce
     # vLLM: the same 10 tokens in 4 steps when its counters say 6 drafts were accepted
     assert step_time_ms(plain, server_accepted_drafts=6.0) == pytest.approx(250.0)
     assert step_time_ms([rec(0, 0.1, 0.1, 1, None)]) is None  # one token: no decode step
+    # every token in one read (vLLM's baseline c1 run, 3 requests): unmeasured and said, never 0
+    one_read = [rec(0, 0.4, 0.4, 64, None)]
+    assert step_time_ms(one_read) is None
+    m = summarize_run(RunResult(concurrency=1, requests=one_read))
+    assert m.step_time_ms is None and any(w.startswith("step time unmeasured: every request's tokens arrived in one "
+                                                        "read") for w in m.warnings), m.warnings
 
 
 # -- the gates ----------------------------------------------------------------------------------
