@@ -253,12 +253,17 @@ def summarize_run(run: RunResult, server_accept_length: dict[str, float] | None 
         metrics.request_goodput, metrics.slo_attainment = goodput(run, slo_ms, duration_s)
     if categories:
         metrics.categories = category_summaries(run, categories, duration_s)
-    if metrics.step_time_ms is None and any((r.completion_tokens or 0) >= 2 for r in ok):
-        metrics.warnings.append("step time unmeasured: every request's tokens arrived in one read, so no decode "
-                                "time was seen (a longer output_len gives the stream time to show its steps)")
+    _note_unmeasured_step_time(metrics, ok)
     _check_accept_sources(metrics, ok, accept_length_source)
     metrics.warnings.extend(client_busy_warnings(metrics.client_cpu_fraction))
     return metrics
+
+
+def _note_unmeasured_step_time(metrics: RunMetrics, ok: list[RequestRecord]) -> None:
+    """Requests decoded but no decode time was seen (step_time_ms): said, so a missing step time is never silent."""
+    if metrics.step_time_ms is None and any((r.completion_tokens or 0) >= 2 for r in ok):
+        metrics.warnings.append("step time unmeasured: every request's tokens arrived in one read, so no decode "
+                                "time was seen (a longer output_len gives the stream time to show its steps)")
 
 
 def _check_accept_sources(metrics: RunMetrics, ok: list[RequestRecord], accept_length_source: str | None) -> None:
