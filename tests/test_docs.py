@@ -798,3 +798,42 @@ def test_readme_stays_a_first_page_and_every_relative_link_resolves():
             if not path.exists():
                 broken.append(f"{page.relative_to(ROOT)}: {target}")
     assert not broken, broken
+
+
+def _flat(path: Path) -> str:
+    """A document's text with its line breaks as spaces (a phrase may wrap)."""
+    return " ".join(path.read_text().split())
+
+
+def test_the_constants_the_docs_quote_are_the_codes():
+    """docs/statistics.md, docs/ab.md and the default suite's comments quote the gate's levels,
+    caps and limits; each phrase is built from the constant it quotes, so changing the code
+    without the docs fails here."""
+    from specguard.config import SweepConfig, load_suite
+    from specguard.decide.consistency import OUTLIER_SDS, RUN_OUTLIER
+    from specguard.decide.gates import ATTRIBUTION_CONFIDENCE, MIN_HALF_EFFECT, MIN_HALF_SHARE, GateDesign
+    from specguard.decide.stats import PRIOR_CHECK_P
+    from specguard.session.options import RunOptions
+    from specguard.session.plan import PlannedTest, Planner
+
+    stats_md, ab_md, suite_toml = _flat(STATISTICS_MD), _flat(ROOT / "docs" / "ab.md"), _flat(ROOT / "perf_tests" / "suite.toml")
+    design, sweep = GateDesign(), SweepConfig()
+    assert (design.suspicion_p, design.max_launches) == (sweep.relaunch_p, sweep.max_launches)  # one default
+    assert f"`relaunch_p = {design.suspicion_p:g}`, `max_launches = {design.max_launches}`" in stats_md
+    check = f"chi-square at {PRIOR_CHECK_P:.0%}".replace("%", " %")
+    assert check in ab_md and check in suite_toml
+    suite = load_suite(ROOT / "perf_tests" / "suite.toml")
+    plan = Planner(suite, RunOptions(), design).plan([PlannedTest(n, c, "throughput") for n in suite.servers
+                                                      for c in suite.sweep.concurrency]
+                                                     + [PlannedTest(n, c, g) for n in ("eagle3", "mtp")
+                                                        for c in suite.sweep.concurrency
+                                                        for g in ("step_time", "accept_length", "speculation")]
+                                                     + [PlannedTest("baseline", c, "step_time")
+                                                        for c in suite.sweep.concurrency])
+    family = suite.tolerances.family_alpha
+    shares = round(family / plan.alpha_for("throughput", "baseline", 1))
+    assert f"{family:g}/{shares} per throughput test" in stats_md and f"throughput test is {family:g}/{shares}" in stats_md
+    assert f"The level is {ATTRIBUTION_CONFIDENCE:g}, not 0.95" in stats_md
+    assert f"is {MIN_HALF_EFFECT:.0%} or a third of the tok/s change".replace("%", " %") in stats_md
+    assert MIN_HALF_SHARE == 1 / 3
+    assert f"The limit is {RUN_OUTLIER:.0%}, or {OUTLIER_SDS:g} robust sds".replace("%", " %") in stats_md

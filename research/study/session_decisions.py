@@ -164,7 +164,7 @@ def _decide_cells(state: _SessionState, launches: dict[str, list[Launch]], stage
             throughput = launch_history_gate(_test(THROUGHPUT, name, at, alpha, stage), tok, [h[name][c][0] for h in hist],
                                              tol.throughput, design.prior(tol.prior_between_sd), design.rule(tol.fail_rule))
             if cfg.speculative and throughput.estimate is not None:
-                throughput = replace(throughput, attribution=_attribution(state, name, c, launches))
+                throughput = replace(throughput, attribution=_attribution(state, name, c, launches, throughput.estimate))
             out += [throughput, step_time_gate(_test(STEP_TIME, name, at, alpha, stage),
                                                [launch[c][2] for launch in launches[name]], [h[name][c][2] for h in hist],
                                                tol.step_time, design.prior(tol.prior_between_sd),
@@ -183,7 +183,8 @@ def _test(gate: str, name: str, level: Level, alpha: dict[str, float], stage: in
     return GateTest(GateLabel(gate), name, level, alpha[gate], stage=stage)
 
 
-def _attribution(state: _SessionState, name: str, c: int, launches: dict[str, list[Launch]]) -> Attribution | None:
+def _attribution(state: _SessionState, name: str, c: int, launches: dict[str, list[Launch]],
+                 tok_s: RatioEstimate) -> Attribution | None:
     """The half a speculative cell's tok/s verdict names, as the session's ``CellGates._attribute``
     finds it: the step-rate and accept-length estimates against the cell's history at
     ATTRIBUTION_CONFIDENCE (tolerance 0: an estimate, not a decision), then ``gates.attribution``."""
@@ -200,7 +201,7 @@ def _attribution(state: _SessionState, name: str, c: int, launches: dict[str, li
 
     step = estimate(2, STEP_TIME, tol.prior_between_sd, None)
     accept = estimate(1, ACCEPT_LENGTH, tol.prior_between_sd_accept, 0.0)
-    return attribution(step, accept) if step is not None or accept is not None else None
+    return attribution(step, accept, tok_s) if step is not None or accept is not None else None
 
 
 def _must_win(state: _SessionState, name: str, cfg: ServerConfig, c: int, tok: list[list[float]],

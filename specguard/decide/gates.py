@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from specguard.config import PRIOR_BETWEEN_DOF, Suite, Tolerances
+from specguard.decide.consistency import SetAside, consistent_launches
 from specguard.decide.result import (
     Against,
     Attribution,
@@ -39,7 +40,7 @@ from specguard.decide.stats import (
     holm_adjust,
     pool_spreads,
 )
-from specguard.labels import SPECULATION, GateLabel, Level, TextEnum, Verdict
+from specguard.labels import SPECULATION, STEP_TIME, THROUGHPUT, GateLabel, Level, TextEnum, Verdict
 
 Runs = Sequence[Sequence[float]]  # one list of run values per server launch (or per stored session)
 
@@ -185,13 +186,36 @@ def pair_spread(spec_history: Runs, reference_history: Runs) -> SpreadEstimate |
                          history_spread(reference_history) if reference_history else None])
 
 
+RATE_GATES = (THROUGHPUT, STEP_TIME)  # gates whose runs a stall slows (decide/consistency.py)
+
+
+def runs_disagree(problem: Problem | None) -> bool:
+    """The decision was not made because every launch's runs disagreed (measure again)."""
+    return problem is not None and problem.why == Why.RUNS_DISAGREE
+
+
+def _disagreeing(test: GateTest, aside: tuple[SetAside, ...]) -> GateResult:
+    worst = max(aside, key=lambda a: a.gap)
+    result = test.problem(Verdict.ERROR, Problem(Why.RUNS_DISAGREE, value=worst.gap, limit=worst.limit,
+                                                 count=len(aside)))
+    return replace(result, set_aside=aside)
+
+
 def launch_history_gate(test: GateTest, launches: Runs, history: Runs, tolerance: float, prior: Prior,
                         rule: Rule) -> GateResult:
     """This session's launches of a cell (one list of runs per server launch) against its stored
     sessions. Fails iff current/baseline is significantly below 1 and estimated below
     1 - tolerance (rule "significant"), or its whole interval is below 1 - tolerance
     ("beyond-tolerance"). The cell's own history estimates the between-session spread (K - 1
-    dof, pooled with the prior) and drops a prior it contradicts (``stats.between_estimate``)."""
+    dof, pooled with the prior) and drops a prior it contradicts (``stats.between_estimate``).
+    For a rate, a launch whose runs disagree (decide/consistency.py) is set aside; when every
+    launch is, the cell is not measured (an error, never a regression)."""
+    aside: tuple[SetAside, ...] = ()
+    if test.gate.gate in RATE_GATES:
+        kept, aside = consistent_launches(launches, history)
+        if aside and not kept:
+            return _disagreeing(test, aside)
+        launches = kept
     runs = _flat(launches)
     if len(runs) < 2:
         return test.problem(Verdict.ERROR, Problem(Why.TOO_FEW_RUNS, count=len(runs)))
@@ -202,7 +226,7 @@ def launch_history_gate(test: GateTest, launches: Runs, history: Runs, tolerance
                            pool=own, prior_check_p=prior.check_p)
     return test.result(est.outcome(), estimate=est, current=_mean(runs), reference=_mean(_flat(history)),
                        versus=Versus(Against.BASELINE, sessions=len(history)), tolerance=tolerance, rule=rule.fail_rule,
-                       launches=_launch_count(launches))
+                       launches=_launch_count(launches), set_aside=aside)
 
 
 def step_time_gate(test: GateTest, launches: Runs, history: Runs, tolerance: float, prior: Prior,
@@ -226,13 +250,27 @@ def step_time_gate(test: GateTest, launches: Runs, history: Runs, tolerance: flo
 ATTRIBUTION_CONFIDENCE = 0.997
 
 
-def attribution(step_rate: RatioEstimate | None, accept: RatioEstimate | None) -> Attribution:
+# A half is named only for an effect of its own: its change confidently beyond 1 % and beyond a
+# third of the tok/s change. A drafter-only drop shortens the verify step by 0.3-1.3 % (fewer
+# tokens per step: the gate audit's section 5), a true side effect that "excludes no change" read
+# as the engine's in 3.5 % of the study's sessions (20 % with the prior at half the truth).
+MIN_HALF_EFFECT = 0.01
+MIN_HALF_SHARE = 1 / 3
+
+
+def attribution(step_rate: RatioEstimate | None, accept: RatioEstimate | None,
+                tok_s: RatioEstimate | None = None) -> Attribution:
     """Which half of a speculative cell's tok/s moved. tok/s of a request is its accept length
-    over its step time, so a tok/s change splits into the engine's (step time) and the drafter's
-    (accept length). A half is named when its interval (at ATTRIBUTION_CONFIDENCE) excludes no
-    change."""
-    engine = step_rate is not None and (step_rate.high < 1 or step_rate.low > 1)
-    drafter = accept is not None and (accept.high < 1 or accept.low > 1)
+    over its step time (log tok/s = log accept length - log step time), so a tok/s change splits
+    into the engine's share (step time) and the drafter's (accept length). A half is named when
+    its interval (at ATTRIBUTION_CONFIDENCE) lies beyond its minimum effect on the log scale:
+    MIN_HALF_EFFECT, or MIN_HALF_SHARE of the tok/s change (``tok_s``) where that is larger."""
+    floor = max(math.log1p(MIN_HALF_EFFECT), MIN_HALF_SHARE * abs(math.log(tok_s.ratio)) if tok_s else 0.0)
+
+    def beyond(e: RatioEstimate | None) -> bool:
+        return e is not None and (math.log(e.high) < -floor or math.log(e.low) > floor)
+
+    engine, drafter = beyond(step_rate), beyond(accept)
     half = Half.BOTH if engine and drafter else Half.ENGINE if engine else Half.DRAFTER if drafter else Half.NEITHER
     return Attribution(half, step_rate, accept)
 
@@ -264,6 +302,9 @@ def must_win_gate(test: GateTest, spec: Runs, reference: ReferenceSide, min_gain
     profile: 2.3 %) no affordable number of launches resolves it, and every healthy run would fail.
     The fail rule is always "significant" here (``rule`` gives the pass level).
     """
+    spec, reference, aside = _consistent_sides(spec, reference)
+    if aside and (not spec or reference.launches == []):
+        return _disagreeing(test, aside)
     threshold = 1 + min_gain
     own = pair_spread(*reference.pair_histories) if reference.pair_histories is not None else None
     estimate = own if own is not None else reference.session_spread
@@ -281,27 +322,44 @@ def must_win_gate(test: GateTest, spec: Runs, reference: ReferenceSide, min_gain
     else:
         raise ValueError("must_win_gate needs the reference's launches or its stored sessions")
     return test.result(est.outcome(), estimate=est, current=_mean(_flat(spec)), reference=_mean(ref_runs),
-                       versus=reference.versus, tolerance=min_gain, rule="significant", launches=_launch_count(spec))
+                       versus=reference.versus, tolerance=min_gain, rule="significant", launches=_launch_count(spec),
+                       set_aside=aside)
+
+
+def _consistent_sides(spec: Runs, reference: ReferenceSide) -> tuple[Runs, ReferenceSide, tuple[SetAside, ...]]:
+    """Both sides' launches whose runs agree (decide/consistency.py), the limit pooled over both
+    sides and their stored sessions at this level (one machine ran them); the reference's
+    launches become [] when none agrees."""
+    spec_history, ref_history = reference.pair_histories or ((), ())
+    ref_launches = reference.launches or []
+    spec_kept, spec_aside = consistent_launches(spec, [*spec_history, *ref_launches, *ref_history])
+    if not reference.launches:
+        return spec_kept, reference, spec_aside
+    ref_kept, ref_aside = consistent_launches(reference.launches, [*ref_history, *spec, *spec_history])
+    ref_aside = tuple(replace(a, config=reference.versus.name) for a in ref_aside)
+    return spec_kept, replace(reference, launches=ref_kept), spec_aside + ref_aside
 
 
 class RelaunchWhy(TextEnum):
     """Why a configuration is launched again after a stage."""
 
     SUSPICIOUS = "suspicious"  # one of its enforced cells has p below the suspicion level
+    RUNS_DISAGREE = "runs-disagree"  # one of its cells was not decided: every launch's runs disagreed
     REFERENCE = "reference"  # the reference of a suspicious speculation cell
     LEANS_TO_LOSS = "leans-to-loss"  # the reference of a relaunched configuration whose must-win cell leans to a loss
 
 
 @dataclass(frozen=True)
 class RelaunchReason:
-    """One reason to relaunch: the test that asked for it, its estimate's ratio and p, the level."""
+    """One reason to relaunch: the test that asked for it, its estimate's ratio and p, the level
+    (no ratio and p where the runs disagreed: nothing was estimated)."""
 
     why: RelaunchWhy
     gate: GateLabel
     config: str
     level: Level
-    ratio: float
-    p_value: float
+    ratio: float | None
+    p_value: float | None
     limit_p: float
 
 
@@ -309,14 +367,16 @@ def relaunch_plan(stage1: Sequence[GateResult], references: dict[str, str | None
                   suspicion_p: float = 0.05, losing_p: float = 0.0) -> dict[str, list[RelaunchReason]]:
     """Which configurations to relaunch after a stage, and why (configuration -> reasons).
 
-    A configuration is relaunched when one of its enforced cells has a one-sided p-value below
+    A configuration is relaunched when one of its cells was not decided because every launch's
+    runs disagreed (``runs_disagree``; the speculation gate's reference, when its launches did),
+    and when one of its enforced cells has a one-sided p-value below
     ``suspicion_p`` (failed cells included: the relaunch sharpens the rest of its cells). A
     suspicious speculation cell relaunches the speculative configuration and its reference; so
     does, once the speculative configuration is relaunched anyway, a must-win speculation cell
     with p below ``losing_p`` (GateDesign.reference_losing_p). ``references``: configuration ->
     its reference (None for none).
     """
-    plan: dict[str, list[RelaunchReason]] = {}
+    plan = _disagreeing_plan(stage1, suspicion_p)
     for r in stage1:
         if r.estimate is None or not r.enforced or r.estimate.p_value >= suspicion_p:
             continue
@@ -333,6 +393,18 @@ def relaunch_plan(stage1: Sequence[GateResult], references: dict[str, str | None
             continue
         plan[ref] = [RelaunchReason(RelaunchWhy.LEANS_TO_LOSS, r.gate, r.config, r.level, r.estimate.ratio,
                                     r.estimate.p_value, losing_p)]
+    return plan
+
+
+def _disagreeing_plan(stage1: Sequence[GateResult], suspicion_p: float) -> dict[str, list[RelaunchReason]]:
+    """The configurations whose launches a cell set aside, where no launch of it was left."""
+    plan: dict[str, list[RelaunchReason]] = {}
+    for r in stage1:
+        if not runs_disagree(r.problem):
+            continue
+        for name in sorted({a.config or r.config for a in r.set_aside}):
+            plan.setdefault(name, []).append(RelaunchReason(RelaunchWhy.RUNS_DISAGREE, r.gate, r.config, r.level,
+                                                            None, None, suspicion_p))
     return plan
 
 

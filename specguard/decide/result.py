@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from specguard.decide.consistency import SetAside
 from specguard.decide.stats import RatioEstimate
 from specguard.labels import SPECULATION, STEP_TIME, THROUGHPUT, GateLabel, Level, TextEnum, Verdict
 from specguard.store.gaps import HistoryGap
@@ -54,6 +55,9 @@ class Why(TextEnum):
     FORCED_ACCEPT = "forced-accept"
     # count: the first draft position whose acceptance fell (``positions``), while the accept length held
     POSITION_DROP = "position-drop"
+    # Every launch's runs disagree (``GateResult.set_aside``): count the launches, value the largest
+    # gap below the fastest run, limit the gap allowed (decide/consistency.py)
+    RUNS_DISAGREE = "runs-disagree"
     ACCEPT_DRIFT = "accept-drift"  # advanced.accept_drift = "fail" and the cell's acceptance fell (``drift``)
     UNAVAILABLE = "unavailable"  # detail: the configuration's failure (a server that did not start, ...)
     INTERNAL_ERROR = "internal-error"  # detail: the exception (a specguard bug)
@@ -202,6 +206,7 @@ class GateResult:
     drift: Drift | None = None  # the accept-length gate: acceptance fell within the session
     positions: tuple[PositionShare, ...] = ()  # the accept-length gate: acceptance per draft position
     soak: Soak | None = None  # the soak test: its windows' change points
+    set_aside: tuple[SetAside, ...] = ()  # launches whose runs disagree, left out of the decision
     notes: tuple[str, ...] = ()  # the server's and the measurement's own notes on this cell
 
     @property

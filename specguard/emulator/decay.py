@@ -10,7 +10,10 @@ soak test needs a server that does the same on demand (issue 32). Both faults fo
   drafts) by k**j), k solved for the profile's default acceptance at the positions in use. The
   same draws are compared with lower thresholds, so a request never accepts more as it decays.
   Under SGLang's forced acceptance (simulated_acceptance.py) the forced length is scaled instead;
-- step slowdown F: every step (prefill and decode) lasts (1 + F r) times as long.
+- step slowdown F: every step (prefill and decode) lasts (1 + F r) times as long. A negative F
+  (above -1) is a machine that frees up: with ``--emulator-step-scale 1.5`` and F = -1/3 at a
+  step, a launch's first runs are slow and the later ones not, as when a neighbour's job ends
+  (the stalled runs the gate's consistency check is for, decide/consistency.py).
 
 The clock starts at the first generation request (health probes excluded), not at launch: a
 launched soak's start-up and health wait (which vary, and ``--emulator-startup-s``) do not move
@@ -39,7 +42,7 @@ class DecaySettings:
     """``--emulator-fault-accept-decay`` / ``-step-slowdown`` and their ramp, in clock units."""
 
     accept_decay: float = 0.0  # fraction the accept length falls by, in [0, 1)
-    step_slowdown: float = 0.0  # fraction every step lengthens by, >= 0
+    step_slowdown: float = 0.0  # fraction every step lengthens by, > -1 (negative: steps get faster)
     start: float = 0.0  # ramp start after the clock's origin (seconds or tokens)
     over: float = 0.0  # ramp length; 0 = a step change at start
     clock: DecayClock = DecayClock.SECONDS
@@ -48,15 +51,15 @@ class DecaySettings:
         unit = self.clock.value
         if not 0.0 <= self.accept_decay < 1.0:
             raise ValueError(f"--emulator-fault-accept-decay must be in [0, 1), got {self.accept_decay}")
-        if not self.step_slowdown >= 0.0:
-            raise ValueError(f"--emulator-fault-step-slowdown must be >= 0, got {self.step_slowdown}")
+        if not self.step_slowdown > -1.0:
+            raise ValueError(f"--emulator-fault-step-slowdown must be > -1, got {self.step_slowdown}")
         for name, value in (("start", self.start), ("over", self.over)):
             if not value >= 0.0:
                 raise ValueError(f"--emulator-fault-decay-{name}-{unit} must be >= 0, got {value}")
 
     @property
     def active(self) -> bool:
-        return self.accept_decay > 0.0 or self.step_slowdown > 0.0
+        return self.accept_decay > 0.0 or self.step_slowdown != 0.0
 
     def ramp(self, elapsed: float) -> float:
         """0 before ``start``, linear to 1 over ``over``, then 1."""

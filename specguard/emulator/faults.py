@@ -116,7 +116,7 @@ def _add_decay_arguments(g: argparse._ArgumentGroup) -> None:
     g.add_argument("--emulator-fault-accept-decay", type=float, default=0.0, metavar="F",
                    help="the accept length falls by this fraction (0.10: 3.0 -> 2.7) along the decay ramp")
     g.add_argument("--emulator-fault-step-slowdown", type=float, default=0.0, metavar="F",
-                   help="every step lengthens by this fraction (0.05: 5%% slower) along the decay ramp")
+                   help="every step lengthens by this fraction (0.05: 5%% slower; negative: faster) along the decay ramp")
     g.add_argument("--emulator-fault-decay-start-s", type=float, default=None, metavar="S",
                    help="ramp start, seconds after the first generation request (default 0)")
     g.add_argument("--emulator-fault-decay-over-s", type=float, default=None, metavar="S",

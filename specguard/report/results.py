@@ -12,6 +12,9 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, cast
 
+from scipy import special
+
+from specguard.decide.consistency import SetAside
 from specguard.decide.result import (
     Against,
     Attribution,
@@ -38,6 +41,7 @@ from specguard.report.schema import (
     ProblemDoc,
     ResultsDoc,
     SoakDoc,
+    TestDoc,
 )
 from specguard.report.upgrade import upgrade
 from specguard.report.verdict_text import message, ratio_text
@@ -62,17 +66,40 @@ RESULTS: Document[ResultsDoc] = Document(
     readable=(1, 2), upgrade=upgrade, error=ResultsError)  # every version specguard ever wrote (report/upgrade.py)
 
 
+CellKey = tuple[str, str]  # (configuration, level name)
+
+
+def tests_by_cell(doc: ResultsDoc) -> dict[CellKey, dict[str, TestDoc]]:
+    """Each cell's test outcomes by gate (the session-level family_holm test has no cell)."""
+    out: dict[CellKey, dict[str, TestDoc]] = {}
+    for t in doc.get("tests") or []:
+        config, level, gate = t.get("config"), t.get("level"), t.get("gate")
+        if config is not None and level is not None and gate:
+            out.setdefault((config, level), {})[gate] = t
+    return out
+
+
+DETECTION_POWER = 0.9  # the probability with which the drop ``detectable_drop`` names fails
+_Z_POWER = float(special.ndtri(DETECTION_POWER))  # 1.2816
+
+
 def detectable_drop(estimate: EstimateDoc | None, rule: str = "significant") -> float | None:
-    """The smallest drop this cell could have failed for, from its interval's half-width h on the
-    log scale: a drop d is significant once (1 - d) e^h < 1 (rule "significant", and it must also
-    be beyond the tolerance), or < 1 - tolerance ("beyond-tolerance")."""
+    """The drop this cell fails for with probability DETECTION_POWER, from its interval: the
+    half-width h = t se on the log scale (t the fail test's quantile at its confidence and dof).
+    Under rule "significant" a drop d fails when the upper bound falls below 1 and the estimate
+    below the threshold: 1 - d = e^-(h + z se), or threshold e^-(z se) where that is lower; under
+    "beyond-tolerance" when the upper bound falls below the threshold: threshold e^-(h + z se).
+    The drop whose estimate would just reach significance (h alone) is caught half the time."""
     if not estimate or not estimate.get("low") or not estimate.get("high") or estimate["low"] <= 0:
         return None
     h = (math.log(estimate["high"]) - math.log(estimate["low"])) / 2
+    confidence, dof = estimate.get("confidence"), estimate.get("dof")
+    t = float(special.stdtrit(dof, (1 + confidence) / 2)) if confidence and dof and 0 < confidence < 1 else None
+    se = h / t if t and t > 0 else h / 2  # an older file without its level: about a 95 % interval's
     threshold = estimate.get("threshold") or 1.0
     if rule == "beyond-tolerance":
-        return 1 - threshold * math.exp(-h)
-    return max(1 - math.exp(-h), 1 - threshold)
+        return 1 - threshold * math.exp(-(h + _Z_POWER * se))
+    return max(1 - math.exp(-(h + _Z_POWER * se)), 1 - threshold * math.exp(-_Z_POWER * se))
 
 
 def _estimate_doc(e: RatioEstimate | None) -> EstimateDoc | None:
@@ -106,6 +133,8 @@ def decision_dict(r: GateResult) -> DecisionDoc:
                   "shifts": [{"metric": s.metric.value, "window": s.window, "before": s.before, "after": s.after,
                               "low": s.low, "high": s.high, "p_value": s.p_value} for s in r.soak.shifts]}
                  if r.soak else None),
+        "set_aside": [{"launch": a.launch, "runs": list(a.runs), "gap": a.gap, "limit": a.limit, "config": a.config}
+                      for a in r.set_aside],
     }
 
 
@@ -124,7 +153,9 @@ def decision_result(d: DecisionDoc) -> GateResult:
         drift=Drift(**dr) if (dr := d.get("drift")) else None, notes=tuple(d.get("notes") or ()),
         positions=tuple(PositionShare(s["position"], Verdict(s["verdict"]), _estimate(s["estimate"]), s["current"],
                                       s["reference"]) for s in d.get("positions") or ()),
-        soak=_soak(d.get("soak")))
+        soak=_soak(d.get("soak")),
+        set_aside=tuple(SetAside(a["launch"], tuple(a["runs"]), a["gap"], a["limit"], a["config"])
+                        for a in d.get("set_aside") or ()))
 
 
 def _soak(d: SoakDoc | None) -> Soak | None:

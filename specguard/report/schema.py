@@ -169,6 +169,16 @@ class PositionDoc(TypedDict):
     reference: float | None
 
 
+class SetAsideDoc(TypedDict):
+    """decide.consistency.SetAside: a launch whose runs disagree."""
+
+    launch: int
+    runs: list[int]
+    gap: float
+    limit: float
+    config: str
+
+
 class SoakShiftDoc(TypedDict):
     """decide.result.SoakShift."""
 
@@ -230,6 +240,7 @@ class DecisionDoc(_DecisionFields, total=False):
     legacy_message: str  # a decision read from a schema-2 file: its line as that specguard worded it
     positions: list[PositionDoc]  # the accept-length gate's per-position acceptance (absent in older files)
     soak: SoakDoc | None  # the soak test's change points (absent in older files)
+    set_aside: list[SetAsideDoc]  # launches whose runs disagree, left out (absent in older files)
 
 
 class TestDoc(TypedDict, total=False):
@@ -323,8 +334,8 @@ class RelaunchReasonDoc(TypedDict):
     gate: str
     config: str
     level: str
-    ratio: float
-    p_value: float
+    ratio: float | None  # None: the runs disagreed, nothing was estimated
+    p_value: float | None
     limit_p: float
 
 

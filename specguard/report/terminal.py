@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import math
 import textwrap
-from typing import Any
 
 from specguard.decide.gates import RelaunchReason, RelaunchWhy
 from specguard.labels import SOAK, STATUS_NOT_MEASURED, STATUS_REGRESSION, GateLabel, Level
 from specguard.report.baseline_text import document_lines
-from specguard.report.results import decision_result, detectable_drop, sorted_cells
+from specguard.report.resolution import attach_lines, few_sessions_lines, resolution_note
+from specguard.report.results import CellKey, decision_result, detectable_drop, sorted_cells, tests_by_cell
 from specguard.report.schema import CellDoc, DecisionDoc, EstimateDoc, RelaunchDoc, ResultsDoc, ServerDoc, TestDoc
 from specguard.report.verdict_text import message, relaunch_reason
 
@@ -51,30 +51,24 @@ def shorten(text: str, width: int = 60) -> str:
 
 
 def pct_ci(estimate: EstimateDoc | None, verdict: str = "-") -> str:
-    """'+1.2% [-0.4,+2.8]' from a decision's estimate; the verdict when there is none."""
+    """A decision's change and the bound its pass rule used: '+0.4% (>=-1.7%, 95%)' (a pass
+    needs that one-sided bound at or above the threshold); a file written before the pass had its
+    own level gives its two-sided interval with the interval's level, '+1.2% [-0.4,+2.8] 99.9%';
+    the verdict when there is no estimate."""
     if not estimate:
         return verdict
-    return (f"{(estimate['ratio'] - 1) * 100:+.1f}% [{(estimate['low'] - 1) * 100:+.1f},"
-            f"{(estimate['high'] - 1) * 100:+.1f}]")
-
-
-CellKey = tuple[str, str]  # (configuration, level name)
+    change = f"{(estimate['ratio'] - 1) * 100:+.1f}%"
+    low, level = estimate.get("pass_low"), estimate.get("pass_confidence")
+    if low is not None and level:
+        return f"{change} (>={(low - 1) * 100:+.1f}%, {level:.0%})"
+    return (f"{change} [{(estimate['low'] - 1) * 100:+.1f},{(estimate['high'] - 1) * 100:+.1f}] "
+            f"{estimate['confidence']:.1%}")
 
 
 def decisions_by_cell(doc: ResultsDoc) -> dict[CellKey, dict[str, DecisionDoc]]:
     out: dict[CellKey, dict[str, DecisionDoc]] = {}
     for d in doc["decisions"]:
         out.setdefault((d["config"], d["level"]), {})[d["gate"]] = d
-    return out
-
-
-def tests_by_cell(doc: ResultsDoc) -> dict[CellKey, dict[str, TestDoc]]:
-    """Each cell's test outcomes by gate (the session-level family_holm test has no cell)."""
-    out: dict[CellKey, dict[str, TestDoc]] = {}
-    for t in doc.get("tests") or []:
-        config, level, gate = t.get("config"), t.get("level"), t.get("gate")
-        if config is not None and level is not None and gate:
-            out.setdefault((config, level), {})[gate] = t
     return out
 
 
@@ -128,10 +122,11 @@ def cell_verdict(cell: CellDoc, gates: dict[str, DecisionDoc], tests: dict[str, 
 
 
 COLUMNS = (("config", "config", "<12"), ("C", "concurrency", ">4"), ("tok/s", "tok_s", ">9"),
-           ("vs baseline [CI]", "vs_baseline", ">20"), ("resolves", "resolves", ">8"), ("accept", "accept", ">6"),
+           ("vs baseline (bound)", "vs_baseline", ">20"), ("caught 90%", "resolves", ">10"),
+           ("accept", "accept", ">6"),
            ("step ms", "step_ms", ">7"),
            ("TTFT p50/p99 ms", "ttft", ">17"), ("ITL p50/p99 ms", "itl", ">15"),
-           ("spec/ref [CI]", "spec_ref", ">20"), ("verdict", "verdict", ""))
+           ("spec/ref (bound)", "spec_ref", ">20"), ("verdict", "verdict", ""))
 
 
 def summary_rows(doc: ResultsDoc) -> list[dict[str, str]]:
@@ -199,64 +194,6 @@ def _reference_only(doc: ResultsDoc, key: CellKey) -> str:
     return "-"
 
 
-NOISIER_THAN_PRIOR = 1.25  # a history spread above this multiple of the suite's prior reads as a noisy recording
-
-
-def resolution_note(doc: ResultsDoc) -> str | None:
-    """Why cells are inconclusive, in one line: the spread behind their intervals and the smallest
-    drop they can resolve, with what to do about it."""
-    inconclusive = inconclusive_estimates(doc)
-    if not inconclusive:
-        return None
-    tol = doc["tolerances"]
-    sds = [e["between_sd"] for _, e in inconclusive]
-    rule = tol.get("fail_rule", "significant")
-    drops = [x for x in (detectable_drop(e, rule) for _, e in inconclusive) if x is not None]
-    sources = sorted({str(e["between_source"]) for _, e in inconclusive})
-    from_history = any("history" in s for s in sources)
-    what = (f"baseline history spread up to {max(sds):.1%} ({', '.join(sources)})" if from_history
-            else f"between-launch spread {max(sds):.1%} (the suite's prior_between_sd)")
-    fix = _resolution_fix(inconclusive, tol, from_history)
-    lo, hi = round(min(drops) * 100), round(max(drops) * 100)
-    span = f"{lo}%" if lo == hi else f"{lo}-{hi}%"
-    return f"{len(inconclusive)} gate(s) inconclusive: {what}: these cells cannot resolve drops below {span}; {fix}"
-
-
-def inconclusive_estimates(doc: ResultsDoc) -> list[tuple[DecisionDoc, EstimateDoc]]:
-    """The enforced inconclusive decisions with an estimate whose test passed (or was not
-    recorded), each with its estimate: the cells the resolution note speaks of."""
-    by_test = tests_by_cell(doc)
-    out = []
-    for d in doc["decisions"]:
-        est = d.get("estimate")
-        if d["verdict"] != "inconclusive" or not d["enforced"] or not est:
-            continue
-        t = by_test.get((d["config"], d["level"]), {}).get(d["gate"])
-        if t is not None and t["outcome"] != "passed":
-            continue
-        out.append((d, est))
-    return out
-
-
-def _resolution_fix(inconclusive: list[tuple[DecisionDoc, EstimateDoc]], tol: dict[str, Any], from_history: bool) -> str:
-    """What narrows the intervals. A history noisier than the suite's prior says the recording was
-    disturbed: re-record. One as quiet as the prior is the launches' own spread: only more
-    launches narrow the interval."""
-    if not from_history:
-        return "add repeats, or lower prior_between_sd if your launches really vary less"
-    if any(e["between_sd"] > NOISIER_THAN_PRIOR * prior_between_sd(d["gate"], tol) for d, e in inconclusive):
-        return "re-record the baselines on a quiet machine or add sessions (more --update-baselines runs)"
-    return ("the baselines are as quiet as prior_between_sd says, so re-recording will not narrow them; "
-            "advanced.launches = 2 will (twice the time)")
-
-
-def prior_between_sd(gate: str, tolerances: dict[str, Any]) -> float:
-    """The suite's declared between-launch spread for a gate: accept length (per category too)
-    has its own, every other gate uses the tok/s one."""
-    key = "prior_between_sd_accept" if gate.startswith("accept_length") else "prior_between_sd"
-    return float(tolerances.get(key, 0.0))
-
-
 def _failure_note(name: str, failure: str, server: ServerDoc, doc: ResultsDoc) -> str:
     """A configuration that did not run (`failure`, its server record's): an error, or (skipped) a
     server that does not serve it, with the way to measure it when it is another configuration's
@@ -276,7 +213,7 @@ def notes(doc: ResultsDoc) -> list[str]:
     lines = [f"{name}: {x['text']}" for name, x in doc["crossovers"].items()]
     lines += server_lines(doc) + reference_lines(doc) + category_lines(doc) + load_lines(doc)
     lines += relaunch_lines(doc) + soak_lines(doc)
-    lines += regression_halves(doc) + attach_lines(doc)
+    lines += regression_halves(doc) + attach_lines(doc) + few_sessions_lines(doc)
     family = family_test(doc)
     if family is not None and family["outcome"] == "failed":
         lines.append(f"family_holm FAILED: {family['message']}")
@@ -332,20 +269,6 @@ def relaunch_texts(launch: RelaunchDoc) -> list[str]:
                               r["ratio"], r["p_value"], r["limit_p"]) for r in launch.get("reasons", [])]
     failed = launch.get("failed")
     return [label + relaunch_reason(r) for r in reasons] + ([f"relaunch failed: {failed}"] if failed else [])
-
-
-def attach_lines(doc: ResultsDoc) -> list[str]:
-    """Attach mode cannot relaunch: how small a tok/s drop each cell could resolve on its one launch."""
-    if not doc["options"].get("attached"):
-        return []
-    rule = doc["tolerances"].get("fail_rule", "significant")
-    drops = [(d["config"], d["level"], detectable_drop(d.get("estimate"), rule))
-             for d in doc["decisions"] if d["gate"] == "throughput"]
-    shown = [f"{name} {cell} >={drop * 100:.1f}%" for name, cell, drop in drops if drop is not None]
-    if not shown:
-        return []
-    return ["attach mode (one launch, nothing relaunched): the smallest tok/s drop each cell could resolve: "
-            + ", ".join(shown) + " (docs/statistics.md: attach mode's power)"]
 
 
 def server_lines(doc: ResultsDoc) -> list[str]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from specguard.decide.consistency import SetAside
 from specguard.decide.gates import RelaunchReason, RelaunchWhy
 from specguard.decide.result import (
     HISTORY_MISSING,
@@ -45,6 +46,7 @@ def message(r: GateResult) -> str:
         head = soak_line(r, r.soak) if r.soak is not None else statistics_line(r)
     notes = ([drift_line(r)] if r.drift is not None and (r.problem is None or r.problem.why != Why.ACCEPT_DRIFT) else [])
     notes += [positions_line(r.positions)] if r.positions else []
+    notes += [set_aside_line(r.set_aside, r.problem is not None)] if r.set_aside else []
     notes += list(dict.fromkeys(r.notes))
     return head + "".join(f"\n  notes: {n}" for n in notes)
 
@@ -168,6 +170,15 @@ def soak_line(r: GateResult, soak: Soak) -> str:
     return f"{head}: {shifts}{moved} -> {r.verdict.value.upper()}"
 
 
+def set_aside_line(aside: Sequence[SetAside], undecided: bool) -> str:
+    """The launches whose runs disagreed: "runs disagree (stalled?), set aside: launch 1 runs
+    1, 2 up to 30.0% below the fastest (limit 10.0%)"."""
+    parts = [f"{a.config + ' ' if a.config else ''}launch {a.launch} run{'s' if len(a.runs) > 1 else ''} "
+             f"{', '.join(map(str, a.runs))} up to {a.gap:.1%} below its fastest (limit {a.limit:.1%})" for a in aside]
+    then = ("no launch left to decide on" if undecided else "decided on the launches whose runs agree")
+    return f"runs disagree (a stall?), set aside: {'; '.join(parts)}; {then}"
+
+
 def positions_line(shares: Sequence[PositionShare]) -> str:
     """The accept-length gate's per-position acceptance in one line: "acceptance per draft
     position (share of verify steps accepting >= k drafts, vs baseline): 1 0.93 +0.1% [...], ..."."""
@@ -233,6 +244,9 @@ _PROBLEMS: dict[Why, Callable[[Problem, GateResult], str]] = {
     Why.POSITION_DROP: _position_drop,
     Why.FORCED_ACCEPT: _forced_accept,
     Why.INTERNAL_ERROR: lambda p, r: f"internal error (a specguard bug): {p.detail}",
+    Why.RUNS_DISAGREE: lambda p, r: (f"not measured: the runs of {'every launch' if (p.count or 0) > 1 else 'its launch'} "
+                                     f"disagree (up to {p.value or 0:.1%} below the fastest run, limit {p.limit or 0:.1%}; a "
+                                     f"stalled machine?), so no median can be trusted; measure again on a quieter machine"),
 }
 
 
@@ -297,6 +311,8 @@ def reference_gap_text(g: HistoryGap) -> str:
 def relaunch_reason(reason: RelaunchReason) -> str:
     """Why a configuration was launched again, as the summary's "relaunched" line gives it."""
     cell = f"{reason.gate} {reason.config} {reason.level}"
+    if reason.why == RelaunchWhy.RUNS_DISAGREE or reason.ratio is None or reason.p_value is None:
+        return f"{cell}: its runs disagree (a stall?), measured again"
     if reason.why == RelaunchWhy.LEANS_TO_LOSS:
         return (f"reference of speculation {reason.config} {reason.level}, which leans to a loss "
                 f"(ratio {reason.ratio:.3f}, p = {reason.p_value:.3g} < {reason.limit_p:g})")

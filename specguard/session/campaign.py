@@ -68,6 +68,7 @@ class Campaign:
             self._sweep_configuration(name, level, driver)
         else:
             self._measure_launch(name, level, driver)
+            self._again_if_runs_disagree(name, level)
         measured = self._cells.cell(name, level)
         assert measured is not None
         return measured
@@ -115,6 +116,14 @@ class Campaign:
         if cell.error:
             self._pool.check_still_serving(name)
         return merged
+
+    def _again_if_runs_disagree(self, name: str, level: int) -> None:
+        """Where the configuration is not relaunched (attach mode, or relaunch = "off"): one more
+        measurement on the same server when the last one's runs disagree (a stall? see
+        decide/consistency.py); the gates set the disagreeing one aside, and a cell whose second
+        measurement disagrees too is not measured."""
+        if not self._cells.error(name, level) and self._verdicts.runs_disagree(name, level):
+            self._measure_launch(name, level)
 
     def _add_launch(self, name: str, levels: list[int], driver: Driver = plain_driver) -> str | None:
         """A new server launch of `name` (stopping the current one) measuring `levels`; the
@@ -218,6 +227,8 @@ class Campaign:
                 continue
             try:
                 self._measure_launch(ref, c)
+                if not self._staged(ref):
+                    self._again_if_runs_disagree(ref, c)
             except ConfigUnavailable:
                 return False  # remembered in the pool's failure; the speculation gate says why
             if (ref, c) not in selected:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from specguard.decide.consistency import consistent_launches
 from specguard.decide.gates import (
     ATTRIBUTION_CONFIDENCE,
     GateTest,
@@ -57,6 +58,18 @@ class CellGates:
         if gate == ACCEPT_LENGTH and not category:
             result = self._drift(self._positions(result, test), name, level)
         return result
+
+    def runs_disagree(self, name: str, level: int) -> bool:
+        """The cell's last measurement (launch) of tok/s or step rate has runs that disagree, with
+        the limit pooled as the gate pools it (its launches and stored sessions)."""
+        for metric in (THROUGHPUTS, STEP_RATES):
+            launches = self._parts.cells.launch_values(name, level, metric)
+            if not launches:
+                continue
+            history = self._parts.histories.cell(name, level, metric)[0] or []
+            if any(a.launch == len(launches) for a in consistent_launches(launches, history)[1]):
+                return True
+        return False
 
     def _forced(self, test: GateTest) -> GateResult:
         """Acceptance forced to N tokens per verify step (SGLANG_SIMULATE_ACC_LEN, SGLang 0.5.23
@@ -165,7 +178,7 @@ class CellGates:
         accept = self._estimate(ACCEPT_LENGTH, test, rule)
         if step is None and accept is None:
             return result
-        return replace(result, attribution=attribution(step, accept))
+        return replace(result, attribution=attribution(step, accept, result.estimate))
 
     def _estimate(self, gate: str, test: GateTest, rule: Rule) -> RatioEstimate | None:
         """A gate's estimate at the attribution's confidence (not a decision: nothing is recorded)."""

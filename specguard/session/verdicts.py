@@ -55,6 +55,10 @@ class Verdicts:
             out.append(result)
         return out
 
+    def runs_disagree(self, name: str, level: int) -> bool:
+        """The cell's last measurement has runs that disagree, as its gates judge it (CellGates.runs_disagree)."""
+        return self._cell_gates.runs_disagree(name, level)
+
     def final_results(self) -> list[GateResult]:
         """Each gate test's final decision (gates.final_results)."""
         return final_results(self.stage1, self.later_stages)

@@ -64,7 +64,7 @@ def test_the_ramp_is_zero_then_linear_then_held():
 @pytest.mark.parametrize("kwargs, flag", [
     ({"accept_decay": 1.0}, "--emulator-fault-accept-decay must be in [0, 1), got 1.0"),
     ({"accept_decay": -0.1}, "--emulator-fault-accept-decay must be in [0, 1)"),
-    ({"step_slowdown": -0.5}, "--emulator-fault-step-slowdown must be >= 0"),
+    ({"step_slowdown": -1.0}, "--emulator-fault-step-slowdown must be > -1"),
     ({"accept_decay": 0.1, "start": -1.0}, "--emulator-fault-decay-start-s must be >= 0"),
     ({"accept_decay": 0.1, "over": -1.0, "clock": DecayClock.TOKENS}, "--emulator-fault-decay-over-tokens must be >= 0"),
 ])
@@ -222,7 +222,7 @@ def test_flags_give_the_ramp_in_seconds_or_in_tokens():
     (["--emulator-fault-accept-decay", "0.1", "--emulator-fault-decay-start-s", "1", "--emulator-fault-decay-over-tokens",
       "5"], "exclude each other"),
     (["--emulator-fault-decay-start-s", "100"], "need --emulator-fault-accept-decay or --emulator-fault-step-slowdown"),
-    (["--emulator-fault-step-slowdown", "-1"], "--emulator-fault-step-slowdown must be >= 0"),
+    (["--emulator-fault-step-slowdown", "-1"], "--emulator-fault-step-slowdown must be > -1"),
 ])
 def test_bad_flag_combinations_are_one_line_errors(argv, message):
     with pytest.raises(ValueError, match=message):

@@ -7,6 +7,7 @@ import json
 import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 from gate_support import result
 from synthetic_results import as_rate_sweep, seed_a_doc
@@ -56,7 +57,8 @@ def _run(tok_s: float, accept: float | None) -> RunMetrics:
 
 
 def _estimate(ratio: float) -> RatioEstimate:
-    return RatioEstimate(ratio, ratio * 0.95, ratio * 1.05, 0.97, 0.5, 4.0, 0.99, 0.01, "prior")
+    return RatioEstimate(ratio, ratio * 0.95, ratio * 1.05, 0.97, 0.5, 4.0, 0.99, 0.01, "prior", pass_low=ratio * 0.97,
+                         pass_confidence=0.95)
 
 
 @pytest.fixture
@@ -112,14 +114,15 @@ def test_terminal_table_has_the_key_figures_and_the_outcome(session):
                                        {"nodeid": "t::test_throughput[mtp-c4]", "kind": "not-measured", "message": "m"}]}
     text = render_summary(doc)
     head, _, *rows = text.splitlines()
-    for column in ("tok/s", "vs baseline [CI]", "accept", "step ms", "TTFT p50/p99 ms", "ITL p50/p99 ms", "spec/ref [CI]",
-                   "verdict"):
+    for column in ("tok/s", "vs baseline (bound)", "caught 90%", "accept", "step ms", "TTFT p50/p99 ms",
+                   "ITL p50/p99 ms", "spec/ref (bound)", "verdict"):
         assert column in head
-    assert rows[0].split()[:3] == ["baseline", "1", "101.0"] and "-17.0% [-21.2,-12.9]" in rows[0] and rows[0].endswith("FAIL: tput")
-    assert "+50.0% [+42.5,+57.5]" in rows[2] and rows[2].endswith("pass")
+    assert rows[0].split()[:3] == ["baseline", "1", "101.0"] and "-17.0% (>=-19.5%, 95%)" in rows[0]
+    assert rows[0].endswith("FAIL: tput")
+    assert "+50.0% (>=+45.5%, 95%)" in rows[2] and rows[2].endswith("pass")
     assert "ERROR: 3 failed requests" in rows[3]
     assert text.splitlines()[-1] == "specguard: regression (1 regression(s), 1 test(s) not measured), exit 1"
-    assert max(len(line) for line in text.splitlines()[:6]) < 170  # readable in a CI log
+    assert max(len(line) for line in text.splitlines()[:6]) < 180  # readable in a CI log (the bounds say their level)
 
 
 def test_markdown_summary(session):
@@ -129,7 +132,7 @@ def test_markdown_summary(session):
          "message": "throughput baseline c1: a | b"}]}
     md = render_markdown(doc)
     assert md.startswith("### specguard: ❌ regression found (exit 1)")
-    assert "| config | C | tok/s | vs baseline [CI] |" in md and "| baseline | 1 | 101.0 |" in md
+    assert "| config | C | tok/s | vs baseline (bound) |" in md and "| baseline | 1 | 101.0 |" in md
     assert "<details><summary>1 failed test(s)</summary>" in md and "a \\| b" in md
     assert "`specguard: regression (1 regression(s)), exit 1`" in md and "report.html" in md
 
@@ -270,18 +273,43 @@ def test_every_output_counts_the_same(tmp_path):
     assert "❌" not in render_html(doc, {}) and "❌" in md
 
 
-def test_detectable_drop_follows_the_interval():
-    from specguard.report.terminal import detectable_drop
-    # half-width 2% on the log scale: a drop must be ~2% before it can be significant; never below the tolerance
-    est = {"ratio": 1.0, "low": math.exp(-0.05), "high": math.exp(0.05), "threshold": 0.97}
-    assert detectable_drop(est) == pytest.approx(1 - math.exp(-0.05))
-    narrow = {"ratio": 1.0, "low": math.exp(-0.005), "high": math.exp(0.005), "threshold": 0.97}
-    assert detectable_drop(narrow) == pytest.approx(0.03)
-    assert detectable_drop(est, "beyond-tolerance") == pytest.approx(1 - 0.97 * math.exp(-0.05))
+def test_the_pass_bound_is_what_the_table_shows_with_its_level():
+    from specguard.report.terminal import pct_ci
+    est = {"ratio": 1.004, "low": 0.956, "high": 1.053, "threshold": 0.97, "confidence": 0.99947, "dof": 20.0,
+           "pass_low": 0.983, "pass_confidence": 0.95}
+    assert pct_ci(est) == "+0.4% (>=-1.7%, 95%)"
+    assert pct_ci(None, "error") == "error"
+    # a file written before the pass had its own level: the two-sided interval, labelled with its level
+    old = {k: v for k, v in est.items() if not k.startswith("pass_")}
+    assert pct_ci(old) == "+0.4% [-4.4,+5.3] 99.9%"
+
+
+def test_detectable_drop_is_the_drop_caught_nine_times_in_ten():
+    from scipy import stats
+
+    from specguard.report.results import detectable_drop
+    # a 99 % two-sided interval of half-width 0.05 on the log scale with 10 dof: se = 0.05 / t
+    est = {"ratio": 1.0, "low": math.exp(-0.05), "high": math.exp(0.05), "threshold": 0.97, "confidence": 0.99,
+           "dof": 10.0}
+    se = 0.05 / stats.t.ppf(0.995, 10)
+    drop = detectable_drop(est)
+    assert drop == pytest.approx(1 - math.exp(-(0.05 + stats.norm.ppf(0.9) * se)))
+    # the same cell simulated: a true drop of that size fails (upper bound below 1, estimate below
+    # the threshold) in 90 % of sessions
+    rng = np.random.default_rng(0)
+    d = math.log(1 - drop) + rng.normal(0, se, 200_000)
+    caught = np.mean((d + 0.05 < 0) & (d < math.log(0.97)))
+    assert caught == pytest.approx(0.9, abs=0.01)
+    # a narrow interval: the estimate must still fall below the threshold 9 times in 10
+    narrow = {**est, "low": math.exp(-0.005), "high": math.exp(0.005)}
+    se_n = 0.005 / stats.t.ppf(0.995, 10)
+    assert detectable_drop(narrow) == pytest.approx(1 - 0.97 * math.exp(-stats.norm.ppf(0.9) * se_n))
+    assert detectable_drop(est, "beyond-tolerance") == pytest.approx(
+        1 - 0.97 * math.exp(-(0.05 + stats.norm.ppf(0.9) * se)))
 
 
 def test_the_inconclusive_line_advises_re_recording_only_when_the_history_is_noisier_than_the_prior():
-    from specguard.report.terminal import resolution_note
+    from specguard.report.resolution import resolution_note
 
     def doc(between_sd: float, gate: str = "throughput") -> dict:
         est = {"ratio": 0.99, "low": 0.95, "high": 1.03, "threshold": 0.97, "between_sd": between_sd,

@@ -12,7 +12,7 @@ from synthetic_results import seed_a_doc
 
 from specguard.decide.result import Against, Attribution, Drift, Factors, GateResult, Half, Problem, Versus, Why
 from specguard.decide.stats import RatioEstimate
-from specguard.report import plots, schema, terminal
+from specguard.report import plots, resolution, results, schema, terminal
 from specguard.report.merge import merged_servers
 from specguard.report.results import decision_dict, decision_result
 from specguard.report.summary import category_medians, cell_summary, combined_load_model
@@ -154,7 +154,7 @@ def test_a_gate_without_a_decision_is_blank_only_when_its_test_ran():
 def test_cells_are_keyed_by_their_tests_and_the_family_test_is_apart():
     doc = {"tests": [_test("passed"), _test("failed", "regression", "accept_length"),
                      {**_test("failed", "regression", "family_holm"), "config": None, "level": None}]}
-    assert {k: sorted(v) for k, v in terminal.tests_by_cell(doc).items()} == {("eagle3", "c16"): ["accept_length", "throughput"]}
+    assert {k: sorted(v) for k, v in results.tests_by_cell(doc).items()} == {("eagle3", "c16"): ["accept_length", "throughput"]}
     assert terminal.family_test(doc)["gate"] == "family_holm"
     assert terminal.family_test({"tests": doc["tests"][:2]}) is None
 
@@ -169,15 +169,15 @@ def test_the_inconclusive_cells_are_those_whose_test_passed_and_whose_gate_is_en
                          {**kept, "verdict": "pass"},
                          {**kept, "level": "c4", "estimate": None}],
            "tests": [_test("passed"), _test("failed", "regression", "accept_length")]}
-    assert terminal.inconclusive_estimates(doc) == [(kept, est)]
+    assert resolution.inconclusive_estimates(doc) == [(kept, est)]
 
 
 def test_accept_length_gates_are_held_to_their_own_prior():
     tol = {"prior_between_sd": 0.012, "prior_between_sd_accept": 0.003}
-    assert terminal.prior_between_sd("accept_length[code]", tol) == 0.003
-    assert terminal.prior_between_sd("accept_length", tol) == 0.003
-    assert terminal.prior_between_sd("throughput", tol) == 0.012
-    assert terminal.prior_between_sd("throughput", {}) == 0.0
+    assert resolution.prior_between_sd("accept_length[code]", tol) == 0.003
+    assert resolution.prior_between_sd("accept_length", tol) == 0.003
+    assert resolution.prior_between_sd("throughput", tol) == 0.012
+    assert resolution.prior_between_sd("throughput", {}) == 0.0
 
 
 def test_reference_cells_are_one_line_per_reference_and_users():

@@ -333,13 +333,14 @@ def test_the_summary_names_engine_and_drafter_regressions_apart():
                                       "drafter regressions (accept length): mtp c16; eagle3 c64"]
 
 
-def test_an_attach_mode_summary_states_what_each_cell_could_resolve():
-    from specguard.report.terminal import attach_lines
+def test_an_attach_mode_summary_states_the_drop_each_cell_catches():
+    from specguard.report.resolution import attach_lines
     doc = {"sweep": {"request_rate": []}, "options": {"attached": True}, "tolerances": {"fail_rule": "significant"},
            "decisions": [_decision("throughput", "eagle3", 1, "inconclusive", low=0.95, high=1.05)]}
     (line,) = attach_lines(doc)
-    assert line.startswith("attach mode (one launch, nothing relaunched): the smallest tok/s drop each cell could "
-                           "resolve: eagle3 c1 >=4.9%")
+    # no level or dof in this estimate: its interval read as about 95 % (se = half-width / 2)
+    assert line.startswith("attach mode (one launch, nothing relaunched): the tok/s drop each cell fails for 9 times "
+                           "in 10: eagle3 c1 >=7.9%")
     assert attach_lines({**doc, "options": {"attached": False}}) == []
 
 
@@ -355,3 +356,16 @@ def test_the_speculation_line_names_the_drafter_and_the_engine_factor_against_th
     assert r.verdict == FAIL, message(r)
     assert ("the drafter's accept length 1.25 x the engine's step time ratio 0.62 (5 ms the reference's decode step / "
             "8 ms the verify step) = 0.78") in message(r)
+
+
+def test_a_half_is_named_only_for_an_effect_of_its_own():
+    # a drafter-only drop of 10 %: fewer tokens per verify step shorten the step by ~1.3 %, which
+    # three launches resolve; the engine is not named for it (gate audit, section 5)
+    side_effect, fell, tok_s = est(1.013, 1.011, 1.015), est(0.89, 0.88, 0.90), est(0.90, 0.89, 0.91)
+    assert attribution(side_effect, fell, tok_s).half == "drafter"
+    assert attribution(side_effect, fell).half == "both"  # beyond 1 % alone it would count: the share rule decides
+    # an engine-only slowdown of 5 %: the step share is the whole change
+    slower = est(0.95, 0.94, 0.96)
+    assert attribution(slower, est(1.0, 0.995, 1.005), est(0.95, 0.94, 0.96)).half == "engine"
+    # a step change confidently nonzero but inside 1 %: nobody's
+    assert attribution(est(0.995, 0.993, 0.997), est(1.0, 0.999, 1.001)).half == ""
