@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import argparse
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -105,13 +105,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
     suite = load_suite(args.suite)
-    cases = (AbCase(), AbCase(drop=0.03), AbCase(drop=0.05), AbCase(drop=0.03, max_rounds=8), AbCase(spread=0.02),
-             AbCase(spread=0.02, drop=0.03))
-    for case in cases:
-        r = ab_rates(suite, case, args.runs, args.seed)
-        print(f"A/B, spread {case.spread:.0%}, {case.config} tok/s {-case.drop:+.0%}, at most {case.max_rounds} launches "
-              f"per build: any regression {r['fail_rate']:.3f}, {case.config} tok/s caught {r['tok_s_caught']:.3f}, "
-              f"launches per build and configuration {r['launches_per_build']:.2f} ({args.runs} runs)", flush=True)
+    tol = suite.tolerances
+    # the prior at half a 1 % truth: A/B learns the launch spread from the run, so it should not matter
+    half = replace(suite, tolerances=replace(tol, prior_between_sd=0.005, prior_day_sd=0.0025))
+    cases = ((suite, AbCase()), (suite, AbCase(spread=0.02)), (suite, AbCase(drop=0.03)), (suite, AbCase(drop=0.04)),
+             (suite, AbCase(drop=0.05)), (suite, AbCase(drop=0.03, max_rounds=6)),
+             (suite, AbCase(drop=0.03, max_rounds=8)), (suite, AbCase(spread=0.02, drop=0.03)),
+             (half, AbCase()), (half, AbCase(spread=0.02)), (half, AbCase(drop=0.03)))
+    for s, case in cases:
+        r = ab_rates(s, case, args.runs, args.seed)
+        print(f"A/B, prior {s.tolerances.prior_between_sd:.1%}, spread {case.spread:.0%}, {case.config} tok/s "
+              f"{-case.drop:+.0%}, at most {case.max_rounds} launches per build: any regression {r['fail_rate']:.3f}, "
+              f"{case.config} tok/s caught {r['tok_s_caught']:.3f}, launches per build and configuration "
+              f"{r['launches_per_build']:.2f} ({args.runs} runs)", flush=True)
     for launches in (1, 3):  # history gating of one cell beside it (cell_rates: K = 5, prior = the truth)
         rates = cell_rates(CellCase(truth=0.01, prior=0.01, launches=launches, drop=0.03), 4 * args.runs, args.seed)
         print(f"history, spread 1%, tok/s -3%, one cell, {launches} launch(es): fails {rates['fail_rate']:.3f} "

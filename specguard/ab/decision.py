@@ -1,33 +1,43 @@
 """The A/B decision of one cell's gate, made after every round as Chromium Pinpoint does: the two
-builds are "different", "same" (within the tolerance), or more rounds are needed; at the budget
-an open cell ends "undecided" (docs/ab.md).
+builds are "different" (worse, or better), "same" (within the tolerance), or more rounds are
+needed; at the budget an open cell ends "undecided" (docs/ab.md).
 
 Everything is B over A on a log scale, oriented so that a ratio below 1 is worse (tok/s, accept
 length, steps per second, speculation's tok/s over its reference's). The statistics are
 ``decide.stats.compare_launch_sets`` with the launch as the unit of replication:
 
-- **different**: B/A is significantly away from 1 (two-sided) at the cell's share of the family
-  alpha. The cell is looked at after every round from ``min_rounds`` on, so each look spends an
-  equal share of it (Bonferroni over the looks): a cell's p-value is the number of possible looks
-  x its smallest look's, valid however many looks it took. Weighted Holm over every cell of the
-  run at the family alpha then adds the "different" cells the per-cell split misses.
+- **the launch spread** is the run's own: both builds' launches of every *other* launched
+  configuration at this gate (``run_spread``: the variance of a launch's location between its
+  launches, per level, pooled; L - 1 dof per configuration and build), combined with this cell's
+  own launches by ``compare_launch_sets``. The suite's prior is not plugged in (a prior below the
+  machine's spread is what makes false decisions); ``prior_check`` says whether the run's spread
+  contradicts it. The day part of a spread cancels within one interleaved run.
+- **different (worse)** and **different (better)** are two one-sided tests, each direction its own
+  family at the family alpha: exit 1 is about "worse" alone, so "worse" is not charged for the
+  other side. Within a cell the alpha is spent over the looks by the O'Brien-Fleming spending
+  function of Lan and DeMets (``look_shares``): almost nothing at the first looks, most at the last,
+  each look's increment tested by Bonferroni (valid whatever the looks' correlation). A cell's
+  p-value is min over looks of p / its look's share; weighted Holm over every cell of the run at
+  the family alpha then adds the cells the per-cell split misses.
 - **same**: an equivalence test (TOST): the interval at ``pass_confidence`` (one-sided at each
-  end) lies within 1 +- tolerance.
+  end) lies within 1 +- tolerance, at every look that has not found a difference: its
+  multiplicity is the looks' (a cell that looks "same" once is kept "same"; docs/ab.md).
 
-No decision before each build has ``min_rounds`` (2) launches: with one launch each the
-launch-to-launch spread is the declared prior alone, and a prior below the machine's real spread
-would make false decisions either way. From two launches on, the launches' own spread is pooled
-with the prior and replaces a prior it contradicts (``stats.checked_prior``), as a cell's stored
-history does in the gate. A decided cell keeps its decision and asks for no more rounds.
+No decision before each build has ``min_rounds`` (2) launches. A decided cell keeps its decision
+and asks for no more rounds.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
-from specguard.decide.stats import RatioEstimate, compare_launch_sets, history_spread, holm_adjust, pool_spreads
+import numpy as np
+from scipy import special
+
+from specguard.decide.stats import PRIOR_CHECK_P, RatioEstimate, SpreadEstimate, compare_launch_sets, holm_adjust
 
 DIFFERENT, SAME, UNDECIDED, ERROR = "different", "same", "undecided", "error"
 WORSE, BETTER = "worse", "better"
@@ -57,12 +67,17 @@ class GateSpec:
 
 @dataclass(frozen=True)
 class Look:
-    """One look at a cell: B/A after ``launches`` launches of each build."""
+    """One look at a cell: B/A after ``launches`` launches of each build; ``p_worse`` is the
+    one-sided p of "B is not below A" (small: B worse)."""
 
     round_no: int
     launches: int
     estimate: RatioEstimate
-    p_two_sided: float
+    p_worse: float
+
+    def p(self, direction: str) -> float:
+        """The one-sided p of no change the ``direction`` way ("worse" or "better")."""
+        return self.p_worse if direction == WORSE else 1 - self.p_worse
 
     @property
     def pass_high(self) -> float:
@@ -84,7 +99,7 @@ class GateCell:
     decision: str = UNDECIDED
     decided_round: int | None = None
     decided_look: Look | None = None
-    p_holm: float | None = None
+    p_holm: float | None = None  # the deciding direction's Holm-adjusted p ("worse" while undecided)
     error: str | None = None
 
     @property
@@ -96,17 +111,20 @@ class GateCell:
         """Still asks for rounds: undecided, and measurable."""
         return self.decision == UNDECIDED and self.error is None
 
-    def p_adjusted(self, looks: int) -> float | None:
-        """Bonferroni over the looks: the looks it could take x its smallest two-sided p (at most 1)."""
+    def p_adjusted(self, budget: Budget, direction: str = WORSE) -> float | None:
+        """The cell's p-value the ``direction`` way over its looks so far: min over looks of the
+        look's one-sided p / its share of the cell's alpha (``look_shares``), at most 1."""
         if not self.looks:
             return None
-        return min(1.0, looks * min(look.p_two_sided for look in self.looks))
+        shares = look_shares(budget)
+        return min(1.0, min(look.p(direction) / shares[look.launches] for look in self.looks))
 
-    def best_look(self) -> Look | None:
-        """The look whose p-value is the cell's (the smallest); the latest on ties."""
+    def best_look(self, budget: Budget, direction: str = WORSE) -> Look | None:
+        """The look whose p-value is the cell's the ``direction`` way; the latest on ties."""
         if not self.looks:
             return None
-        return min(reversed(self.looks), key=lambda look: look.p_two_sided)
+        shares = look_shares(budget)
+        return min(reversed(self.looks), key=lambda look: look.p(direction) / shares[look.launches])
 
     def shown_look(self) -> Look | None:
         """The look the table shows: the deciding one, else the latest."""
@@ -119,21 +137,45 @@ class GateCell:
         return WORSE if self.decided_look.estimate.ratio < 1 else BETTER
 
 
+def run_spread(sets: Sequence[Sequence[Sequence[Sequence[float]]]], source: str) -> SpreadEstimate | None:
+    """A gate's launch-to-launch spread in this run: ``sets`` holds, per configuration and build,
+    per level, its launches' run values (one list per launch). Per configuration and build, the
+    variance of a launch's location (median of its log runs) between its launches, averaged over
+    the levels (which share each launch's offset, so together they count as one: L - 1 dof); pooled
+    over configurations and builds. It keeps the run-to-run part of a location's variance, which
+    ``compare_launch_sets`` counts again: a little conservative."""
+    total, dof = 0.0, 0.0
+    for levels in sets:
+        variances = [float(np.var([np.median(np.log(runs)) for runs in launches], ddof=1))
+                     for launches in levels if len(launches) >= 2 and all(len(r) for r in launches)]
+        counts = [len(launches) for launches in levels if len(launches) >= 2]
+        if not variances:
+            continue
+        total += float(np.mean(variances)) * (min(counts) - 1)
+        dof += min(counts) - 1
+    return SpreadEstimate(total / dof, dof, source) if dof > 0 else None
+
+
+def prior_check(spread: SpreadEstimate | None, prior_sd: float, p: float = PRIOR_CHECK_P) -> bool | None:
+    """Whether the run's launch spread contradicts the declared prior as too small (chi-square,
+    one-sided at ``p``, as ``stats.checked_prior``); None without an estimate or a prior."""
+    if spread is None or spread.dof <= 0 or prior_sd <= 0:
+        return None
+    return bool(spread.dof * spread.var / prior_sd**2 > float(special.chdtri(spread.dof, p)))
+
+
 def look_at(a: Sequence[Sequence[float]], b: Sequence[Sequence[float]], spec: GateSpec, *, round_no: int,
-            alpha_look: float, pass_confidence: float, prior_dof: float) -> Look:
+            alpha_look: float, pass_confidence: float, spread: SpreadEstimate | None = None) -> Look:
     """B/A from each build's launches (one list of run values per launch). Same machine, same
-    hours: no day part (prior_day_sd 0), the whole declared spread is the launches' own. The
-    launches' spread within each build (L - 1 dof each) checks the prior and replaces it where
-    they contradict it (``stats.checked_prior``)."""
-    own = pool_spreads([history_spread(a), history_spread(b)])
-    if own is not None:
-        own = replace(own, source="both builds' launches")
+    hours: no day part. The launch spread is ``spread`` (the other configurations' launches,
+    ``run_spread``) combined with both builds' own launches (L - 1 dof each); the prior weighs
+    nothing (0 pseudo dof). The interval shown is at 1 - ``alpha_look`` two-sided."""
     est = compare_launch_sets(b, a, threshold=1 - spec.tolerance, prior_between_sd=spec.prior_sd, prior_day_sd=0.0,
-                              confidence=1 - alpha_look, rule="significant", prior_dof=prior_dof,
-                              pass_confidence=pass_confidence, pool=own)
-    # est.p_value is one-sided (small: B below A); "different" is either way
-    p_two = min(1.0, 2 * min(est.p_value, 1 - est.p_value))
-    return Look(round_no, min(len(a), len(b)), est, p_two)
+                              confidence=1 - alpha_look, rule="significant", prior_dof=0.0,
+                              pass_confidence=pass_confidence, spread=spread)
+    source = f"{spread.source} and both builds' own launches" if spread else "both builds' own launches"
+    est = replace(est, between_source=source)
+    return Look(round_no, min(len(a), len(b)), est, est.p_value)  # est.p_value: one-sided, small = B below A
 
 
 def shown_ratio(look: Look, spec: GateSpec) -> tuple[float, float, float]:
@@ -174,7 +216,34 @@ class Budget:
         return self.max_rounds - self.first_look + 1
 
     def alpha_look(self, cell: GateCell) -> float:
-        return cell.alpha / self.looks
+        """The level of the interval a look shows: the cell's alpha at its last look's share."""
+        return cell.alpha * look_shares(self)[self.max_rounds]
+
+
+SHARES_AT = 40  # the spending function's shape is taken at a cell alpha of family alpha / this (the default suite: 42 shares)
+# Every look keeps at least this share (then all are renormalized): pure O'Brien-Fleming gives the
+# first look 0.1 %, so that a 30 % regression took a third round; 5 % costs the last look 4 points.
+MIN_LOOK_SHARE = 0.05
+
+
+@functools.lru_cache(maxsize=64)
+def _shares(first: int, last: int, alpha: float) -> dict[int, float]:
+    z = float(special.ndtri(1 - alpha / 2))
+    spent = {n: 2 * (1 - float(special.ndtr(z / math.sqrt(n / last)))) for n in range(first, last + 1)}
+    steps = {n: spent[n] - (spent[n - 1] if n > first else 0.0) for n in spent}
+    total = sum(steps.values())
+    floored = {n: max(v / total, MIN_LOOK_SHARE) for n, v in steps.items()}
+    return {n: v / sum(floored.values()) for n, v in floored.items()}
+
+
+def look_shares(budget: Budget) -> dict[int, float]:
+    """Each look's share of a cell's alpha, by launches per build (first look .. max_rounds): the
+    increments of Lan and DeMets' O'Brien-Fleming spending function alpha(t) = 2 - 2 Phi(z_{a/2} /
+    sqrt t) at t = launches / max_rounds, normalized to 1, each at least MIN_LOOK_SHARE (fixed
+    before any data). At the default budget (looks after 2, 3 and 4 launches, at a cell alpha of
+    family alpha / SHARES_AT) 4.8 %, 8.9 % and 86.4 %, where Bonferroni over the looks gave each a
+    third."""
+    return _shares(budget.first_look, budget.max_rounds, budget.family_alpha / SHARES_AT)
 
 
 def set_alphas(cells: Sequence[GateCell], family_alpha: float) -> None:
@@ -186,9 +255,10 @@ def set_alphas(cells: Sequence[GateCell], family_alpha: float) -> None:
 
 
 def add_look(cell: GateCell, a: Sequence[Sequence[float]], b: Sequence[Sequence[float]], round_no: int,
-             budget: Budget) -> None:
+             budget: Budget, spread: SpreadEstimate | None = None) -> None:
     """Look at an open cell again with its launches so far, once both builds have
-    ``budget.first_look`` launches; a build without values makes the cell an error."""
+    ``budget.first_look`` launches (``spread``: the run's, ``run_spread``); a build without values
+    makes the cell an error."""
     a_runs, b_runs = [list(x) for x in a if x], [list(x) for x in b if x]
     if not a_runs or not b_runs:
         missing = "A" if not a_runs else "B"
@@ -200,7 +270,7 @@ def add_look(cell: GateCell, a: Sequence[Sequence[float]], b: Sequence[Sequence[
     if min(len(a_runs), len(b_runs)) < budget.first_look:
         return
     cell.looks.append(look_at(a_runs, b_runs, cell.spec, round_no=round_no, alpha_look=budget.alpha_look(cell),
-                              pass_confidence=budget.pass_confidence, prior_dof=budget.prior_dof))
+                              pass_confidence=budget.pass_confidence, spread=spread))
 
 
 def _p_or_one(p: float | None) -> float:
@@ -216,16 +286,20 @@ def decide_round(cells: Sequence[GateCell], round_no: int, budget: Budget) -> No
 
 
 def _holm_step(cells: Sequence[GateCell], round_no: int, budget: Budget) -> None:
-    """Weighted Holm (weights: the cells' alphas) over every looked-at cell's Bonferroni-over-
-    looks p-value, decided ones included (they are in the family); only open cells change."""
+    """Per direction ("worse", then "better"), weighted Holm (weights: the cells' alphas) over
+    every looked-at cell's p-value that way, decided ones included (they are in the family); only
+    open cells change."""
     tested = [c for c in cells if c.looks and c.error is None]
     if not tested:
         return
-    p_values = [_p_or_one(c.p_adjusted(budget.looks)) for c in tested]
-    for cell, p in zip(tested, holm_adjust(p_values, [c.alpha for c in tested])):
-        cell.p_holm = p
-        if cell.open and p < budget.family_alpha:
-            cell.decision, cell.decided_round, cell.decided_look = DIFFERENT, round_no, cell.best_look()
+    for direction in (WORSE, BETTER):
+        p_values = [_p_or_one(c.p_adjusted(budget, direction)) for c in tested]
+        for cell, p in zip(tested, holm_adjust(p_values, [c.alpha for c in tested])):
+            if cell.open and direction == WORSE:
+                cell.p_holm = p
+            if cell.open and p < budget.family_alpha:
+                cell.decision, cell.decided_round = DIFFERENT, round_no
+                cell.decided_look, cell.p_holm = cell.best_look(budget, direction), p
 
 
 def _equivalence_step(cells: Sequence[GateCell], round_no: int) -> None:
@@ -236,5 +310,5 @@ def _equivalence_step(cells: Sequence[GateCell], round_no: int) -> None:
 
 
 __all__ = ["BETTER", "BUILD_A", "BUILD_B", "DIFFERENT", "ERROR", "SAME", "UNDECIDED", "WORSE", "Budget", "GateCell",
-           "GateSpec", "Look", "abba_order", "add_look", "decide_round", "equivalent", "look_at", "set_alphas",
-           "shown_ratio"]
+           "GateSpec", "Look", "abba_order", "add_look", "decide_round", "equivalent", "look_at", "look_shares",
+           "prior_check", "run_spread", "set_alphas", "shown_ratio"]

@@ -94,16 +94,20 @@ def _references(suite: Suite, chosen: Sequence[str], builds: Sequence[Build]) ->
 
 
 def gate_specs(suite: Suite) -> dict[str, GateSpec]:
-    """Each gate's tolerance, prior spread and family weight, as the suite's gates have them. The
+    """Each gate's tolerance, prior launch spread and family weight, as the suite's gates have
+    them. Within one interleaved run the day part of the suite's between-session spread
+    (``prior_day_sd``) cancels, so the prior is its launch part, sqrt(prior^2 - day^2). The
     speculation ratio's launch holds two launches (speculative and reference, each with its own
-    offset), so its prior spread is sqrt(2) x tok/s's."""
+    offset), so its prior spread is sqrt(2) x tok/s's. The prior is checked against the run's own
+    spread and reported, not decided on (``decision.look_at``)."""
     tol = suite.tolerances
     weight = dict(design_of(suite).gate_weights)
+    launch = math.sqrt(max(tol.prior_between_sd**2 - min(tol.prior_day_sd, tol.prior_between_sd)**2, 0.0))
     return {
-        THROUGHPUT: GateSpec(THROUGHPUT, tol.throughput, tol.prior_between_sd, weight[THROUGHPUT]),
-        STEP_TIME: GateSpec(STEP_TIME, tol.step_time, tol.prior_between_sd, weight[STEP_TIME], inverted=True),
+        THROUGHPUT: GateSpec(THROUGHPUT, tol.throughput, launch, weight[THROUGHPUT]),
+        STEP_TIME: GateSpec(STEP_TIME, tol.step_time, launch, weight[STEP_TIME], inverted=True),
         ACCEPT_LENGTH: GateSpec(ACCEPT_LENGTH, tol.accept_length, tol.prior_between_sd_accept, weight[ACCEPT_LENGTH]),
-        SPECULATION: GateSpec(SPECULATION, tol.throughput, math.sqrt(2) * tol.prior_between_sd, weight[SPECULATION]),
+        SPECULATION: GateSpec(SPECULATION, tol.throughput, math.sqrt(2) * launch, weight[SPECULATION]),
     }
 
 

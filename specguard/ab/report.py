@@ -10,13 +10,13 @@ from pathlib import Path
 from typing import Any
 
 from specguard.ab.builds import Build
-from specguard.ab.decision import DIFFERENT, GateCell, shown_ratio
+from specguard.ab.decision import BETTER, DIFFERENT, GateCell, look_shares, prior_check, shown_ratio
 from specguard.ab.rounds import Comparison
 from specguard.labels import ACCEPT_LENGTH, SPECULATION, STEP_TIME, THROUGHPUT
 from specguard.report.terminal import fmt_num
 from specguard.store.atomic import atomic_write_json
 
-SCHEMA, SCHEMA_VERSION = "specguard-ab", 1
+SCHEMA, SCHEMA_VERSION = "specguard-ab", 2  # 2: one-sided p_worse per look, O'Brien-Fleming shares
 GATE_SHOWN = {THROUGHPUT: "tok/s", STEP_TIME: "step ms", ACCEPT_LENGTH: "accept", SPECULATION: "spec/ref"}
 COLUMNS = ("config", "level", "gate", "A", "B", "B/A [CI]", "decision", "rounds")
 
@@ -46,7 +46,8 @@ def cell_row(cmp: Comparison, cell: GateCell) -> dict[str, Any]:
         "gate": cell.gate, "decision": "error" if cell.error else cell.decision, "direction": cell.direction(),
         "rounds": look.launches if look else 0, "decided_round": cell.decided_round, "alpha": cell.alpha,
         "tolerance": cell.spec.tolerance, "prior_sd": cell.spec.prior_sd, "error": cell.error,
-        "p_holm": cell.p_holm, "p_adjusted": cell.p_adjusted(cmp.budget.looks),
+        "p_holm": cell.p_holm, "p_adjusted": cell.p_adjusted(cmp.budget),
+        "p_adjusted_better": cell.p_adjusted(cmp.budget, BETTER),
         "a": None, "b": None, "ratio": None, "low": None, "high": None, "looks": [],
     }
     # every run's value per launch, as decided (step time: steps per second; speculation: run ratios)
@@ -59,8 +60,9 @@ def cell_row(cmp: Comparison, cell: GateCell) -> dict[str, Any]:
         est = seen.estimate
         row["looks"].append({"round": seen.round_no, "launches": seen.launches, "ratio": est.ratio,
                              "low": est.low, "high": est.high, "confidence": est.confidence,
-                             "p_two_sided": seen.p_two_sided, "pass_low": est.pass_low, "pass_high": seen.pass_high,
-                             "dof": est.dof, "between_sd": est.between_sd, "between_source": est.between_source})
+                             "p_worse": seen.p_worse, "pass_low": est.pass_low, "pass_high": seen.pass_high,
+                             "dof": est.dof if math.isfinite(est.dof) else None,  # inf: no variance at all
+                             "between_sd": est.between_sd, "between_source": est.between_source})
     return row
 
 
@@ -109,7 +111,26 @@ def render_text(cmp: Comparison, builds: Sequence[Build], title: str, *, exit_co
 def notes(cmp: Comparison) -> list[str]:
     lines = [f"not compared: {name}: {why}" for name, why in cmp.dropped.items()]
     lines += [f"not measured: {line}" for line in cmp.not_measured()]
+    spreads = [_spread_text(gate, row) for gate, row in launch_spreads(cmp).items()]
+    if spreads:
+        lines.append("launch spread in this run (decided on; the prior only checked): " + "; ".join(spreads))
     return lines
+
+
+def launch_spreads(cmp: Comparison) -> dict[str, dict[str, Any]]:
+    """Per gate: the run's launch spread (sd, dof) beside the prior's, and whether it contradicts it."""
+    out: dict[str, dict[str, Any]] = {}
+    for gate, spec in cmp.specs.items():
+        found = cmp.spread_of(gate)
+        if found is not None:
+            out[gate] = {"sd": math.sqrt(found.var), "dof": found.dof, "prior_sd": spec.prior_sd,
+                         "contradicts_prior": prior_check(found, spec.prior_sd)}
+    return out
+
+
+def _spread_text(gate: str, row: dict[str, Any]) -> str:
+    verdict = "above the prior (chi-square at 1 %): measure the machine" if row["contradicts_prior"] else "consistent"
+    return f"{GATE_SHOWN.get(gate, gate)} {row['sd']:.2%} ({row['dof']:g} dof) vs prior {row['prior_sd']:.2%}, {verdict}"
 
 
 def outcome_line(cmp: Comparison, *, exit_code: bool = True) -> str:
@@ -131,7 +152,14 @@ def results_doc(cmp: Comparison, builds: Sequence[Build], *, suite_path: str, mo
         "design": {"max_rounds": budget.max_rounds, "family_alpha": budget.family_alpha,
                    "pass_confidence": budget.pass_confidence, "prior_dof": budget.prior_dof, "order": "ABBA",
                    "min_rounds": budget.first_look, "looks": budget.looks,
-                   "alpha_per_look": "cell alpha / looks (Bonferroni over the looks)", "holm": "weighted, over every cell"},
+                   "look_shares": {str(n): v for n, v in look_shares(budget).items()},
+                   "alpha_per_look": "the cell alpha x its look's share (O'Brien-Fleming spending, Bonferroni over the "
+                                     "looks)",
+                   "directions": "worse and better apart, each one-sided at the family alpha",
+                   "holm": "weighted, over every cell, per direction",
+                   "launch_spread": "this run's launches of the other configurations, with the cell's own; the prior "
+                                    "weighs nothing"},
+        "launch_spreads": launch_spreads(cmp),
         "configs": cmp.selection.configs, "levels": cmp.selection.levels, "references": cmp.selection.references,
         "launches": [{"round": x.round_no, "build": x.build, "config": x.config, "wall_s": round(x.wall_s, 2),
                       "error": x.error, "skipped": x.skipped} for x in cmp.launches],

@@ -25,8 +25,10 @@ from specguard.ab.decision import (
     abba_order,
     add_look,
     decide_round,
+    run_spread,
     set_alphas,
 )
+from specguard.decide.stats import SpreadEstimate
 from specguard.labels import ACCEPT_LENGTH, SPECULATION, STEP_TIME, THROUGHPUT, ExitCode, Level
 
 # The per-run series a launch reports for each level, by the gate that reads it.
@@ -160,6 +162,7 @@ class Comparison:
                 and level in launch.values and launch.values[level].get(metric)]
 
     def _look(self, round_no: int) -> None:
+        spreads: dict[tuple[str, str], SpreadEstimate | None] = {}
         for cell in self.cells:
             if not cell.open:
                 continue
@@ -167,7 +170,27 @@ class Comparison:
             b = self.values(BUILD_B, cell.config, cell.level, cell.gate)
             if cell.looks and min(len(a), len(b)) <= cell.looks[-1].launches:
                 continue  # nothing new since its last look
-            add_look(cell, a, b, round_no, self.budget)
+            key = (cell.config, cell.gate)
+            if key not in spreads:
+                spreads[key] = self.spread_without(cell.config, cell.gate)
+            add_look(cell, a, b, round_no, self.budget, spreads[key])
+
+    def spread_of(self, gate: str) -> SpreadEstimate | None:
+        """The run's launch spread at ``gate`` over every configuration that has it (reported
+        beside the prior; each decision uses ``spread_without``)."""
+        configs = sorted({c.config for c in self.cells if c.gate == gate})
+        sets = [[self.values(build, config, level, gate) for level in self.selection.levels]
+                for config in configs for build in (BUILD_A, BUILD_B)]
+        return run_spread(sets, "this run's launches")
+
+    def spread_without(self, config: str, gate: str) -> SpreadEstimate | None:
+        """The run's launch spread at ``gate`` from both builds' launches of every other
+        configuration that has the gate (``decision.run_spread``): independent of ``config``'s
+        own launches, which ``compare_launch_sets`` adds."""
+        others = sorted({c.config for c in self.cells if c.gate == gate and c.config != config})
+        sets = [[self.values(build, other, level, gate) for level in self.selection.levels]
+                for other in others for build in (BUILD_A, BUILD_B)]
+        return run_spread(sets, f"this run's launches of {', '.join(others)}" if others else "")
 
     # -- what the reports read ------------------------------------------------------------------
     def sorted_cells(self) -> list[GateCell]:

@@ -18,6 +18,7 @@ from specguard.ab import plan
 from specguard.ab.builds import Build, UsageError, ab_builds, parse_urls
 from specguard.ab.decision import (
     DIFFERENT,
+    MIN_LOOK_SHARE,
     SAME,
     UNDECIDED,
     Budget,
@@ -27,6 +28,9 @@ from specguard.ab.decision import (
     abba_order,
     decide_round,
     look_at,
+    look_shares,
+    prior_check,
+    run_spread,
     set_alphas,
     shown_ratio,
 )
@@ -124,10 +128,11 @@ def test_the_same_build_is_same_within_tolerance():
 
 
 def test_a_change_the_noise_hides_ends_undecided_at_the_budget():
-    # 3 % launch-to-launch spread (declared and real) against a 5 % tolerance and a 3 % change:
-    # four launches per build resolve neither "different" nor "same"
+    # 3 % launch-to-launch spread against a 5 % tolerance and a 3 % change: with the spread learnt
+    # from four launches per build (the prior weighs nothing), this run resolves neither
+    # "different" nor "same" (other seeds find it, or call it the same within 5 %: both true)
     specs = {g: GateSpec(g, s.tolerance, 0.03, s.weight, s.inverted) for g, s in SPECS.items()}
-    cmp = run(selection("base"), FakeLauncher({("B", "base"): 0.97}, launch_sd=0.03, seed=3), specs=specs)
+    cmp = run(selection("base"), FakeLauncher({("B", "base"): 0.97}, launch_sd=0.03, seed=4), specs=specs)
     tput = cell(cmp, "base", THROUGHPUT)
     assert tput.decision == UNDECIDED and [look.launches for look in tput.looks] == [2, 3, 4]
     assert cmp.rounds_run == 4 and cmp.exit_code() == 0
@@ -168,9 +173,10 @@ def test_a_configuration_whose_cells_are_all_decided_is_not_launched_again():
     launcher = FakeLauncher({("B", "fast"): 0.7, ("B", "noisy"): 0.97}, launch_sd=0.03, seed=3)
     cmp = run(selection("fast", "noisy"), launcher, specs=specs)
     fast_rounds = {r for r, c, _b in launcher.calls if c == "fast"}
-    assert fast_rounds == {1, 2} and cmp.rounds_run > 2
+    decided = max(c.decided_round or 0 for c in cmp.cells if c.config == "fast")
+    assert decided and fast_rounds == set(range(1, decided + 1)) and cmp.rounds_run > decided
     assert {r for r, c, _b in launcher.calls if c == "noisy"} == set(range(1, cmp.rounds_run + 1))
-    assert all(len(c.looks) == 1 for c in cmp.cells if c.config == "fast")
+    assert all(len(c.looks) == decided - 1 for c in cmp.cells if c.config == "fast")
 
 
 def test_a_decided_cell_is_not_looked_at_again_while_its_configuration_continues():
@@ -181,15 +187,15 @@ def test_a_decided_cell_is_not_looked_at_again_while_its_configuration_continues
     assert cmp.rounds_run > 1
 
 
-def _look(p_two: float, ratio: float = 0.9) -> Look:
-    est = RatioEstimate(ratio=ratio, low=ratio * 0.9, high=ratio * 1.1, threshold=0.95, p_value=p_two / 2, dof=20,
+def _look(p_worse: float, ratio: float = 0.9, launches: int = 1) -> Look:
+    est = RatioEstimate(ratio=ratio, low=ratio * 0.9, high=ratio * 1.1, threshold=0.95, p_value=p_worse, dof=20,
                         confidence=0.99, between_sd=0.01, between_source="prior", test_at=1.0, pass_low=ratio * 0.95,
                         pass_confidence=0.95)
-    return Look(1, 1, est, p_two)
+    return Look(1, launches, est, p_worse)
 
 
-def _cells_with(p_values: list[float]) -> list[GateCell]:
-    cells = [GateCell("c", i, SPECS[THROUGHPUT], looks=[_look(p)]) for i, p in enumerate(p_values)]
+def _cells_with(p_values: list[float], launches: int = 1) -> list[GateCell]:
+    cells = [GateCell("c", i, SPECS[THROUGHPUT], looks=[_look(p, launches=launches)]) for i, p in enumerate(p_values)]
     set_alphas(cells, 0.01)
     return cells
 
@@ -204,15 +210,22 @@ def test_holm_adds_what_the_per_cell_split_misses():
     assert [c.decision for c in cells] == [DIFFERENT, UNDECIDED]
 
 
-def test_every_look_spends_its_share_of_the_cell_alpha():
-    # alone in the family: alpha 0.01; four rounds give three looks (rounds 2-4): 0.0033 each
+def test_each_look_spends_its_obrien_fleming_share_of_the_cell_alpha():
+    # four rounds give three looks (after 2, 3 and 4 launches per build): little alpha early, most last
     assert (BUDGET.first_look, BUDGET.looks) == (2, 3)
-    cells = _cells_with([0.004])
+    shares = look_shares(BUDGET)
+    assert sorted(shares) == [2, 3, 4] and sum(shares.values()) == pytest.approx(1.0)
+    assert shares[2] < shares[3] < shares[4] and shares[4] > 0.85 and shares[2] >= 0.9 * MIN_LOOK_SHARE
+    last = 0.01 * shares[4]  # alone in the family: alpha 0.01
+    cells = _cells_with([1.1 * last], launches=4)
     decide_round(cells, 1, BUDGET)
-    assert cells[0].decision == UNDECIDED and cells[0].p_adjusted(BUDGET.looks) == pytest.approx(0.012)
-    cells = _cells_with([0.003])
+    assert cells[0].decision == UNDECIDED and cells[0].p_adjusted(BUDGET) == pytest.approx(0.011)
+    cells = _cells_with([0.9 * last], launches=4)
     decide_round(cells, 1, BUDGET)
-    assert cells[0].decision == DIFFERENT
+    assert cells[0].decision == DIFFERENT and cells[0].direction() == "worse"
+    cells = _cells_with([0.9 * last], launches=2)  # the same p at the first look is far from enough
+    decide_round(cells, 1, BUDGET)
+    assert cells[0].decision == UNDECIDED
 
 
 def test_a_build_that_does_not_start_is_not_measured_and_a_regression_still_wins():
@@ -247,16 +260,27 @@ def test_the_table_figures_are_the_decisions_locations_and_the_document_keeps_ev
     assert by_gate[STEP_TIME]["ratio"] > 1 > by_gate[THROUGHPUT]["ratio"]
     text = render_text(cmp, [Build("A"), Build("B")], "title")
     assert "different (worse)" in text and text.endswith("-> exit 1")
+    # the run's own launch spread, beside the prior it was checked against
+    spreads = doc["launch_spreads"]
+    assert spreads[THROUGHPUT]["dof"] == 2 and spreads[THROUGHPUT]["prior_sd"] == SPECS[THROUGHPUT].prior_sd
+    assert "launch spread in this run (decided on; the prior only checked): tok/s " in text
     assert not render_text(cmp, [Build("A"), Build("B")], "title", exit_code=False).endswith("-> exit 1")
 
 
-def test_launches_that_contradict_the_prior_replace_it():
+def test_the_launch_spread_is_the_runs_own_and_the_prior_is_only_checked():
     steady = [[100.0, 100.1, 99.9], [100.2, 100.1, 100.0]]
     jumpy = [[100.0, 100.1, 99.9], [112.0, 112.1, 111.9]]  # 12 % between launches, the prior says 1.2 %
-    calm = look_at(steady, steady, SPECS[THROUGHPUT], round_no=2, alpha_look=0.001, pass_confidence=0.95, prior_dof=16)
-    wild = look_at(steady, jumpy, SPECS[THROUGHPUT], round_no=2, alpha_look=0.001, pass_confidence=0.95, prior_dof=16)
-    assert calm.estimate.between_source.startswith("prior")
-    assert "both builds' launches" in wild.estimate.between_source and wild.estimate.between_sd > 0.03
+    calm = look_at(steady, steady, SPECS[THROUGHPUT], round_no=2, alpha_look=0.001, pass_confidence=0.95)
+    wild = look_at(steady, jumpy, SPECS[THROUGHPUT], round_no=2, alpha_look=0.001, pass_confidence=0.95)
+    assert calm.estimate.between_sd < 0.005 < SPECS[THROUGHPUT].prior_sd  # the prior weighs nothing
+    assert wild.estimate.between_source == "both builds' own launches" and wild.estimate.between_sd > 0.03
+    others = run_spread([[jumpy], [steady]], "this run's launches of x")  # one configuration, two builds
+    assert others is not None and others.dof == 2 and prior_check(others, SPECS[THROUGHPUT].prior_sd) is True
+    assert prior_check(run_spread([[steady], [steady]], "x"), SPECS[THROUGHPUT].prior_sd) is False
+    with_others = look_at(steady, steady, SPECS[THROUGHPUT], round_no=2, alpha_look=0.001, pass_confidence=0.95,
+                          spread=others)
+    assert with_others.estimate.between_source.startswith("this run's launches of x") and \
+        with_others.estimate.between_sd > 0.03
 
 
 # -- builds and selection -----------------------------------------------------------------------
