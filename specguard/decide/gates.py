@@ -327,15 +327,14 @@ def must_win_gate(test: GateTest, spec: Runs, reference: ReferenceSide, min_gain
 
 
 def _consistent_sides(spec: Runs, reference: ReferenceSide) -> tuple[Runs, ReferenceSide, tuple[SetAside, ...]]:
-    """Both sides' launches whose runs agree (decide/consistency.py), the limit pooled over both
-    sides and their stored sessions at this level (one machine ran them); the reference's
-    launches become [] when none agrees."""
+    """Both sides' launches whose runs agree (decide/consistency.py), each side's limit pooled with
+    its own stored sessions at this level, as the session's check before a re-measure pools it
+    (``CellGates.runs_disagree``); the reference's launches become [] when none agrees."""
     spec_history, ref_history = reference.pair_histories or ((), ())
-    ref_launches = reference.launches or []
-    spec_kept, spec_aside = consistent_launches(spec, [*spec_history, *ref_launches, *ref_history])
+    spec_kept, spec_aside = consistent_launches(spec, spec_history)
     if not reference.launches:
         return spec_kept, reference, spec_aside
-    ref_kept, ref_aside = consistent_launches(reference.launches, [*ref_history, *spec, *spec_history])
+    ref_kept, ref_aside = consistent_launches(reference.launches, ref_history)
     ref_aside = tuple(replace(a, config=reference.versus.name) for a in ref_aside)
     return spec_kept, replace(reference, launches=ref_kept), spec_aside + ref_aside
 
