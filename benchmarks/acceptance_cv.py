@@ -24,7 +24,7 @@ from pathlib import Path
 
 from specguard.config import ServerConfig, SweepConfig
 from specguard.engines import get_engine
-from specguard.measure.sweep import measure_cell
+from specguard.measure.sweep import CellLoad, measure_cell
 from specguard.server import launch, stop
 from specguard.workload import WorkloadSpec, build_workload
 
@@ -47,7 +47,7 @@ def measure(mode: str, levels: list[int], runs: int, log_dir: Path) -> dict[int,
     out = {}
     try:
         for c in levels:
-            cell = measure_cell(handle, workload, sweep, c)
+            cell = measure_cell(handle, workload, sweep, CellLoad(c))
             if cell.error:
                 raise SystemExit(f"{mode} c{c}: {cell.error}")
             out[c] = {"tok_s_cv_pct": cv_pct(cell.throughputs), "accept_cv_pct": cv_pct(cell.accept_lengths),

@@ -14,7 +14,7 @@ from specguard.config import ConfigError, ServerConfig, SweepConfig
 from specguard.engines import get_engine
 from specguard.labels import ExitCode
 from specguard.measure.metrics import RunMetrics
-from specguard.measure.sweep import measure_cell
+from specguard.measure.sweep import CellLoad, measure_cell
 from specguard.report import compare, export, recommend, results
 from specguard.report.publish import write_report_dir
 from specguard.report.results import ResultsError
@@ -131,8 +131,8 @@ def _bench_levels(args: argparse.Namespace, handle: ServerHandle, workload: Work
     for rate, c in levels:
         s = sweep if args.requests is None else replace(sweep, requests_per_worker=max(1, args.requests // c))
         n = None if rate is None else (args.requests or max(16, round(rate * 8)))  # open loop: ~8 s of arrivals
-        cell = measure_cell(handle, workload, s, c, api=args.api, request_rate=rate, burstiness=args.burstiness,
-                            num_requests=n, slo_ms=args.slo)
+        cell = measure_cell(handle, workload, s, CellLoad(c, api=args.api, request_rate=rate, burstiness=args.burstiness,
+                                                          num_requests=n, slo_ms=args.slo))
         for r in cell.runs:
             _print_bench_run(c, r, bool(args.slo))
         if cell.error:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from specguard.decide.gates import GateDesign, GateTest, launch_history_gate
-from specguard.decide.stats import PRIOR_CHECK_P, checked_prior, compare_launches, history_spread
+from specguard.decide.stats import PRIOR_CHECK_P, Criterion, Prior, Rule, checked_prior, compare_launches, history_spread
 from specguard.labels import THROUGHPUT, GateLabel, Level, Verdict
 
 DAY_SHARE = 0.5  # the day's sd over the between-session sd (noise.GPU_DAY_SHARE)
@@ -58,10 +58,9 @@ def _decide(case: CellCase, current: list[list[float]], history: list[list[float
         own = history_spread(history)
         raised, _ = checked_prior(case.prior, own, case.prior_check_p)
         factor = raised / case.prior
-        est = compare_launches(current, history, threshold=1 - case.tolerance, prior_between_sd=raised,
-                               prior_day_sd=case.prior * DAY_SHARE * factor, confidence=1 - 2 * ALPHA_CELL,
-                               rule=case.rule, spread=own, prior_dof=design.prior_dof,
-                               pass_confidence=design.pass_confidence)
+        criterion = Criterion(1 - case.tolerance, 1 - 2 * ALPHA_CELL, Rule(case.rule, design.pass_confidence))
+        prior = Prior(raised, day_sd=case.prior * DAY_SHARE * factor, dof=design.prior_dof)
+        est = compare_launches(current, history, criterion, prior, spread=own)
         return est.outcome()
     test = GateTest(GateLabel(THROUGHPUT), "cell", Level(1), ALPHA_CELL)
     return launch_history_gate(test, current, history, case.tolerance, design.prior(case.prior),

@@ -37,7 +37,16 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 from scipy import special
 
-from specguard.decide.stats import PRIOR_CHECK_P, RatioEstimate, SpreadEstimate, compare_launch_sets, holm_adjust
+from specguard.decide.stats import (
+    PRIOR_CHECK_P,
+    Criterion,
+    Prior,
+    RatioEstimate,
+    Rule,
+    SpreadEstimate,
+    compare_launch_sets,
+    holm_adjust,
+)
 
 DIFFERENT, SAME, UNDECIDED, ERROR = "different", "same", "undecided", "error"
 WORSE, BETTER = "worse", "better"
@@ -170,9 +179,8 @@ def look_at(a: Sequence[Sequence[float]], b: Sequence[Sequence[float]], spec: Ga
     hours: no day part. The launch spread is ``spread`` (the other configurations' launches,
     ``run_spread``) combined with both builds' own launches (L - 1 dof each); the prior weighs
     nothing (0 pseudo dof). The interval shown is at 1 - ``alpha_look`` two-sided."""
-    est = compare_launch_sets(b, a, threshold=1 - spec.tolerance, prior_between_sd=spec.prior_sd, prior_day_sd=0.0,
-                              confidence=1 - alpha_look, rule="significant", prior_dof=0.0,
-                              pass_confidence=pass_confidence, spread=spread)
+    est = compare_launch_sets(b, a, Criterion(1 - spec.tolerance, 1 - alpha_look, Rule("significant", pass_confidence)),
+                              Prior(spec.prior_sd, dof=0.0), spread=spread)
     source = f"{spread.source} and both builds' own launches" if spread else "both builds' own launches"
     est = replace(est, between_source=source)
     return Look(round_no, min(len(a), len(b)), est, est.p_value)  # est.p_value: one-sided, small = B below A

@@ -14,7 +14,7 @@ from specguard.ab.builds import Build
 from specguard.ab.rounds import STEP_RATE, LaunchResult, Progress
 from specguard.config import Suite
 from specguard.labels import ACCEPT_LENGTH, THROUGHPUT
-from specguard.measure.sweep import CellMeasurement, measure_cell
+from specguard.measure.sweep import CellMeasurement, RunControl, measure_cell
 from specguard.server import ServerHandle
 from specguard.session import ConfigUnavailable, RunOptions
 from specguard.session.levels import SweepLevels
@@ -77,11 +77,11 @@ class ServerLauncher:
 
     def _measure(self, pool: ServerPool, config: str, level: int, handle: ServerHandle) -> CellMeasurement:
         cfg = pool.config(config)
-        load = self._sweep.load_at(level)
+        load = replace(self._sweep.load_at(level), api=handle.engine.choose_api(self._suite.sweep.api),
+                       extra_body=handle.engine.request_extra_body(cfg))
         try:
-            return measure_cell(handle, pool.workload_for(config), self._sweep.sweep_at(level), load.pop("concurrency"),
-                                api=handle.engine.choose_api(self._suite.sweep.api),
-                                extra_body=handle.engine.request_extra_body(cfg), max_failed=self._max_failed, **load)
+            return measure_cell(handle, pool.workload_for(config), self._sweep.sweep_at(level), load,
+                                RunControl(max_failed=self._max_failed))
         except Exception as exc:  # a bug in specguard: not measured, never a verdict
             return CellMeasurement(config=config, concurrency=level,
                                    error=f"internal error while measuring (a specguard bug): {type(exc).__name__}: {exc}")

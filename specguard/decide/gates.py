@@ -26,10 +26,10 @@ from specguard.decide.result import (
     Problem,
     Versus,
     Why,
-    problem_result,
 )
 from specguard.decide.stats import (
     PRIOR_CHECK_P,
+    Criterion,
     Prior,
     RatioEstimate,
     Rule,
@@ -62,7 +62,7 @@ class GateTest:
                           stage=self.stage, **fields)  # type: ignore[arg-type]
 
     def problem(self, verdict: Verdict, problem: Problem, current: float | None = None) -> GateResult:
-        return problem_result(self.gate, self.config, self.level, verdict, problem, self.stage, current)
+        return GateResult(self.gate, self.config, self.level, verdict, current=current, stage=self.stage, problem=problem)
 
 
 def _mean(xs: Sequence[float]) -> float:
@@ -220,10 +220,8 @@ def launch_history_gate(test: GateTest, launches: Runs, history: Runs, tolerance
     if len(runs) < 2:
         return test.problem(Verdict.ERROR, Problem(Why.TOO_FEW_RUNS, count=len(runs)))
     own = history_spread(history)
-    est = compare_launches(launches, history, threshold=1 - tolerance, prior_between_sd=prior.between_sd,
-                           prior_day_sd=min(prior.day_sd, prior.between_sd), confidence=gate_confidence(test.alpha),
-                           rule=rule.fail_rule, spread=own, prior_dof=prior.dof, pass_confidence=rule.pass_confidence,
-                           pool=own, prior_check_p=prior.check_p)
+    est = compare_launches(launches, history, Criterion(1 - tolerance, gate_confidence(test.alpha), rule), prior,
+                           spread=own, pool=own)
     return test.result(est.outcome(), estimate=est, current=_mean(runs), reference=_mean(_flat(history)),
                        versus=Versus(Against.BASELINE, sessions=len(history)), tolerance=tolerance, rule=rule.fail_rule,
                        launches=_launch_count(launches), set_aside=aside)
@@ -308,16 +306,14 @@ def must_win_gate(test: GateTest, spec: Runs, reference: ReferenceSide, min_gain
     threshold = 1 + min_gain
     own = pair_spread(*reference.pair_histories) if reference.pair_histories is not None else None
     estimate = own if own is not None else reference.session_spread
-    kw = dict(threshold=threshold, prior_between_sd=prior.between_sd, prior_day_sd=min(prior.day_sd, prior.between_sd),
-              confidence=gate_confidence(test.alpha), rule="significant", spread=estimate, prior_dof=prior.dof,
-              pass_confidence=rule.pass_confidence, prior_check_p=prior.check_p)
+    criterion = Criterion(threshold, gate_confidence(test.alpha), replace(rule, fail_rule="significant"))
     if reference.launches:
-        est = compare_launch_sets(spec, reference.launches, pool=own, **kw)  # type: ignore[arg-type]
+        est = compare_launch_sets(spec, reference.launches, criterion, prior, spread=estimate, pool=own)
         ref_runs = _flat(reference.launches)
     elif reference.history:
         # the reference's stored sessions check the prior where the pair has no history at this level
         pool = own if own is not None else history_spread(reference.history)
-        est = compare_launches(spec, reference.history, pool=pool, **kw)  # type: ignore[arg-type]
+        est = compare_launches(spec, reference.history, criterion, prior, spread=estimate, pool=pool)
         ref_runs = _flat(reference.history)
     else:
         raise ValueError("must_win_gate needs the reference's launches or its stored sessions")

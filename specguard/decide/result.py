@@ -228,7 +228,3 @@ class GateResult:
         return ""
 
 
-def problem_result(gate: GateLabel, config: str, level: Level, verdict: Verdict, problem: Problem,
-                   stage: int = 1, current: float | None = None) -> GateResult:
-    """A decision the statistics did not make: an error, a skip, or a failure by name."""
-    return GateResult(gate, config, level, verdict, current=current, stage=stage, problem=problem)

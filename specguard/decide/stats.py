@@ -50,6 +50,17 @@ class Rule:
 
 
 @dataclass(frozen=True)
+class Criterion:
+    """What a comparison tests: the ratio it is judged against (``threshold``), the two-sided level
+    of its interval (``confidence``), and how the estimate becomes a verdict (``rule``; without a
+    pass level, a pass needs the interval's lower bound)."""
+
+    threshold: float
+    confidence: float
+    rule: Rule = Rule(pass_confidence=None)
+
+
+@dataclass(frozen=True)
 class RatioEstimate:
     """current / reference with a confidence interval, and the one-sided p-value of
     H0: ratio >= test_at (small p = confidently below it). ``test_at`` is the threshold itself
@@ -106,11 +117,12 @@ def null_ratio(threshold: float, rule: str) -> float:
     return max(threshold, 1.0) if rule == "significant" else threshold
 
 
-def _finish(diff: float, var_parts: list[tuple[float, float]], threshold: float, confidence: float,
-            between_sd: float, between_source: str, test_at: float,
-            pass_confidence: float | None = None) -> RatioEstimate:
+def _finish(diff: float, var_parts: list[tuple[float, float]], criterion: Criterion, between_sd: float,
+            between_source: str) -> RatioEstimate:
     """CI and p-value from a log difference and (variance, dof) parts (Welch-Satterthwaite), and
-    with ``pass_confidence`` the one-sided lower bound a pass needs."""
+    with the rule's pass confidence the one-sided lower bound a pass needs."""
+    threshold, confidence, pass_confidence = criterion.threshold, criterion.confidence, criterion.rule.pass_confidence
+    test_at = null_ratio(threshold, criterion.rule.fail_rule)
     var = sum(v for v, _ in var_parts)
     if var <= 0:
         var = 1e-12
@@ -148,8 +160,8 @@ def compare_sessions(a: Sequence[float], b: Sequence[float], *, threshold: float
     va = float(la.var(ddof=1)) if la.size > 1 else 0.0
     vb = float(lb.var(ddof=1)) if lb.size > 1 else 0.0
     parts = [(va / la.size, la.size - 1.0), (vb / lb.size, lb.size - 1.0), (2 * launch_sd**2, math.inf)]
-    return _finish(float(la.mean() - lb.mean()), parts, threshold, confidence, launch_sd, "prior",
-                   null_ratio(threshold, rule))
+    return _finish(float(la.mean() - lb.mean()), parts, Criterion(threshold, confidence, Rule(rule, None)), launch_sd,
+                   "prior")
 
 
 def holm_adjust(p_values: Sequence[float], weights: Sequence[float] | None = None) -> list[float]:
@@ -367,6 +379,11 @@ def _launch_spread(groups: Sequence[np.ndarray], sw2: float) -> SpreadEstimate |
                           "this session's launches")
 
 
+def _day_fraction(prior: Prior) -> float:
+    """The share of the between-session variance common to every launch of one session."""
+    return min(prior.day_sd**2 / prior.between_sd**2, 1.0) if prior.between_sd > 0 else 0.0
+
+
 def _combine(a: tuple[float, float], b: SpreadEstimate | None) -> tuple[float, float]:
     """(var, dof) updated with another estimate of the same variance."""
     var, dof = a
@@ -375,11 +392,9 @@ def _combine(a: tuple[float, float], b: SpreadEstimate | None) -> tuple[float, f
     return (var * dof + b.var * b.dof) / (dof + b.dof), dof + b.dof
 
 
-def compare_launches(current: Sequence[Sequence[float]], history: Sequence[Sequence[float]], *, threshold: float,
-                     prior_between_sd: float, prior_day_sd: float = 0.0, confidence: float,
-                     rule: str = "significant", spread: SpreadEstimate | None = None,
-                     prior_dof: float = PRIOR_BETWEEN_DOF, pass_confidence: float | None = None,
-                     pool: SpreadEstimate | None = None, prior_check_p: float = PRIOR_CHECK_P) -> RatioEstimate:
+def compare_launches(current: Sequence[Sequence[float]], history: Sequence[Sequence[float]], criterion: Criterion,
+                     prior: Prior, *, spread: SpreadEstimate | None = None,
+                     pool: SpreadEstimate | None = None) -> RatioEstimate:
     """This session's L launches (runs of each) against K stored sessions; the launch is the unit,
     in the stored sessions too (a relaunched one is a ``SessionRuns`` of L_k launches).
 
@@ -391,7 +406,7 @@ def compare_launches(current: Sequence[Sequence[float]], history: Sequence[Seque
 
     sb2 from ``between_estimate`` (prior and the history's spread: ``spread`` where given, else
     this cell's); sl2 also learns from the L launches' own spread. ``pool``: the history that
-    checks the prior at ``prior_check_p`` (``checked_prior``; None: the prior is not checked).
+    checks the prior at ``prior.check_p`` (``checked_prior``; None: the prior is not checked).
     """
     cur = _launch_logs(current, "current")
     sessions = [_launch_logs(session_launches(s), "baseline") for s in history if len(s)]
@@ -399,8 +414,8 @@ def compare_launches(current: Sequence[Sequence[float]], history: Sequence[Seque
         raise ValueError("no baseline sessions to compare with")
     sw2, dof_w = _robust_within_var([*cur, *(g for s in sessions for g in s)])
     measured = spread if spread is not None else history_spread(history)
-    day_frac = min(prior_day_sd**2 / prior_between_sd**2, 1.0) if prior_between_sd > 0 else 0.0
-    sb2, dof_b, source = between_estimate(prior_between_sd, measured, pool, prior_dof, prior_check_p)
+    day_frac = _day_fraction(prior)
+    sb2, dof_b, source = between_estimate(prior.between_sd, measured, pool, prior.dof, prior.check_p)
     sd2 = day_frac * sb2
     sl2, dof_l = _combine(((1 - day_frac) * sb2, dof_b), _launch_spread(cur, sw2))
     k, n_l = len(sessions), len(cur)
@@ -412,15 +427,12 @@ def compare_launches(current: Sequence[Sequence[float]], history: Sequence[Seque
     parts = [(within, dof_w), (sd2 * (1 + 1 / k) + sb2 * (1 - day_frac) * inv_l / k, dof_b),
              (sl2 / n_l, dof_l)]
     src = source if n_l == 1 else f"{source}, {n_l} launches"
-    return _finish(diff, parts, threshold, confidence, math.sqrt(sb2), src, null_ratio(threshold, rule),
-                   pass_confidence)
+    return _finish(diff, parts, criterion, math.sqrt(sb2), src)
 
 
-def compare_launch_sets(a: Sequence[Sequence[float]], b: Sequence[Sequence[float]], *, threshold: float,
-                        prior_between_sd: float, prior_day_sd: float = 0.0, confidence: float,
-                        rule: str = "significant", spread: SpreadEstimate | None = None,
-                        prior_dof: float = PRIOR_BETWEEN_DOF, pass_confidence: float | None = None,
-                        pool: SpreadEstimate | None = None, prior_check_p: float = PRIOR_CHECK_P) -> RatioEstimate:
+def compare_launch_sets(a: Sequence[Sequence[float]], b: Sequence[Sequence[float]], criterion: Criterion,
+                        prior: Prior, *, spread: SpreadEstimate | None = None,
+                        pool: SpreadEstimate | None = None) -> RatioEstimate:
     """a / b for two configurations launched in the same session (La and Lb launches).
 
     The day part is shared by both and cancels; each launch carries its own offset (launch part
@@ -431,8 +443,8 @@ def compare_launch_sets(a: Sequence[Sequence[float]], b: Sequence[Sequence[float
     la, lb = _launch_logs(a, "a"), _launch_logs(b, "b")
     sw2a, dofa = _robust_within_var(la)
     sw2b, dofb = _robust_within_var(lb)
-    day_frac = min(prior_day_sd**2 / prior_between_sd**2, 1.0) if prior_between_sd > 0 else 0.0
-    sb2, dof_b, source = between_estimate(prior_between_sd, spread, pool, prior_dof, prior_check_p)
+    day_frac = _day_fraction(prior)
+    sb2, dof_b, source = between_estimate(prior.between_sd, spread, pool, prior.dof, prior.check_p)
     sl = ((1 - day_frac) * sb2, dof_b)
     sl = _combine(sl, _launch_spread(la, sw2a))
     sl2, dof_l = _combine(sl, _launch_spread(lb, sw2b))
@@ -441,8 +453,7 @@ def compare_launch_sets(a: Sequence[Sequence[float]], b: Sequence[Sequence[float
     parts = [(_loc_var_factor(ra) * sw2a / (ra * len(la)), max(dofa, 1.0)),
              (_loc_var_factor(rb) * sw2b / (rb * len(lb)), max(dofb, 1.0)), (sl2 * (1 / len(la) + 1 / len(lb)), dof_l)]
     src = f"{source}; {len(la)}+{len(lb)} launches"
-    return _finish(diff, parts, threshold, confidence, math.sqrt(sl2), src, null_ratio(threshold, rule),
-                   pass_confidence)
+    return _finish(diff, parts, criterion, math.sqrt(sl2), src)
 
 
 @dataclass(frozen=True)

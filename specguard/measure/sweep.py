@@ -53,21 +53,42 @@ def plain_driver(run_once: Callable[[], None], warmup: int, repeats: int) -> Non
         run_once()
 
 
-def measure_cell(handle: ServerHandle, workload: Workload, sweep: SweepConfig, concurrency: int, *,
-                 api: str | None = None, extra_body: dict[str, object] | None = None, max_failed: int = 0,
-                 driver: Driver = plain_driver, progress: Progress | None = None, flush_timeout_s: float = FLUSH_TIMEOUT_S,
-                 request_rate: float | None = None, burstiness: float = 1.0, num_requests: int | None = None,
-                 slo_ms: dict[str, float] | None = None) -> CellMeasurement:
-    """Measure a cell; request failures above `max_failed` make the cell an error with the first errors;
-    a server that stays busy with others' requests makes it a not-measured cell (`server_busy`).
-    With `request_rate` the cell is open loop (Poisson at that rate, `concurrency` the in-flight
-    cap, `num_requests` per run, default the closed loop's); with `slo_ms` every run has its
-    goodput; prompts with categories give every run per-category summaries."""
-    engine = handle.engine
+@dataclass(frozen=True)
+class CellLoad:
+    """What every run of a cell sends: `concurrency` clients (closed loop), or with `request_rate`
+    Poisson arrivals at that rate (`burstiness`: the gamma shape) with `concurrency` the in-flight
+    cap and `num_requests` per run (default: the closed loop's); the sweep's API unless `api` is
+    given; the caller's `extra_body` fields; with `slo_ms` every run has its goodput."""
+
+    concurrency: int
+    api: str | None = None
+    extra_body: dict[str, object] | None = None
+    request_rate: float | None = None
+    burstiness: float = 1.0
+    num_requests: int | None = None
+    slo_ms: dict[str, float] | None = None
+
+
+@dataclass(frozen=True)
+class RunControl:
+    """How a cell's runs are driven and judged: `driver` calls each run (pytest-benchmark's
+    pedantic mode is one), `progress` gets a line per run, request failures above `max_failed`
+    make the cell an error, and a flush waits `flush_timeout_s` for a busy server to go idle."""
+
+    driver: Driver = plain_driver
+    progress: Progress | None = None
+    max_failed: int = 0
+    flush_timeout_s: float = FLUSH_TIMEOUT_S
+
+
+def measure_cell(handle: ServerHandle, workload: Workload, sweep: SweepConfig, load: CellLoad,
+                 control: RunControl = RunControl()) -> CellMeasurement:
+    """Measure a cell; request failures above `control.max_failed` make the cell an error with the
+    first errors; a server that stays busy with others' requests makes it a not-measured cell
+    (`server_busy`). Prompts with categories give every run per-category summaries."""
+    engine, progress, concurrency = handle.engine, control.progress, load.concurrency
     cell = CellMeasurement(config=handle.name, concurrency=concurrency)
-    settings = cell_load_settings(handle, workload, sweep, concurrency, api=api, extra_body=extra_body,
-                                  request_rate=request_rate, burstiness=burstiness, num_requests=num_requests)
-    categories = run_categories(workload, settings.num_requests)
+    settings = cell_load_settings(handle, workload, sweep, load)
     all_runs: list[RunMetrics] = []
     started = time.monotonic()
 
@@ -85,11 +106,11 @@ def measure_cell(handle: ServerHandle, workload: Workload, sweep: SweepConfig, c
             if not handle.alive():
                 code = handle.process.returncode if handle.process is not None else None
                 raise ServerGone(f"server {handle.name!r} exited (code {code})")
-            all_runs.append(measure_run(handle, client, generator, workload, flush_timeout_s=flush_timeout_s,
-                                        slo_ms=slo_ms, categories=categories))
+            all_runs.append(measure_run(handle, client, generator, workload, flush_timeout_s=control.flush_timeout_s,
+                                        slo_ms=load.slo_ms))
 
         try:
-            driver(run_once, sweep.warmup, sweep.repeats)
+            control.driver(run_once, sweep.warmup, sweep.repeats)
         except ServerBusy as exc:
             cell.error, cell.server_busy = str(exc), True
         except (ServerGone, httpx.HTTPError, RuntimeError) as exc:
@@ -98,31 +119,30 @@ def measure_cell(handle: ServerHandle, workload: Workload, sweep: SweepConfig, c
     cell.wall_s = time.monotonic() - started
     cell.warmup_runs = all_runs[: sweep.warmup]
     cell.runs = all_runs[sweep.warmup:]
-    _judge_cell(cell, handle, max_failed, sweep.repeats)
+    _judge_cell(cell, handle, control.max_failed, sweep.repeats)
     return cell
 
 
-def cell_load_settings(handle: ServerHandle, workload: Workload, sweep: SweepConfig, concurrency: int, *,
-                       api: str | None, extra_body: dict[str, object] | None, request_rate: float | None,
-                       burstiness: float, num_requests: int | None) -> LoadSettings:
-    """The load of every run of a cell: the sweep's API unless `api` is given, the engine's
-    fields for that route under the caller's `extra_body` (the caller's value wins a clash), the server's
-    served model name and API key, and the workload's seed for the arrival times."""
-    api = api or sweep.api
+def cell_load_settings(handle: ServerHandle, workload: Workload, sweep: SweepConfig, load: CellLoad) -> LoadSettings:
+    """The load of every run of a cell: the sweep's API unless `load.api` is given, the engine's
+    fields for that route under the caller's `load.extra_body` (the caller's value wins a clash),
+    the server's served model name and API key, and the workload's seed for the arrival times."""
+    api = load.api or sweep.api
+    extra_body = load.extra_body
     route_body = handle.engine.route_extra_body(api)
     if route_body:
         extra_body = {**route_body, **(extra_body or {})}
     return LoadSettings(
-        concurrency=concurrency,
-        num_requests=num_requests or sweep.num_requests(concurrency),
+        concurrency=load.concurrency,
+        num_requests=load.num_requests or sweep.num_requests(load.concurrency),
         api=api,
         read_timeout_s=sweep.read_timeout_s,
         run_timeout_s=sweep.run_timeout_s,
         api_key=handle.api_key,
         model=handle.effective.raw.get("served_model_name") or "default",
         extra_body=extra_body,
-        request_rate=request_rate,
-        burstiness=burstiness,
+        request_rate=load.request_rate,
+        burstiness=load.burstiness,
         arrival_seed=workload.spec.seed,
     )
 
@@ -142,10 +162,11 @@ def run_phase(run_index: int, sweep: SweepConfig) -> str:
 
 
 def measure_run(handle: ServerHandle, client: httpx.Client, generator: LoadGenerator, workload: Workload, *,
-                flush_timeout_s: float, slo_ms: dict[str, float] | None, categories: list[str] | None) -> RunMetrics:
+                flush_timeout_s: float, slo_ms: dict[str, float] | None) -> RunMetrics:
     """One run from a flushed cache, with the server's own accept lengths and token count read
     around it (before and after snapshots of its metrics) to check the requests against."""
     engine = handle.engine
+    categories = run_categories(workload, generator.settings.num_requests)
     engine.flush_cache(client, flush_timeout_s)
     before = engine.metrics_snapshot(client)
     run = generator.run(workload)

@@ -149,7 +149,7 @@ def decision_result(d: DecisionDoc) -> GateResult:
         stage=d.get("stage", 1),
         attribution=Attribution(Half(a["half"]), _estimate(a["step_rate"]), _estimate(a["accept"])) if a else None,
         factors=Factors(**f) if (f := d.get("factors")) else None, goodput=d.get("goodput", False),
-        problem=problem_result(p) if p else None,
+        problem=problem_of_doc(p) if p else None,
         drift=Drift(**dr) if (dr := d.get("drift")) else None, notes=tuple(d.get("notes") or ()),
         positions=tuple(PositionShare(s["position"], Verdict(s["verdict"]), _estimate(s["estimate"]), s["current"],
                                       s["reference"]) for s in d.get("positions") or ()),
@@ -179,7 +179,7 @@ def problem_doc(p: Problem) -> ProblemDoc:
     return doc
 
 
-def problem_result(p: ProblemDoc) -> Problem:
+def problem_of_doc(p: ProblemDoc) -> Problem:
     g = p.get("gap")
     detail = p["detail"] if not g else HistoryGap(
         GapKind(g["kind"]), g["config"], g["path"], Level.parse(g["level"]),

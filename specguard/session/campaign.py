@@ -5,16 +5,17 @@ suspicious, each stage decided on all launches pooled (docs/statistics.md)."""
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from specguard.config import Suite
 from specguard.decide.gates import GateDesign, RelaunchReason, relaunch_plan
 from specguard.decide.result import GateResult
 from specguard.labels import SPECULATION
-from specguard.measure.sweep import CellMeasurement, Driver, Progress, measure_cell, plain_driver
+from specguard.measure.sweep import CellMeasurement, Driver, Progress, RunControl, measure_cell, plain_driver
 from specguard.session.cells import CellStore
 from specguard.session.levels import SweepLevels
 from specguard.session.options import ConfigUnavailable, RunOptions
+from specguard.session.parts import SessionParts
 from specguard.session.plan import Planner
 from specguard.session.servers import ServerPool
 from specguard.session.verdicts import Verdicts
@@ -33,16 +34,15 @@ class Relaunch:
 class Campaign:
     """Measures cells on the pool's servers into the cell store, deciding stages as it goes."""
 
-    def __init__(self, suite: Suite, options: RunOptions, design: GateDesign, planner: Planner, pool: ServerPool,
-                 cells: CellStore, verdicts: Verdicts, levels: SweepLevels) -> None:
-        self._suite = suite
+    def __init__(self, parts: SessionParts, options: RunOptions, verdicts: Verdicts) -> None:
+        self._suite: Suite = parts.suite
         self._options = options
-        self._design = design
-        self._planner = planner
-        self._pool = pool
-        self._cells = cells
+        self._design: GateDesign = parts.design
+        self._planner: Planner = parts.planner
+        self._pool: ServerPool = parts.pool
+        self._cells: CellStore = parts.cells
         self._verdicts = verdicts
-        self._levels = levels
+        self._levels: SweepLevels = parts.levels
         self._started = time.monotonic()
         self._progress: Progress | None = None
         self.relaunches: dict[str, list[Relaunch]] = {}  # configuration -> its launches after the first
@@ -103,11 +103,10 @@ class Campaign:
         handle = self._pool.get(name)
         cfg = self._pool.config(name)
         try:
-            load = self._levels.load_at(level)
-            cell = measure_cell(
-                handle, self._pool.workload_for(name), self._levels.sweep_at(level), load.pop("concurrency"),
-                api=handle.engine.choose_api(self._suite.sweep.api), extra_body=handle.engine.request_extra_body(cfg),
-                max_failed=self._options.max_failed_requests, driver=driver, progress=self._progress, **load)
+            load = replace(self._levels.load_at(level), api=handle.engine.choose_api(self._suite.sweep.api),
+                           extra_body=handle.engine.request_extra_body(cfg))
+            control = RunControl(driver, self._progress, self._options.max_failed_requests)
+            cell = measure_cell(handle, self._pool.workload_for(name), self._levels.sweep_at(level), load, control)
             cell.concurrency = level  # the level (a rate in rate mode; the cap is in each run's load_model)
         except Exception as exc:  # a bug in specguard: the cell is not measured, never a regression
             cell = CellMeasurement(config=name, concurrency=level,

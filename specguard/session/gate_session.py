@@ -55,10 +55,8 @@ class GateSession:
         self.histories = Histories(suite, options, self.pool, self.levels, gpu_fingerprint())
         self.parts = SessionParts(suite, self.design, self.planner, self.pool, self.cells, self.histories, self.levels)
         self.verdicts = Verdicts(self.parts)
-        self.campaign = Campaign(suite, options, self.design, self.planner, self.pool, self.cells, self.verdicts,
-                                 self.levels)
-        self.recorder = Recorder(str(suite.path), options, self.pool, self.cells, self.histories, self.levels,
-                                  self.session_id, self.git_commit)
+        self.campaign = Campaign(self.parts, options, self.verdicts)
+        self.recorder = Recorder(self.parts, options, self.session_id, self.git_commit)
         self.baseline_outcome: BaselineOutcome | None = None
         self.soaks: dict[str, list[RunMetrics]] = {}  # test_soak's windows per configuration
         self._progress: Progress | None = None

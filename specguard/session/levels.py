@@ -4,11 +4,11 @@
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
 
 from specguard.config import Suite, SweepConfig
 from specguard.labels import Level
 from specguard.measure.metrics import workload_categories
+from specguard.measure.sweep import CellLoad
 from specguard.session.options import RunOptions
 from specguard.slo import parse_slo
 from specguard.workload import Workload
@@ -44,15 +44,15 @@ class SweepLevels:
                             min_requests_per_run=0)
         return sweep
 
-    def load_at(self, value: int) -> dict[str, Any]:
-        """measure_cell's load arguments for one level: the level is the concurrency, or in rate
-        mode the Poisson rate with `max_concurrency` as the in-flight cap; the SLOs when set."""
+    def load_at(self, value: int) -> CellLoad:
+        """What a cell sends at one level: the level is the concurrency, or in rate mode the
+        Poisson rate with `max_concurrency` as the in-flight cap; the SLOs when set."""
         sweep = self._suite.sweep
-        out: dict[str, Any] = {"concurrency": value, "slo_ms": parse_slo(sweep.slo, "sweep.slo") if sweep.slo else None}
+        slo_ms = parse_slo(sweep.slo, "sweep.slo") if sweep.slo else None
         if self.rate:
-            out.update(concurrency=sweep.rate_cap, request_rate=float(value), burstiness=sweep.burstiness,
-                       num_requests=self.sweep_at(value).num_requests(value))
-        return out
+            return CellLoad(sweep.rate_cap, request_rate=float(value), burstiness=sweep.burstiness,
+                            num_requests=self.sweep_at(value).num_requests(value), slo_ms=slo_ms)
+        return CellLoad(value, slo_ms=slo_ms)
 
     def categories_at(self, value: int, workload: Workload) -> list[str]:
         """The prompt categories a run at this level sends, sorted; [] when its prompts carry fewer

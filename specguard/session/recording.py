@@ -7,6 +7,7 @@ from specguard.session.cells import CellStore
 from specguard.session.history import Histories
 from specguard.session.levels import SweepLevels
 from specguard.session.options import RunOptions
+from specguard.session.parts import SessionParts
 from specguard.session.plan import Plan
 from specguard.session.servers import ServerPool
 from specguard.store.baseline_file import RunSample, StoredSession, now_iso
@@ -17,14 +18,13 @@ from specguard.store.refresh import BaselineProblem, BaselineStage, ProblemKind,
 class Recorder:
     """Builds this process's baseline writes from what the session measured."""
 
-    def __init__(self, suite_path: str, options: RunOptions, pool: ServerPool, cells: CellStore,
-                 histories: Histories, levels: SweepLevels, session_id: str, git_commit: str) -> None:
-        self._suite_path = suite_path
+    def __init__(self, parts: SessionParts, options: RunOptions, session_id: str, git_commit: str) -> None:
+        self._suite_path = str(parts.suite.path)
         self._options = options
-        self._pool = pool
-        self._cells = cells
-        self._histories = histories
-        self._levels = levels
+        self._pool: ServerPool = parts.pool
+        self._cells: CellStore = parts.cells
+        self._histories: Histories = parts.histories
+        self._levels: SweepLevels = parts.levels
         self._session_id = session_id
         self._git_commit = git_commit
 

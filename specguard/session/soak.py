@@ -18,7 +18,7 @@ from specguard.decide.result import GateResult, Problem, SoakMetric, Why
 from specguard.decide.soak import SoakSettings, decide_soak
 from specguard.labels import SOAK, GateLabel, Level, Verdict
 from specguard.measure.metrics import RunMetrics
-from specguard.measure.sweep import Progress, measure_cell
+from specguard.measure.sweep import CellLoad, Progress, RunControl, measure_cell
 from specguard.session.options import RunOptions
 from specguard.session.parts import SessionParts
 
@@ -49,9 +49,10 @@ def run_soak(parts: SessionParts, options: RunOptions, name: str,
     started = time.monotonic()
     while time.monotonic() - started < soak.duration_s and len(windows) < MAX_WINDOWS_FACTOR * planned:
         window_started = time.monotonic()
-        cell = measure_cell(handle, parts.pool.workload_for(name), one_window, soak.concurrency,
-                            api=handle.engine.choose_api(suite.sweep.api), extra_body=handle.engine.request_extra_body(cfg),
-                            max_failed=options.max_failed_requests, num_requests=requests)
+        load = CellLoad(soak.concurrency, api=handle.engine.choose_api(suite.sweep.api),
+                        extra_body=handle.engine.request_extra_body(cfg), num_requests=requests)
+        cell = measure_cell(handle, parts.pool.workload_for(name), one_window, load,
+                            RunControl(max_failed=options.max_failed_requests))
         if cell.error or not cell.runs:
             return test.problem(Verdict.ERROR, Problem(Why.UNAVAILABLE, f"soak {name} window {len(windows)}: "
                                                                          f"{cell.error or 'no run'}")), windows

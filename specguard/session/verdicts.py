@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from specguard.decide.gates import final_failures, final_results
-from specguard.decide.result import GateResult, Problem, Why, problem_result
+from specguard.decide.result import GateResult, Problem, Why
 from specguard.labels import SPECULATION, GateLabel, Level, Verdict
 from specguard.session.cell_gates import CellGates
 from specguard.session.options import ConfigUnavailable
@@ -76,11 +76,11 @@ class Verdicts:
                 return self._speculation.decide(name, level, must_win_up_to, stage)
             return self._cell_gates.decide(gate, name, level, stage, category)
         except ConfigUnavailable as exc:
-            return problem_result(label, name, at, Verdict.SKIP if exc.skip else Verdict.ERROR,
-                                  Problem(Why.UNAVAILABLE, exc.line), stage)
+            return GateResult(label, name, at, Verdict.SKIP if exc.skip else Verdict.ERROR, stage=stage,
+                              problem=Problem(Why.UNAVAILABLE, exc.line))
         except Exception as exc:  # noqa: BLE001 - reported as one line, the test is "not measured"
-            return problem_result(label, name, at, Verdict.ERROR,
-                                  Problem(Why.INTERNAL_ERROR, f"{type(exc).__name__}: {exc}"), stage)
+            return GateResult(label, name, at, Verdict.ERROR, stage=stage,
+                              problem=Problem(Why.INTERNAL_ERROR, f"{type(exc).__name__}: {exc}"))
 
     def _record(self, result: GateResult) -> GateResult:
         """The result as its test reports it, with the server's and the measurement's notes."""

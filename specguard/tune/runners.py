@@ -10,7 +10,7 @@ from pathlib import Path
 
 from specguard.config import ServerConfig, SweepConfig
 from specguard.engines import get_engine
-from specguard.measure.sweep import measure_cell
+from specguard.measure.sweep import CellLoad, RunControl, measure_cell
 from specguard.server import ServerStartError, launch, stop
 from specguard.tune.grid import ADAPTIVE, REFERENCE, Setting, server_config_for
 from specguard.tune.race import CellRuns
@@ -58,7 +58,7 @@ class ServerRunner:
                 self.graph_sizes = list(handle.effective.decode_cuda_graph_bs)
             sweep = dataclasses.replace(self.sweep, warmup=warmup, repeats=repeats)
             for c in levels:
-                cell = measure_cell(handle, self.workload, sweep, c, progress=self.progress)
+                cell = measure_cell(handle, self.workload, sweep, CellLoad(c), RunControl(progress=self.progress))
                 hist: list[int] = []
                 for r in cell.runs:
                     h = r.correct_drafts_histogram or []

@@ -20,6 +20,8 @@ from specguard.decide.gates import (
     session_spread,
 )
 from specguard.decide.stats import (
+    Criterion,
+    Prior,
     RatioEstimate,
     SpreadEstimate,
     between_variance,
@@ -49,10 +51,10 @@ def test_more_launches_narrow_the_interval_only_by_their_own_share():
     hist = [list(100 * np.exp(rng.normal(0, 0.003, 3))) for _ in range(5)]
     one = [[100.0, 100.2, 99.8]]
     two = one + [[100.1, 99.9, 100.0]]
-    kw = dict(threshold=0.97, prior_between_sd=0.01, confidence=0.99, spread=SpreadEstimate(1e-4, 12))
-    w1 = _width(compare_launches(one, hist, prior_day_sd=0.005, **kw))
-    w2 = _width(compare_launches(two, hist, prior_day_sd=0.005, **kw))
-    all_day = _width(compare_launches(two, hist, prior_day_sd=0.01, **kw))
+    crit, spread = Criterion(0.97, 0.99), SpreadEstimate(1e-4, 12)
+    w1 = _width(compare_launches(one, hist, crit, Prior(0.01, day_sd=0.005), spread=spread))
+    w2 = _width(compare_launches(two, hist, crit, Prior(0.01, day_sd=0.005), spread=spread))
+    all_day = _width(compare_launches(two, hist, crit, Prior(0.01, day_sd=0.01), spread=spread))
     assert w2 < 0.9 * w1  # a second launch averages the launch part
     assert all_day == pytest.approx(w1, rel=0.1)  # when the whole spread is the day's, relaunching buys nothing
 
@@ -63,9 +65,9 @@ def test_history_spread_enters_with_its_degrees_of_freedom():
     assert var == pytest.approx(1e-4) and dof == 12.0
     assert between_variance(0.01, None, math.inf)[1] == math.inf
     hist = [[100.0, 100.1, 99.9], [101.0, 101.1, 100.9], [99.0, 99.1, 98.9]]
-    kw = dict(threshold=0.97, prior_between_sd=0.01, confidence=0.999)
-    t = compare_launches([[100.0, 100.1, 99.9]], hist, prior_dof=2.0, **kw)
-    known = compare_launches([[100.0, 100.1, 99.9]], hist, prior_dof=math.inf, **kw)
+    crit = Criterion(0.97, 0.999)
+    t = compare_launches([[100.0, 100.1, 99.9]], hist, crit, Prior(0.01, dof=2.0))
+    known = compare_launches([[100.0, 100.1, 99.9]], hist, crit, Prior(0.01, dof=math.inf))
     assert t.dof < 10 and known.dof > 1e3 and _width(t) > _width(known)  # few dof: a t quantile, not the normal one
 
 
@@ -97,8 +99,7 @@ def test_false_fails_match_alpha_with_day_and_launch_noise():
             day = rng.normal(0, 0.005)
             return [list(100 * np.exp(day + rng.normal(0, 0.00866) + rng.normal(0, 0.004, 3))) for _ in range(launches)]
         hist = [session(1)[0] for _ in range(5)]
-        est = compare_launches(session(2), hist, threshold=1.0, prior_between_sd=0.01, prior_day_sd=0.005,
-                               confidence=1 - 2 * alpha, rule="significant")
+        est = compare_launches(session(2), hist, Criterion(1.0, 1 - 2 * alpha), Prior(0.01, day_sd=0.005))
         fails += est.p_value < alpha
     assert 0.02 < fails / n < 0.07  # calibrated: neither anti-conservative nor dead
 
@@ -124,9 +125,9 @@ def test_must_win_gate_tests_the_declared_gain_with_launches_as_units():
 def test_paired_speculation_cancels_the_day():
     a = [[110.0, 110.1, 109.9]]
     b = [[100.0, 100.1, 99.9]]
-    kw = dict(threshold=1.0, prior_between_sd=0.01, confidence=0.99)
-    assert _width(compare_launch_sets(a, b, prior_day_sd=0.0099, **kw)) < 0.5 * _width(
-        compare_launch_sets(a, b, prior_day_sd=0.0, **kw))
+    crit = Criterion(1.0, 0.99)
+    assert _width(compare_launch_sets(a, b, crit, Prior(0.01, day_sd=0.0099))) < 0.5 * _width(
+        compare_launch_sets(a, b, crit, Prior(0.01, day_sd=0.0)))
 
 
 def _result(gate, config, c, p, verdict=PASS, stage=1):
@@ -292,8 +293,8 @@ def test_comparisons_with_relaunched_stored_sessions_keep_their_false_fail_rate(
     for _ in range(n):
         hist = _relaunched_history(rng, 5, lambda k: 1 + 2 * (k % 2))
         cur = _relaunched_history(rng, 1, lambda k: 1)[0].launches
-        est = compare_launches(cur, hist, threshold=1.0, prior_between_sd=0.01, prior_day_sd=0.005,
-                               confidence=1 - 2 * alpha, rule="significant", pool=history_spread(hist))
+        est = compare_launches(cur, hist, Criterion(1.0, 1 - 2 * alpha), Prior(0.01, day_sd=0.005),
+                               pool=history_spread(hist))
         fails += est.p_value < alpha
     assert 0.025 < fails / n < 0.075  # calibrated with the launch as the unit in the history too
 
@@ -332,8 +333,7 @@ def test_the_prior_weight_has_one_default():
 
     from specguard.config import PRIOR_BETWEEN_DOF
 
-    for fn in (compare_launches, compare_launch_sets):
-        assert inspect.signature(fn).parameters["prior_dof"].default == PRIOR_BETWEEN_DOF
+    assert inspect.signature(Prior).parameters["dof"].default == PRIOR_BETWEEN_DOF
     assert GateDesign().prior_dof == Tolerances().prior_between_dof == PRIOR_BETWEEN_DOF
 
 

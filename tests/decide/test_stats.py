@@ -158,7 +158,7 @@ def test_pool_spreads_weights_by_dof_and_skips_empty_estimates():
 
 
 # -- pass is an equivalence claim at its own level (Tolerances.pass_confidence) -----------------
-from specguard.decide.stats import compare_launches  # noqa: E402
+from specguard.decide.stats import Criterion, Prior, Rule, compare_launches  # noqa: E402
 
 
 def _steady_case():
@@ -171,9 +171,8 @@ def _steady_case():
 
 def test_pass_uses_the_one_sided_pass_level_not_the_family_interval():
     current, history = _steady_case()
-    common = dict(threshold=0.97, prior_between_sd=0.01, confidence=1 - 2 * 0.00017, rule="significant")
-    strict = compare_launches(current, history, **common)
-    tost = compare_launches(current, history, **common, pass_confidence=0.95)
+    strict = compare_launches(current, history, Criterion(0.97, 1 - 2 * 0.00017), Prior(0.01))
+    tost = compare_launches(current, history, Criterion(0.97, 1 - 2 * 0.00017, Rule("significant", 0.95)), Prior(0.01))
     # the same estimate and fail interval either way
     assert (strict.ratio, strict.low, strict.high, strict.p_value) == (tost.ratio, tost.low, tost.high, tost.p_value)
     assert strict.low < 0.97 and strict.outcome() == INCONCLUSIVE
@@ -186,16 +185,15 @@ def test_pass_uses_the_one_sided_pass_level_not_the_family_interval():
 
 def test_pass_level_never_turns_a_fail_into_a_pass():
     history = [[100.0, 100.2, 99.8], [100.5, 100.3, 100.7], [99.5, 99.7, 99.3]]
-    est = compare_launches([[90.0, 90.1, 89.9]], history, threshold=0.97, prior_between_sd=0.005,
-                           confidence=0.999, rule="significant", pass_confidence=0.6)
+    est = compare_launches([[90.0, 90.1, 89.9]], history, Criterion(0.97, 0.999, Rule("significant", 0.6)),
+                           Prior(0.005))
     assert est.outcome() == FAIL and est.pass_low < 0.97
 
 
 def test_pass_confidence_outside_a_one_sided_level_is_refused():
     current, history = _steady_case()
     with pytest.raises(ValueError, match="pass confidence 1.2"):
-        compare_launches(current, history, threshold=0.97, prior_between_sd=0.01, confidence=0.99,
-                         pass_confidence=1.2)
+        compare_launches(current, history, Criterion(0.97, 0.99, Rule("significant", 1.2)), Prior(0.01))
 
 
 def test_results_without_a_pass_bound_keep_the_fail_interval_rule():
@@ -260,8 +258,7 @@ def test_a_half_prior_checked_against_the_pool_keeps_false_fails_at_alpha():
         cur = [list(100 * np.exp(rng.normal(0, 0.01) + rng.normal(0, 0.003, 3)))]
         pool = SpreadEstimate(1e-4 * rng.chisquare(12) / 12, 12.0)  # the other cells' histories
         for check in (True, False):
-            e = compare_launches(cur, hist, threshold=1.0, prior_between_sd=0.005, confidence=1 - 2 * alpha,
-                                 pool=pool if check else None)
+            e = compare_launches(cur, hist, Criterion(1.0, 1 - 2 * alpha), Prior(0.005), pool=pool if check else None)
             fails[check] += e.outcome() == FAIL
     assert fails[True] / n < alpha + 3 * math.sqrt(alpha / n) < fails[False] / n
 
@@ -313,15 +310,15 @@ def test_checked_prior_raises_a_contradicted_prior_and_keeps_a_zero_dof_pool_out
 
 def test_compare_launches_pools_launches_exactly():
     history = [[100.0, 100.4, 99.6], [101.0, 100.6, 101.4], [99.0, 99.3, 98.7]]
-    one = _st.compare_launches([[99.0, 99.2, 98.8]], history, threshold=0.97, prior_between_sd=0.01, confidence=0.99)
-    two = _st.compare_launches([[99.0, 99.2, 98.8], [99.5, 99.7, 99.3]], history, threshold=0.97,
-                               prior_between_sd=0.01, confidence=0.99)
+    crit = _st.Criterion(0.97, 0.99)
+    one = _st.compare_launches([[99.0, 99.2, 98.8]], history, crit, _st.Prior(0.01))
+    two = _st.compare_launches([[99.0, 99.2, 98.8], [99.5, 99.7, 99.3]], history, crit, _st.Prior(0.01))
     assert one.between_source == "prior + history of 3 sessions"
     assert two.between_source == "prior + history of 3 sessions, 2 launches"
     assert two.ratio == pytest.approx(math.exp((math.log(99.0) + math.log(99.5)) / 2
                                                - np.mean([np.median(np.log(h)) for h in history])), rel=1e-12)
     # a zero prior (no declared spread) is allowed: the day share is then 0
-    zero = _st.compare_launches([[99.0, 99.2, 98.8]], history, threshold=0.97, prior_between_sd=0.0, confidence=0.99)
+    zero = _st.compare_launches([[99.0, 99.2, 98.8]], history, crit, _st.Prior(0.0))
     assert zero.high > zero.ratio > zero.low > 0
 
 
@@ -330,17 +327,17 @@ def test_compare_launches_within_part_shrinks_with_launches():
     history = [[100.0, 101.0, 99.0]] * 3
     a = [[100.0, 101.0, 99.0]]
     b = [[100.0, 101.0, 99.0], [100.0, 101.0, 99.0]]
-    kw = dict(threshold=0.97, prior_between_sd=0.0, prior_day_sd=0.0, confidence=0.99)
-    ea, eb = _st.compare_launches(a, history, **kw), _st.compare_launches(b, history, **kw)
+    crit, prior = _st.Criterion(0.97, 0.99), _st.Prior(0.0, day_sd=0.0)
+    ea, eb = _st.compare_launches(a, history, crit, prior), _st.compare_launches(b, history, crit, prior)
     half = lambda e: math.log(e.high / e.low) / 2  # noqa: E731
     assert half(eb) < half(ea)
 
 
 def test_launch_sets_name_an_empty_side():
     with pytest.raises(ValueError, match="no b samples"):
-        _st.compare_launch_sets([[100.0, 101.0]], [[]], threshold=1.0, prior_between_sd=0.01, confidence=0.99)
+        _st.compare_launch_sets([[100.0, 101.0]], [[]], _st.Criterion(1.0, 0.99), _st.Prior(0.01))
     with pytest.raises(ValueError, match="no a samples"):
-        _st.compare_launch_sets([[]], [[100.0, 101.0]], threshold=1.0, prior_between_sd=0.01, confidence=0.99)
+        _st.compare_launch_sets([[]], [[100.0, 101.0]], _st.Criterion(1.0, 0.99), _st.Prior(0.01))
 
 
 def test_only_beyond_tolerance_bounds_fails_of_a_drop_inside_the_tolerance():
@@ -355,8 +352,8 @@ def test_only_beyond_tolerance_bounds_fails_of_a_drop_inside_the_tolerance():
         hist = [list(100 * np.exp(rng.normal(0, 0.01) + rng.normal(0, 0.003, 3))) for _ in range(5)]
         cur = [list(98 * np.exp(rng.normal(0, 0.01) + rng.normal(0, 0.003, 3)))]
         for rule in fails:
-            est = compare_launches(cur, hist, threshold=0.97, prior_between_sd=0.01, confidence=1 - 2 * alpha,
-                                   rule=rule, pool=_st.history_spread(hist))
+            est = compare_launches(cur, hist, Criterion(0.97, 1 - 2 * alpha, Rule(rule, None)), Prior(0.01),
+                                   pool=_st.history_spread(hist))
             fails[rule] += est.outcome() == FAIL
     assert fails["significant"] / n > 5 * alpha
     assert fails["beyond-tolerance"] / n <= alpha

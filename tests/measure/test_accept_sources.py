@@ -104,7 +104,7 @@ def test_the_stream_count_reads_only_requests_with_verify_counts_and_real_events
 def test_a_double_counting_server_is_caught_in_every_run_naming_its_source(tmp_path, fault, named):
     from specguard.config import ServerConfig, SweepConfig
     from specguard.engines import get_engine
-    from specguard.measure.sweep import measure_cell
+    from specguard.measure.sweep import CellLoad, RunControl, measure_cell
     from specguard.server import launch, stop
     from specguard.workload import WorkloadSpec, build_workload
 
@@ -116,7 +116,7 @@ def test_a_double_counting_server_is_caught_in_every_run_naming_its_source(tmp_p
     try:  # 16 requests of 96 tokens a run: ~500 verify steps, enough to judge the gauge's window
         workload = build_workload(WorkloadSpec(kind="random-ids", input_len=16, output_len=96), num_prompts=16)
         sweep = SweepConfig(concurrency=[4], warmup=0, repeats=3, requests_per_worker=4, run_timeout_s=120)
-        cell = measure_cell(handle, workload, sweep, 4, flush_timeout_s=10)
+        cell = measure_cell(handle, workload, sweep, CellLoad(4), RunControl(flush_timeout_s=10))
     finally:
         stop(handle)
     assert cell.error is None, cell.error

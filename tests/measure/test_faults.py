@@ -13,7 +13,7 @@ import pytest
 
 from specguard.config import ServerConfig, SweepConfig
 from specguard.engines import get_engine
-from specguard.measure.sweep import measure_cell
+from specguard.measure.sweep import CellLoad, measure_cell
 from specguard.server import ServerStartError, launch, stop
 from specguard.workload import WorkloadSpec, build_workload
 
@@ -39,7 +39,7 @@ def measure(tmp_path: Path):
         handle = launch(config(*fault_flags, spec=spec), ENGINE, log_dir=tmp_path)
         handles.append(handle)
         started = time.monotonic()
-        cell = measure_cell(handle, WORKLOAD, SWEEP, 4)
+        cell = measure_cell(handle, WORKLOAD, SWEEP, CellLoad(4))
         return cell, time.monotonic() - started, handle
 
     yield run

@@ -26,7 +26,7 @@ from specguard.measure.metrics import (
     ttft_ms,
 )
 from specguard.measure.sse import StreamParser
-from specguard.measure.sweep import cell_load_settings, run_categories, run_phase
+from specguard.measure.sweep import CellLoad, cell_load_settings, run_categories, run_phase
 from specguard.workload import Prompt, WorkloadSpec, build_workload
 
 
@@ -155,13 +155,12 @@ def test_cell_load_settings_put_the_callers_fields_over_the_routes():
     workload = build_workload(WorkloadSpec(kind="random-ids", input_len=4, output_len=4, seed=11), num_prompts=2)
     sweep = SweepConfig(api="openai", requests_per_worker=3, read_timeout_s=5.0, run_timeout_s=50.0)
     handle = fake_handle({"return_spec_tokens_details": True, "x": 1}, "served")
-    s = cell_load_settings(handle, workload, sweep, 4, api=None, extra_body={"x": 2}, request_rate=None,
-                           burstiness=1.0, num_requests=None)
+    s = cell_load_settings(handle, workload, sweep, CellLoad(4, extra_body={"x": 2}))
     assert s.extra_body == {"return_spec_tokens_details": True, "x": 2}
     assert (s.api, s.num_requests, s.model, s.api_key, s.arrival_seed) == ("openai", 12, "served", "k", 11)
     assert (s.read_timeout_s, s.run_timeout_s) == (5.0, 50.0)
-    bare = cell_load_settings(fake_handle(None), workload, sweep, 4, api="native", extra_body=None, request_rate=2.0,
-                              burstiness=0.5, num_requests=7)
+    bare = cell_load_settings(fake_handle(None), workload, sweep,
+                              CellLoad(4, api="native", request_rate=2.0, burstiness=0.5, num_requests=7))
     assert (bare.api, bare.extra_body, bare.model, bare.num_requests) == ("native", None, "default", 7)
     assert (bare.request_rate, bare.burstiness) == (2.0, 0.5)
 

@@ -11,7 +11,7 @@ import pytest
 
 from specguard.config import ServerConfig, SweepConfig
 from specguard.engines import get_engine
-from specguard.measure.sweep import foreign_traffic, measure_cell
+from specguard.measure.sweep import CellLoad, RunControl, foreign_traffic, measure_cell
 from specguard.server import launch, stop
 from specguard.workload import WorkloadSpec, build_workload
 
@@ -50,7 +50,7 @@ def test_cell_on_a_server_busy_with_foreign_traffic_is_not_measured_in_bounded_t
         workload = build_workload(WorkloadSpec(kind="random-ids", input_len=8, output_len=8), num_prompts=2)
         sweep = SweepConfig(concurrency=[1], warmup=0, repeats=2, requests_per_worker=1, run_timeout_s=30)
         began = time.monotonic()
-        cell = measure_cell(emulator, workload, sweep, 1, flush_timeout_s=1.5)
+        cell = measure_cell(emulator, workload, sweep, CellLoad(1), RunControl(flush_timeout_s=1.5))
         assert time.monotonic() - began < 10
     finally:
         stop_event.set()
@@ -69,7 +69,7 @@ def test_cell_on_an_idle_server_is_measured_after_the_flush(emulator):
             time.sleep(0.2)
     workload = build_workload(WorkloadSpec(kind="random-ids", input_len=8, output_len=8), num_prompts=2)
     sweep = SweepConfig(concurrency=[2], warmup=0, repeats=2, requests_per_worker=1, run_timeout_s=30)
-    cell = measure_cell(emulator, workload, sweep, 2, flush_timeout_s=5)
+    cell = measure_cell(emulator, workload, sweep, CellLoad(2), RunControl(flush_timeout_s=5))
     assert cell.error is None and not cell.server_busy and len(cell.runs) == 2
     assert not any("did not send" in w for w in cell.warnings)
 
@@ -92,7 +92,7 @@ def test_accept_length_and_acceptance_by_position_on_every_route(eagle3, api):
     # OpenAI routes: the sglext.spec_tokens_details chunk the sweep asks for (return_spec_tokens_details)
     workload = build_workload(WorkloadSpec(kind="random-ids", input_len=16, output_len=48), num_prompts=4)
     sweep = SweepConfig(concurrency=[2], warmup=0, repeats=2, requests_per_worker=2, run_timeout_s=60, api=api)
-    cell = measure_cell(eagle3, workload, sweep, 2, flush_timeout_s=10)
+    cell = measure_cell(eagle3, workload, sweep, CellLoad(2), RunControl(flush_timeout_s=10))
     assert cell.error is None, cell.error
     for run in cell.runs:
         assert run.accept_length is not None and 1.0 < run.accept_length <= 4.0
@@ -116,7 +116,7 @@ def test_adaptive_server_reports_the_steps_in_use_per_run(tmp_path):
         assert any("adaptive speculation on" in c.message and not c.blocking for c in checks)
         workload = build_workload(WorkloadSpec(kind="random-ids", input_len=16, output_len=64), num_prompts=8)
         sweep = SweepConfig(concurrency=[4], warmup=0, repeats=2, requests_per_worker=4, run_timeout_s=60)
-        cell = measure_cell(handle, workload, sweep, 4, flush_timeout_s=10)
+        cell = measure_cell(handle, workload, sweep, CellLoad(4), RunControl(flush_timeout_s=10))
     finally:
         stop(handle)
     assert cell.error is None, cell.error

@@ -12,7 +12,7 @@ from session_support import fake_server, run
 
 from specguard.config import ConfigError, load_suite
 from specguard.labels import Verdict
-from specguard.measure.sweep import CellMeasurement
+from specguard.measure.sweep import CellLoad, CellMeasurement
 from specguard.report.verdict_text import message
 from specguard.session import GateSession, PlannedTest, RunOptions
 
@@ -39,12 +39,12 @@ def test_a_rate_level_is_an_open_loop_run_at_that_rate_under_the_cap(tmp_path):
     sg = session(tmp_path, RATE_KEYS)
     assert sg.levels.rate and sg.levels.values == [2, 8]
     assert (sg.levels.name(8), sg.levels.store_key(8)) == ("r8", "r8")
-    assert sg.levels.load_at(8) == {"concurrency": 16, "request_rate": 8.0, "burstiness": 0.5, "num_requests": 32,
-                                      "slo_ms": {"ttft_ms": 500.0, "tpot_ms": 50.0}}
+    assert sg.levels.load_at(8) == CellLoad(16, request_rate=8.0, burstiness=0.5, num_requests=32,
+                                            slo_ms={"ttft_ms": 500.0, "tpot_ms": 50.0})
     closed = session(tmp_path / "closed")
     assert not closed.levels.rate and closed.levels.values == [1]
     assert closed.levels.store_key(1) == 1 and closed.levels.name(1) == "c1"
-    assert closed.levels.load_at(4) == {"concurrency": 4, "slo_ms": None}
+    assert closed.levels.load_at(4) == CellLoad(4)
 
 
 def test_only_suites_with_request_rate_levels_add_the_load_model_to_the_fingerprint(tmp_path):
