@@ -79,13 +79,14 @@ def _port_in_use_failure(log_path: Path) -> bool:
 
 
 def launch(cfg: ServerConfig, engine: Engine, *, log_dir: Path, api_key: str | None = None,
-           ready_timeout_s: float | None = None, port: int | None = None, attempts: int = 3) -> ServerHandle:
-    """Start the server and return once it answers its readiness probe; raise ServerStartError otherwise."""
+           port: int | None = None, attempts: int = 3) -> ServerHandle:
+    """Start the server and return once it answers its readiness probe within the configuration's
+    `startup_timeout_s`; raise ServerStartError otherwise."""
     last_error: ServerStartError | None = None
     for attempt in range(attempts):
         try:
             return _launch_once(cfg, engine, log_dir=log_dir, api_key=api_key,
-                                ready_timeout_s=ready_timeout_s or cfg.startup_timeout_s,
+                                ready_timeout_s=cfg.startup_timeout_s,
                                 port=port if (port and attempt == 0) else free_port())
         except _PortTaken as exc:
             last_error = ServerStartError(str(exc))
@@ -241,13 +242,18 @@ def http_status_problem(status: int, url: str, path: str, body: str = "", flag: 
     return None
 
 
+# How long an attached server that answers but is still loading (503) is waited for: a model
+# that loads for minutes is the user's to wait out before attaching, not the gate's.
+ATTACH_READY_TIMEOUT_S = 30.0
+
+
 def attach(name: str, url: str, engine: Engine, *, api_key: str | None = None,
-           cfg: ServerConfig | None = None, ready_timeout_s: float = 30.0, flag: str = "--server-url") -> ServerHandle:
+           cfg: ServerConfig | None = None, flag: str = "--server-url") -> ServerHandle:
     """Use a running server. Unreachable, unauthorised or non-SGLang addresses fail within
-    seconds with one line; a server that answers but is still loading gets ready_timeout_s."""
+    seconds with one line; a server that answers but is still loading gets ATTACH_READY_TIMEOUT_S."""
     handle = ServerHandle(name=name, base_url=check_url(url, flag), engine=engine, effective=EffectiveArgs(), api_key=api_key)
     with handle.control_client() as client:
-        _wait_attachable(client, handle.base_url, engine.readiness_path, ready_timeout_s, flag)
+        _wait_attachable(client, handle.base_url, engine.readiness_path, ATTACH_READY_TIMEOUT_S, flag)
         handle.effective = _read_attached_args(client, engine, cfg, handle.base_url, flag)
     return handle
 

@@ -93,20 +93,27 @@ def parse_urls(values: Sequence[str], flag: str, configs: Sequence[str]) -> dict
     return out
 
 
-def ab_builds(a_python: str | None, b_python: str | None, a_args: Sequence[str], b_args: Sequence[str],
-              a_urls: Sequence[str], b_urls: Sequence[str], configs: Sequence[str]) -> tuple[Build, Build]:
+@dataclass(frozen=True)
+class BuildFlags:
+    """One build's `specguard ab` flags as given: --X-python, --X-server-args, --X-url."""
+
+    python: str | None = None
+    server_args: Sequence[str] = ()
+    urls: Sequence[str] = ()
+
+
+def ab_builds(a_flags: BuildFlags, b_flags: BuildFlags, configs: Sequence[str]) -> tuple[Build, Build]:
     """Builds A and B from `specguard ab`'s flags: launch mode (python and/or server args) or
     attach mode (URLs for both), never a mix."""
-    launch_given = bool(a_python or b_python or a_args or b_args)
-    if (a_urls or b_urls) and launch_given:
+    launch_given = any(f.python or f.server_args for f in (a_flags, b_flags))
+    if (a_flags.urls or b_flags.urls) and launch_given:
         raise UsageError("--a-url/--b-url (attach mode) cannot be combined with --a-python/--b-python/"
                          "--a-server-args/--b-server-args (launch mode); give one mode")
-    if a_urls or b_urls:
-        return _attach_builds(a_urls, b_urls, configs)
-    a = Build("A", _check_python(a_python, "--a-python") if a_python else None,
-              parse_server_args(a_args, "--a-server-args", configs))
-    b = Build("B", _check_python(b_python, "--b-python") if b_python else None,
-              parse_server_args(b_args, "--b-server-args", configs))
+    if a_flags.urls or b_flags.urls:
+        return _attach_builds(a_flags.urls, b_flags.urls, configs)
+    a, b = (Build(key, _check_python(f.python, f"--{key.lower()}-python") if f.python else None,
+                  parse_server_args(f.server_args, f"--{key.lower()}-server-args", configs))
+            for key, f in (("A", a_flags), ("B", b_flags)))
     if a.python == b.python and a.server_args == b.server_args:
         raise UsageError("builds A and B are the same: give --b-python PATH, --b-server-args NAME=\"ARGS\" "
                          "(or the --a-* ones), or --a-url/--b-url")
@@ -162,4 +169,4 @@ def read_builds(path: str | None, options: Sequence[str], configs: Sequence[str]
     return builds
 
 
-__all__ = ["Build", "UsageError", "ab_builds", "parse_build", "parse_server_args", "parse_urls", "read_builds"]
+__all__ = ["Build", "BuildFlags", "UsageError", "ab_builds", "parse_build", "parse_server_args", "parse_urls", "read_builds"]

@@ -19,14 +19,14 @@ from specguard.ab.bisect import (
     decisions_needed,
     midpoint_verdict,
 )
-from specguard.ab.builds import Build, UsageError, ab_builds, read_builds
+from specguard.ab.builds import Build, BuildFlags, UsageError, ab_builds, read_builds
 from specguard.ab.decision import BUILD_A, BUILD_B
 from specguard.ab.launcher import ServerLauncher
 from specguard.ab.report import render_markdown, render_text, results_doc, write_outputs
 from specguard.ab.rounds import Comparison, Selection
 from specguard.config import ConfigError, Suite
 from specguard.labels import ExitCode
-from specguard.session import api_key_from
+from specguard.session import RunOptions, api_key_from
 from specguard.values import arg_type, positive_ints
 
 DEFAULT_SUITE = "perf_tests/suite.toml"
@@ -90,9 +90,9 @@ def _progress(line: str) -> None:
 
 def compare(suite: Suite, selection: Selection, a: Build, b: Build, args: argparse.Namespace) -> Comparison:
     """One A/B comparison on servers, every server stopped when it ends (or is interrupted)."""
-    launcher = ServerLauncher(suite, {BUILD_A: a, BUILD_B: b}, selection.levels, api_key=api_key_from(args.api_key),
-                              log_dir=Path(args.log_dir), max_failed_requests=args.max_failed_requests,
-                              progress=_progress)
+    options = RunOptions(api_key=api_key_from(args.api_key), log_dir=Path(args.log_dir),
+                         max_failed_requests=args.max_failed_requests)
+    launcher = ServerLauncher(suite, {BUILD_A: a, BUILD_B: b}, selection.levels, options, _progress)
     cmp = Comparison(selection, plan.gate_specs(suite), plan.budget_of(suite, args.max_rounds), launcher, _progress)
     try:
         cmp.run()
@@ -108,8 +108,8 @@ def _title(command: str, suite: Suite, cmp: Comparison) -> str:
 
 def ab_main(args: argparse.Namespace) -> int:
     suite = plan.load(args.suite, args.concurrency)
-    a, b = ab_builds(args.a_python, args.b_python, args.a_server_args, args.b_server_args, args.a_url, args.b_url,
-                     list(suite.servers))
+    a, b = ab_builds(BuildFlags(args.a_python, args.a_server_args, args.a_url),
+                     BuildFlags(args.b_python, args.b_server_args, args.b_url), list(suite.servers))
     selection, notes = plan.select(suite, args.config, [a, b])
     for note in notes:
         print(f"specguard ab: {note}", file=sys.stderr)

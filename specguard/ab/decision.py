@@ -173,8 +173,8 @@ def prior_check(spread: SpreadEstimate | None, prior_sd: float, p: float = PRIOR
     return bool(spread.dof * spread.var / prior_sd**2 > float(special.chdtri(spread.dof, p)))
 
 
-def look_at(a: Sequence[Sequence[float]], b: Sequence[Sequence[float]], spec: GateSpec, *, round_no: int,
-            alpha_look: float, pass_confidence: float, spread: SpreadEstimate | None = None) -> Look:
+def look_estimate(a: Sequence[Sequence[float]], b: Sequence[Sequence[float]], spec: GateSpec, *, alpha_look: float,
+                  pass_confidence: float, spread: SpreadEstimate | None = None) -> RatioEstimate:
     """B/A from each build's launches (one list of run values per launch). Same machine, same
     hours: no day part. The launch spread is ``spread`` (the other configurations' launches,
     ``run_spread``) combined with both builds' own launches (L - 1 dof each); the prior weighs
@@ -182,8 +182,7 @@ def look_at(a: Sequence[Sequence[float]], b: Sequence[Sequence[float]], spec: Ga
     est = compare_launch_sets(b, a, Criterion(1 - spec.tolerance, 1 - alpha_look, Rule("significant", pass_confidence)),
                               Prior(spec.prior_sd, dof=0.0), spread=spread)
     source = f"{spread.source} and both builds' own launches" if spread else "both builds' own launches"
-    est = replace(est, between_source=source)
-    return Look(round_no, min(len(a), len(b)), est, est.p_value)  # est.p_value: one-sided, small = B below A
+    return replace(est, between_source=source)
 
 
 def shown_ratio(look: Look, spec: GateSpec) -> tuple[float, float, float]:
@@ -277,8 +276,10 @@ def add_look(cell: GateCell, a: Sequence[Sequence[float]], b: Sequence[Sequence[
         return
     if min(len(a_runs), len(b_runs)) < budget.first_look:
         return
-    cell.looks.append(look_at(a_runs, b_runs, cell.spec, round_no=round_no, alpha_look=budget.alpha_look(cell),
-                              pass_confidence=budget.pass_confidence, spread=spread))
+    est = look_estimate(a_runs, b_runs, cell.spec, alpha_look=budget.alpha_look(cell),
+                        pass_confidence=budget.pass_confidence, spread=spread)
+    # est.p_value is one-sided: small = B below A
+    cell.looks.append(Look(round_no, min(len(a_runs), len(b_runs)), est, est.p_value))
 
 
 def _p_or_one(p: float | None) -> float:
@@ -318,5 +319,5 @@ def _equivalence_step(cells: Sequence[GateCell], round_no: int) -> None:
 
 
 __all__ = ["BETTER", "BUILD_A", "BUILD_B", "DIFFERENT", "ERROR", "SAME", "UNDECIDED", "WORSE", "Budget", "GateCell",
-           "GateSpec", "Look", "abba_order", "add_look", "decide_round", "equivalent", "look_at", "look_shares",
+           "GateSpec", "Look", "abba_order", "add_look", "decide_round", "equivalent", "look_estimate", "look_shares",
            "prior_check", "run_spread", "set_alphas", "shown_ratio"]

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import time
 from dataclasses import replace
-from pathlib import Path
 
 from specguard.ab.builds import Build
 from specguard.ab.rounds import STEP_RATE, LaunchResult, Progress
@@ -37,20 +36,22 @@ def launch_values(cell: CellMeasurement) -> dict[str, list[float]]:
 class ServerLauncher:
     """The ``rounds.Launcher`` on servers: ``launcher(build, configuration, round)``."""
 
-    def __init__(self, suite: Suite, builds: dict[str, Build], levels: list[int], *, api_key: str | None,
-                 log_dir: Path, max_failed_requests: int = 0, progress: Progress | None = None) -> None:
+    def __init__(self, suite: Suite, builds: dict[str, Build], levels: list[int], options: RunOptions,
+                 progress: Progress | None = None) -> None:
+        """``options``: the API key, the log directory (a folder per build under it) and the
+        failed requests a cell tolerates; each build adds its servers' URLs or arguments."""
         self._suite = suite
         self._builds = builds
         self._levels = levels
-        self._max_failed = max_failed_requests
+        self._max_failed = options.max_failed_requests
         self._progress = progress or (lambda _line: None)
         workload: Workload = build_workload(suite.workload)
         self._pools: dict[str, ServerPool] = {}
         self._sweep = SweepLevels(suite, RunOptions())
         for key, build in builds.items():
-            options = RunOptions(server_urls=build.urls, server_args=build.server_args, api_key=api_key,
-                                 log_dir=log_dir / _slug(build.name), max_failed_requests=max_failed_requests)
-            self._pools[key] = ServerPool(build_suite(suite, build), options, workload)
+            own = replace(options, server_urls=build.urls, server_args=build.server_args,
+                          log_dir=options.log_dir / _slug(build.name))
+            self._pools[key] = ServerPool(build_suite(suite, build), own, workload)
 
     def __call__(self, build: str, config: str, round_no: int) -> LaunchResult:
         result = LaunchResult(build, config, round_no)

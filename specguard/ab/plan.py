@@ -99,7 +99,7 @@ def gate_specs(suite: Suite) -> dict[str, GateSpec]:
     (``prior_day_sd``) cancels, so the prior is its launch part, sqrt(prior^2 - day^2). The
     speculation ratio's launch holds two launches (speculative and reference, each with its own
     offset), so its prior spread is sqrt(2) x tok/s's. The prior is checked against the run's own
-    spread and reported, not decided on (``decision.look_at``)."""
+    spread and reported, not decided on (``decision.look_estimate``)."""
     tol = suite.tolerances
     weight = dict(design_of(suite).gate_weights)
     launch = math.sqrt(max(tol.prior_between_sd**2 - min(tol.prior_day_sd, tol.prior_between_sd)**2, 0.0))

@@ -17,7 +17,7 @@ import signal
 import sys
 import time
 import uuid
-from collections.abc import Callable, Hashable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -514,10 +514,10 @@ class EmulatorServer:
             # GenerateReqInput.normalize raises a ValueError: {"error": {"message"}} with HTTP 400
             raise BadRequest("Either text or input_ids should be provided (a single prompt, not a batch).")
         incremental = self.settings.incremental_streaming_output
+        req = GenRequest(prompt_tokens, max_new, prompt_key=key, streaming=bool(body.get("stream", False)),
+                         category=category, accept_key=greedy_key(params.get("temperature"), content))
         return await self._serve_generation(
-            request, prompt_tokens, key, max_new, bool(body.get("stream", False)),
-            lambda ctx: NativeFormat(ctx, incremental), model="", category=category,
-            accept_key=greedy_key(params.get("temperature"), content),
+            request, req, lambda ctx: NativeFormat(ctx, incremental), model="",
             invalid=(vocab.token_ids_logprob_error(body.get("token_ids_logprob"), self.vocab_size)
                      or vocab.logit_bias_error(params.get("logit_bias"), self.vocab_size)
                      or ids_error),
@@ -538,8 +538,8 @@ class EmulatorServer:
         else:
             raise BadRequest("prompt must be a string or a list of token ids (one prompt per request)", validation=True)
         max_tokens = _int_param(body.get("max_tokens"), DEFAULT_COMPLETION_MAX_TOKENS, "max_tokens")
-        return await self._serve_openai(request, body, prompt_tokens, key, max_tokens, CompletionFormat, category,
-                                        content)
+        req = GenRequest(prompt_tokens, max_tokens, prompt_key=key, category=category)
+        return await self._serve_openai(request, body, req, CompletionFormat, content)
 
     async def chat_completions(self, request: web.Request) -> web.StreamResponse:
         body = await _read_json(request)
@@ -550,14 +550,15 @@ class EmulatorServer:
         prompt_tokens = count_prompt_tokens(text)
         limit = body.get("max_completion_tokens", body.get("max_tokens"))
         max_tokens = _int_param(limit, max(self.settings.context_length - prompt_tokens, 0), "max_tokens")
-        return await self._serve_openai(request, body, prompt_tokens, hash(text), max_tokens, ChatFormat,
-                                        category_of_messages(messages), text)
+        req = GenRequest(prompt_tokens, max_tokens, prompt_key=hash(text), category=category_of_messages(messages))
+        return await self._serve_openai(request, body, req, ChatFormat, text)
 
     async def _serve_openai(
-        self, request: web.Request, body: dict[str, Any], prompt_tokens: int, key: Hashable, max_tokens: int,
-        format_cls: type[CompletionFormat], category: str = "", content: object = None,
+        self, request: web.Request, body: dict[str, Any], req: GenRequest, format_cls: type[CompletionFormat],
+        content: object,
     ) -> web.StreamResponse:
-        """The OpenAI routes' common part: n, include_usage, return_spec_tokens_details, the model name.
+        """The OpenAI routes' common part: n, stream, include_usage, return_spec_tokens_details, the
+        model name, and the greedy draws of ``content`` (``req``: the route's prompt and length).
 
         include_usage: ``stream_options.include_usage`` or --stream-response-default-include-usage
         (openai/utils.py should_include_usage).
@@ -574,20 +575,20 @@ class EmulatorServer:
             ctx.return_spec_tokens_details = spec_details
             return format_cls(ctx)
 
-        return await self._serve_generation(
-            request, prompt_tokens, key, max_tokens, bool(body.get("stream", False)), make_format, model=model,
-            native=False, category=category, accept_key=greedy_key(body.get("temperature"), content),
-        )
+        req.streaming = bool(body.get("stream", False))
+        req.accept_key = greedy_key(body.get("temperature"), content)
+        return await self._serve_generation(request, req, make_format, model=model, native=False)
 
     async def _inject(self, fault: str, text: str, finished: bool, request: web.Request) -> str | None:
         return await _inject_fault(fault, text, finished, request, self.settings.faults.stall_s)
 
     async def _serve_generation(
-        self, request: web.Request, prompt_tokens: int, key: Hashable | None, max_new_tokens: int, stream: bool,
+        self, request: web.Request, req: GenRequest,
         make_format: Callable[[RequestContext], NativeFormat | CompletionFormat], model: str, native: bool = True,
-        category: str = "", invalid: str | None = None, accept_key: int | None = None,
+        invalid: str | None = None,
     ) -> web.StreamResponse:
-        """Queue one request in the scheduler and answer with SSE events or one JSON body.
+        """Queue one request (``req``: its prompt, length, prefix key, stream flag, category and
+        greedy key) in the scheduler and answer with SSE events or one JSON body.
 
         ``invalid``: a validation error found by the caller (vocab.py), reported like SGLang's
         tokenizer-manager errors, after the context-length check as in _validate_one_request.
@@ -597,6 +598,7 @@ class EmulatorServer:
         delta with --incremental-streaming-output. A request error is a 400 JSON body, except on a
         native /generate stream (HTTP 200, an in-band error event, then [DONE]).
         """
+        prompt_tokens, max_new_tokens, stream = req.prompt_tokens, req.max_new_tokens, req.streaming
         if self.firehose is not None and stream and max_new_tokens > 0:
             return await self.firehose.serve(request, self.firehose.writes(make_format, prompt_tokens, max_new_tokens, model))
         fault = self._draw_fault()
@@ -610,9 +612,7 @@ class EmulatorServer:
             return await _reject(request, message, in_band=stream and native)
 
         if self.settings.server_args["disable_radix_cache"]:
-            key = None
-        req = GenRequest(prompt_tokens, max_new_tokens, prompt_key=key, streaming=stream, category=category,
-                         accept_key=accept_key)
+            req.prompt_key = None
         engine = self._started_engine()
         progress = engine.submit(req)
         fmt = make_format(self._request_context(req, engine, model))

@@ -11,7 +11,7 @@ a configuration *actually* gets. The version's defaults and tables are specguard
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from specguard.emulator.adaptive import AdaptiveSettings
 from specguard.emulator.profile import DraftProfile, EmulatorProfile, PiecewiseLinear
@@ -180,8 +180,8 @@ def resolve_settings(
     if requested is None or requested.algorithm is None:
         if adaptive_requested:
             warnings.append(disabled_warning(unsupported_reason(None, None, attn_dp_size > 1) or ""))
-        return _with_ranks(None, max_running_requests, profile, dp_size, attn_dp_size, warnings, None,
-                           adaptive_requested)
+        return _with_ranks(ServingSettings(None, 0, max_running_requests, tuple(warnings), dp_size, attn_dp_size,
+                                           adaptive_requested=adaptive_requested), profile)
 
     launched = requested.algorithm.upper()
     if launched not in ALGORITHMS:
@@ -197,14 +197,14 @@ def resolve_settings(
         warnings.append(CAP_RESET_WARNING)
 
     draft, (steps, topk, draft_tokens), chain = _handle_algorithm(
-        profile, requested, launched, given, attn_dp_size, adaptive is not None, warnings)
+        profile, requested, given, attn_dp_size, adaptive is not None, warnings)
 
     positions = steps if chain else draft_tokens - 1
     max_positions = max(adaptive.candidates) if adaptive is not None else positions
     probs, by_category = _acceptance(draft, positions, max_positions, accept_length, warnings)
     spec = SpecConfig(launched, steps, topk, draft_tokens, probs, draft.draft_ms, chain, by_category)
-    return _with_ranks(spec, max_running_requests, profile, dp_size, attn_dp_size, warnings, adaptive,
-                       adaptive_requested)
+    return _with_ranks(ServingSettings(spec, 0, max_running_requests, tuple(warnings), dp_size, attn_dp_size,
+                                       adaptive=adaptive, adaptive_requested=adaptive_requested), profile)
 
 
 def _check_parallelism(dp_size: int, attn_dp_size: int) -> None:
@@ -242,8 +242,8 @@ def _init_adaptive(
 
 
 def _handle_algorithm(
-    profile: EmulatorProfile, requested: SpecRequest, launched: str, given: GivenParams, attn_dp_size: int,
-    adaptive: bool, warnings: list[str],
+    profile: EmulatorProfile, requested: SpecRequest, given: GivenParams, attn_dp_size: int, adaptive: bool,
+    warnings: list[str],
 ) -> tuple[DraftProfile, SpecParams, bool]:
     """The per-algorithm handler of ``handle_speculative_decoding``, then the emulator's own checks:
     (the drafter's profile section, (steps, topk, draft tokens), whether drafts chain).
@@ -251,6 +251,7 @@ def _handle_algorithm(
     Drafts chain (a verify accepts up to ``num_steps``) for the EAGLE family and the explicit-only
     algorithms; NGRAM and DFLASH propose one window (up to ``num_draft_tokens - 1``).
     """
+    launched = (requested.algorithm or "").upper()
     algorithm = resolved_algorithm(launched) or launched
     if algorithm in EAGLE_FAMILY:
         draft, params = _handle_eagle_family(profile, launched, given, attn_dp_size, warnings)
@@ -378,17 +379,13 @@ def _acceptance(
     return probs, by_category
 
 
-def _with_ranks(
-    spec: SpecConfig | None, cap: int | None, profile: EmulatorProfile, dp_size: int, attn_dp_size: int,
-    warnings: list[str], adaptive: AdaptiveSettings | None, adaptive_requested: bool,
-) -> ServingSettings:
-    """Per-rank cap as ``KVCacheConfigurator.resolve_max_num_reqs``: an explicit (or 48) cap is split
-    over attention-DP ranks, max(1, cap // attn_dp_size); replicas each get the whole value."""
-    per_rank = max(1, cap // attn_dp_size) if cap is not None else profile.max_running_requests
-    return ServingSettings(
-        spec, per_rank * dp_size * attn_dp_size, cap, tuple(warnings), dp_size, attn_dp_size, per_rank,
-        adaptive, adaptive_requested,
-    )
+def _with_ranks(settings: ServingSettings, profile: EmulatorProfile) -> ServingSettings:
+    """``settings`` with its effective caps. Per-rank cap as ``KVCacheConfigurator.resolve_max_num_reqs``:
+    an explicit (or 48) cap (``reported_max_running_requests``) is split over attention-DP ranks,
+    max(1, cap // attn_dp_size); replicas each get the whole value."""
+    cap = settings.reported_max_running_requests
+    per_rank = max(1, cap // settings.attn_dp_size) if cap is not None else profile.max_running_requests
+    return replace(settings, max_running_requests=per_rank * settings.ranks, per_rank_max_running_requests=per_rank)
 
 
 def _find_draft(profile: EmulatorProfile, algorithm: str) -> DraftProfile:

@@ -202,11 +202,12 @@ def _run(args: argparse.Namespace, make_runner: RunnerFactory) -> int:
     for s in (launched, default_adaptive):
         if s is not None and s.kind in (LAUNCHED, ADAPTIVE):
             ledger.measure(runner, s, job.levels, job.plan.warmup, job.plan.repeats)
-    choice = choices(result, job.plan)
+    picks = output.Picks(choices(result, job.plan), choices(result, job.plan, adaptive_only=True), launched,
+                         default_adaptive)
     doc = _document(job, result, search, launched, runner.mode)
-    bands = _record_choices(job, doc, result, choice, launched, default_adaptive)
-    files = _write_outputs(job, doc, result, choice, runner, launched, default_adaptive)
-    code = _verify_step(runner, job, choice, doc) if args.verify else ExitCode.OK
+    bands = _record_choices(job, doc, result, picks)
+    files = _write_outputs(job, doc, result, picks, runner)
+    code = _verify_step(runner, job, picks.choice, doc) if args.verify else ExitCode.OK
     files["tune_json"] = str(job.out / "tune.json")
     doc["files"] = files
     atomic_write_json(job.out / "tune.json", doc)
@@ -214,39 +215,35 @@ def _run(args: argparse.Namespace, make_runner: RunnerFactory) -> int:
     return code
 
 
-def _record_choices(job: Job, doc: dict[str, Any], result: RaceResult, choice: dict[int, Setting | None],
-                    launched: Setting | None, default_adaptive: Setting | None) -> list[Band]:
+def _record_choices(job: Job, doc: dict[str, Any], result: RaceResult, picks: output.Picks) -> list[Band]:
     """tune.json's table per level, the bands (any setting, adaptive-expressible ones), every
     cell measured and the totals; returns the bands."""
-    ledger, levels, reference = result.ledger, job.levels, Setting(REFERENCE)
-    adaptive_choice = choices(result, job.plan, adaptive_only=True)
-    doc["table"] = output.level_rows(ledger, levels, choice, adaptive_choice, reference, launched, default_adaptive,
-                                     job.plan)
-    bands = output.bands_of(choice)
+    ledger, levels = result.ledger, job.levels
+    doc["table"] = output.level_rows(ledger, levels, picks, job.plan)
+    bands = output.bands_of(picks.choice)
     doc["bands"] = [{"first": b.first, "last": b.last, "setting": b.setting.name} for b in bands]
     doc["adaptive_bands"] = [{"first": b.first, "last": b.last, "setting": b.setting.name}
-                             for b in output.bands_of(adaptive_choice)]
+                             for b in output.bands_of(picks.adaptive)]
     doc["cells"] = [{"setting": s.name, "concurrency": c, "tok_s": [round(v, 3) for v in cell.tok_s],
                      "accept_length": round(ledger.accept_length(s, c), 4)} for (s, c), cell in ledger.cells.items()]
-    doc["totals"] = _totals(ledger, levels, choice, adaptive_choice, job.grid, reference, launched, default_adaptive)
+    doc["totals"] = _totals(ledger, levels, picks, job.grid)
     return bands
 
 
-def _write_outputs(job: Job, doc: dict[str, Any], result: RaceResult, choice: dict[int, Setting | None], runner: TuneRunner,
-                   launched: Setting | None, default_adaptive: Setting | None) -> dict[str, str]:
+def _write_outputs(job: Job, doc: dict[str, Any], result: RaceResult, picks: output.Picks,
+                   runner: TuneRunner) -> dict[str, str]:
     """The adaptive config (or why not), vLLM's bands, the plot; returns the files written."""
-    cfg, ledger = job.cfg, result.ledger
+    cfg, ledger, choice = job.cfg, result.ledger, picks.choice
     files: dict[str, str] = {}
     if job.adaptive_ok:
-        adaptive_choice = choices(result, job.plan, adaptive_only=True)
-        _emit_adaptive(job.out, cfg, job.cap, ledger, adaptive_choice, Setting(REFERENCE), job.plan, runner, doc, files)
+        _emit_adaptive(job, ledger, picks.adaptive, runner, doc, files)
     else:
         doc["adaptive_config"] = {"applies": False, "reason": f"{cfg.engine} {algorithm_of(cfg)}: SGLang's adaptive mode "
                                                               f"runs EAGLE/EAGLE3/NEXTN only"}
     if cfg.engine == "vllm":
         atomic_write_json(job.out / "vllm-bands.json", output.vllm_bands(choice))
         files["vllm_bands"] = str(job.out / "vllm-bands.json")
-    comparators = [s for s in (launched, default_adaptive) if s is not None and s not in result.settings]
+    comparators = [s for s in (picks.launched, picks.default_adaptive) if s is not None and s not in result.settings]
     plotted = [*result.settings, *comparators]
     if output.plot(job.out / "tune.png", ledger, plotted, job.levels, choice,
                    f"{cfg.name} ({algorithm_of(cfg)}): tok/s per setting"):
@@ -278,17 +275,18 @@ def _document(job: Job, result: RaceResult, search: tuple[int, int, float], laun
     }
 
 
-def _emit_adaptive(out: Path, cfg: ServerConfig, cap: int | None, ledger: Ledger, adaptive_choice: dict[int, Setting | None],
-                   reference: Setting, plan: RacePlan, runner: TuneRunner, doc: dict[str, Any], files: dict[str, str]) -> None:
-    """SGLang's adaptive config, its launch flags and a gating suite snippet, written to ``out``
-    and recorded in ``doc`` / ``files``."""
+def _emit_adaptive(job: Job, ledger: Ledger, adaptive_choice: dict[int, Setting | None], runner: TuneRunner,
+                   doc: dict[str, Any], files: dict[str, str]) -> None:
+    """SGLang's adaptive config, its launch flags and a gating suite snippet, written to the job's
+    output folder and recorded in ``doc`` / ``files``."""
+    out, cfg, cap = job.out, job.cfg, job.cap
     built = output.adaptive_config(adaptive_choice, runner.graph_sizes)
     table = built.table
     path = out / output.ADAPTIVE_FILE
     atomic_write_json(path, table)
     flags = output.launch_flags(cfg, table, str(path.resolve()), cap)
     (out / "launch-flags.txt").write_text(shlex.join(flags) + "\n")
-    must = output.must_win_up_to(ledger, adaptive_choice, reference, plan)
+    must = output.must_win_up_to(ledger, adaptive_choice, Setting(REFERENCE), job.plan)
     (out / "suite-snippet.toml").write_text(output.suite_snippet(cfg, table, str(path.resolve()), cap, must))
     files.update(adaptive_config=str(path), launch_flags=str(out / "launch-flags.txt"),
                  suite_snippet=str(out / "suite-snippet.toml"))
@@ -307,7 +305,8 @@ def _verify_step(runner: Runner, job: Job, choice: dict[int, Setting | None], do
     everywhere = doc["totals"]["fixed_measured_everywhere"]
     single = max((g for g in job.grid if g.kind == FIXED and everywhere.get(g.name) is not None),
                  key=lambda g: everywhere[g.name], default=None)
-    doc["verify"], doc["verify_summary"] = verify.verify(runner, job.levels, job.plan, job.suite, choice, tuned, single)
+    doc["verify"], doc["verify_summary"] = verify.verify(runner, job.levels, job.plan, job.suite,
+                                                                verify.Contenders(tuned, choice, single))
     return ExitCode.REGRESSION if doc["verify_summary"]["failed_levels"] else ExitCode.OK
 
 
@@ -318,10 +317,10 @@ def _launched_setting(cfg: ServerConfig, grid: Sequence[Setting], cap: int | Non
     return Setting(LAUNCHED, cfg.num_steps or 0, cfg.eagle_topk, cfg.num_draft_tokens or 0, chain=False)
 
 
-def _totals(ledger: Ledger, levels: Sequence[int], choice: dict[int, Setting | None],
-            adaptive_choice: dict[int, Setting | None], grid: Sequence[Setting], reference: Setting,
-            launched: Setting | None, default_adaptive: Setting | None) -> dict[str, Any]:
+def _totals(ledger: Ledger, levels: Sequence[int], picks: output.Picks, grid: Sequence[Setting]) -> dict[str, Any]:
     """Sum of tok/s over the levels (settings measured at every level only)."""
+    choice, adaptive_choice, reference = picks.choice, picks.adaptive, Setting(REFERENCE)
+    launched, default_adaptive = picks.launched, picks.default_adaptive
     def total(pick: Callable[[int], Setting | None]) -> float | None:
         vals: list[float] = []
         for c in levels:

@@ -135,12 +135,23 @@ def _est(e: RatioEstimate | None) -> dict[str, float] | None:
     return None if e is None else {"ratio": round(e.ratio, 4), "low": round(e.low, 4), "high": round(e.high, 4)}
 
 
-def level_rows(ledger: Ledger, levels: Sequence[int], choice: dict[int, Setting | None],
-               adaptive_choice: dict[int, Setting | None], reference: Setting, launched: Setting | None,
-               default_adaptive: Setting | None, plan: RacePlan) -> list[dict[str, Any]]:
+@dataclass(frozen=True)
+class Picks:
+    """What the search chose per level (``choice``: the fastest setting; ``adaptive``: the fastest
+    SGLang's adaptive mode can express) and the comparators measured beside them: the
+    configuration as the suite launches it and SGLang's default adaptive config (None: not run)."""
+
+    choice: dict[int, Setting | None]
+    adaptive: dict[int, Setting | None]
+    launched: Setting | None
+    default_adaptive: Setting | None
+
+
+def level_rows(ledger: Ledger, levels: Sequence[int], picks: Picks, plan: RacePlan) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []  # tune.json's "table"
+    reference, launched, default_adaptive = Setting(REFERENCE), picks.launched, picks.default_adaptive
     for c in levels:
-        s = choice.get(c)
+        s = picks.choice.get(c)
         if s is None:
             rows.append({"concurrency": c, "best": None})
             continue
@@ -153,7 +164,7 @@ def level_rows(ledger: Ledger, levels: Sequence[int], choice: dict[int, Setting 
                 return {"ratio": 1.0, "low": 1.0, "high": 1.0}
             return _est(ratio(ledger, s, other, c, plan))
 
-        a = adaptive_choice.get(c)
+        a = picks.adaptive.get(c)
         rows.append({
             "concurrency": c, "best": s.to_json(), "tok_s": round(mean, 2), "interval": [round(lo, 2), round(hi, 2)],
             "runs": len(ledger.tok_s(s, c)), "accept_length": round(ledger.accept_length(s, c), 3),

@@ -5,6 +5,7 @@ statistics."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from specguard.config import Suite, Tolerances
@@ -15,21 +16,34 @@ from specguard.tune.grid import ADAPTIVE, FIXED, REFERENCE, Setting, geometric_m
 from specguard.tune.race import Ledger, RacePlan, Runner
 
 
-def verify(runner: Runner, levels: Sequence[int], plan: RacePlan, suite: Suite, choice: dict[int, Setting | None],
-           tuned: Setting, single: Setting | None = None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """One session: the tuned and the default adaptive config, the reference, and each level's best
-    fixed setting, judged per level with the gates' statistics (two enforced tests per level).
-    ``single``: the speculative fixed setting with the best total in the search, measured here at
+@dataclass(frozen=True)
+class Contenders:
+    """What the verify session measures beside the reference and SGLang's default adaptive config:
+    the tuned adaptive config, each level's best fixed setting from the search (``choice``), and
+    ``single``, the speculative fixed setting with the best total in the search, measured at
     every level too, so the tuned config's total can be set against the one fixed speculative
     setting a deployment would otherwise run everywhere."""
+
+    tuned: Setting
+    choice: dict[int, Setting | None]
+    single: Setting | None = None
+
+    def best_at(self, c: int) -> Setting:
+        return self.choice.get(c) or Setting(REFERENCE)
+
+
+def verify(runner: Runner, levels: Sequence[int], plan: RacePlan, suite: Suite,
+           contenders: Contenders) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """One session: the contenders, the default adaptive config and the reference, judged per
+    level with the gates' statistics (two enforced tests per level)."""
     tol = suite.tolerances
-    ledger = _verify_session(runner, levels, plan, choice, tuned, single)
+    ledger = _verify_session(runner, levels, plan, contenders)
     alpha_cell = tol.family_alpha / (2 * len(levels))
     conf = gate_confidence(alpha_cell)
     rows: list[dict[str, Any]] = []
     failed: list[int] = []
     for c in levels:
-        row = _verify_level(ledger, c, choice.get(c) or Setting(REFERENCE), tuned, tol, plan, conf)
+        row = _verify_level(ledger, c, contenders, tol, plan, conf)
         if any(row["verdicts"][k].get("verdict") in (Verdict.FAIL, Verdict.ERROR)
                for k in ("vs_best_fixed", "vs_no_speculation")):
             failed.append(c)
@@ -40,11 +54,11 @@ def verify(runner: Runner, levels: Sequence[int], plan: RacePlan, suite: Suite, 
                   "wall_s": round(ledger.wall_s, 1), "failed_cells": {s.name: why for s, why in ledger.failed.items()}}
 
 
-def _verify_session(runner: Runner, levels: Sequence[int], plan: RacePlan, choice: dict[int, Setting | None], tuned: Setting,
-                    single: Setting | None) -> Ledger:
+def _verify_session(runner: Runner, levels: Sequence[int], plan: RacePlan, contenders: Contenders) -> Ledger:
     """The verify session's launches: tuned, default adaptive, reference at every level; each
     chosen fixed setting where it was chosen; ``single`` wherever the search left it unmeasured."""
     ledger = Ledger()
+    tuned, choice, single = contenders.tuned, contenders.choice, contenders.single
     reference, default = Setting(REFERENCE), Setting(ADAPTIVE, adaptive_config="default")
     for s in (tuned, default, reference):
         ledger.measure(runner, s, levels, plan.warmup, plan.repeats)
@@ -61,10 +75,11 @@ def _winner(e: RatioEstimate, rival: str) -> str:
     return "tuned" if e.low > 1 else rival if e.high < 1 else "tie (within noise)"
 
 
-def _verify_level(ledger: Ledger, c: int, best: Setting, tuned: Setting, tol: Tolerances, plan: RacePlan,
+def _verify_level(ledger: Ledger, c: int, contenders: Contenders, tol: Tolerances, plan: RacePlan,
                   conf: float) -> dict[str, Any]:
     """One level of the verify session: the tuned config against the best fixed setting (must
     not be worse beyond the tolerance), no speculation (must win) and the default adaptive config."""
+    best, tuned = contenders.best_at(c), contenders.tuned
     reference, default = Setting(REFERENCE), Setting(ADAPTIVE, adaptive_config="default")
 
     def est(a: Setting, b: Setting, threshold: float, rule: str) -> RatioEstimate | None:

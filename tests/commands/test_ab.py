@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from specguard.ab import plan
-from specguard.ab.builds import Build, UsageError, ab_builds, parse_urls
+from specguard.ab.builds import Build, BuildFlags, UsageError, ab_builds, parse_urls
 from specguard.ab.decision import (
     DIFFERENT,
     MIN_LOOK_SHARE,
@@ -27,7 +27,7 @@ from specguard.ab.decision import (
     Look,
     abba_order,
     decide_round,
-    look_at,
+    look_estimate,
     look_shares,
     prior_check,
     run_spread,
@@ -270,17 +270,16 @@ def test_the_table_figures_are_the_decisions_locations_and_the_document_keeps_ev
 def test_the_launch_spread_is_the_runs_own_and_the_prior_is_only_checked():
     steady = [[100.0, 100.1, 99.9], [100.2, 100.1, 100.0]]
     jumpy = [[100.0, 100.1, 99.9], [112.0, 112.1, 111.9]]  # 12 % between launches, the prior says 1.2 %
-    calm = look_at(steady, steady, SPECS[THROUGHPUT], round_no=2, alpha_look=0.001, pass_confidence=0.95)
-    wild = look_at(steady, jumpy, SPECS[THROUGHPUT], round_no=2, alpha_look=0.001, pass_confidence=0.95)
-    assert calm.estimate.between_sd < 0.005 < SPECS[THROUGHPUT].prior_sd  # the prior weighs nothing
-    assert wild.estimate.between_source == "both builds' own launches" and wild.estimate.between_sd > 0.03
+    calm = look_estimate(steady, steady, SPECS[THROUGHPUT], alpha_look=0.001, pass_confidence=0.95)
+    wild = look_estimate(steady, jumpy, SPECS[THROUGHPUT], alpha_look=0.001, pass_confidence=0.95)
+    assert calm.between_sd < 0.005 < SPECS[THROUGHPUT].prior_sd  # the prior weighs nothing
+    assert wild.between_source == "both builds' own launches" and wild.between_sd > 0.03
     others = run_spread([[jumpy], [steady]], "this run's launches of x")  # one configuration, two builds
     assert others is not None and others.dof == 2 and prior_check(others, SPECS[THROUGHPUT].prior_sd) is True
     assert prior_check(run_spread([[steady], [steady]], "x"), SPECS[THROUGHPUT].prior_sd) is False
-    with_others = look_at(steady, steady, SPECS[THROUGHPUT], round_no=2, alpha_look=0.001, pass_confidence=0.95,
-                          spread=others)
-    assert with_others.estimate.between_source.startswith("this run's launches of x") and \
-        with_others.estimate.between_sd > 0.03
+    with_others = look_estimate(steady, steady, SPECS[THROUGHPUT], alpha_look=0.001, pass_confidence=0.95,
+                                spread=others)
+    assert with_others.between_source.startswith("this run's launches of x") and with_others.between_sd > 0.03
 
 
 # -- builds and selection -----------------------------------------------------------------------
@@ -301,10 +300,9 @@ CONFIGS = ["baseline", "eagle3", "mtp"]
     (dict(b_python="/nonexistent/python"), "--b-python: '/nonexistent/python' is not an executable file"),
 ])
 def test_bad_build_options_are_one_line_naming_the_flag(kwargs, message):
-    args = dict(a_python=None, b_python=None, a_args=[], b_args=[], a_urls=[], b_urls=[])
-    args.update(kwargs)
+    a, b = (BuildFlags(kwargs.get(f"{x}_python"), kwargs.get(f"{x}_args", ()), kwargs.get(f"{x}_urls", ())) for x in "ab")
     with pytest.raises(UsageError) as err:
-        ab_builds(configs=CONFIGS, **args)
+        ab_builds(a, b, CONFIGS)
     assert message in str(err.value) and "\n" not in str(err.value)
 
 

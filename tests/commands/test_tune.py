@@ -162,7 +162,7 @@ def test_verify_judges_each_level_against_the_best_fixed_no_speculation_and_the_
     from types import SimpleNamespace
 
     from specguard.tune.grid import ADAPTIVE
-    from specguard.tune.verify import _verify_level
+    from specguard.tune.verify import Contenders, _verify_level
 
     tuned, default = Setting(ADAPTIVE, 2, 1, 3, adaptive_config="tuned"), Setting(ADAPTIVE, adaptive_config="default")
     best = Setting(FIXED, 2, 1, 3)
@@ -170,12 +170,13 @@ def test_verify_judges_each_level_against_the_best_fixed_no_speculation_and_the_
     for s, v in ((tuned, 120.0), (default, 100.0), (best, 121.0), (REF, 130.0)):
         ledger.add(s, {8: CellRuns([v * 0.999, v, v * 1.001])}, 0, 3)
     tol = SimpleNamespace(throughput=0.03, fail_rule="significant", speculation_min_gain=0.0)
-    row = _verify_level(ledger, 8, best, tuned, tol, RacePlan(launch_sd=0.005), 0.99)
+    contenders = Contenders(tuned, {8: best, 16: best})
+    row = _verify_level(ledger, 8, contenders, tol, RacePlan(launch_sd=0.005), 0.99)
     v = row["verdicts"]
     assert (row["best_fixed_setting"], row["no_speculation_tok_s"]) == ("steps2", 130.0)
     assert v["vs_default_adaptive"]["winner"] == "tuned" and v["vs_best_fixed"]["winner"] == "tie (within noise)"
     assert v["vs_no_speculation"]["verdict"] == "fail"  # speculation must win: 120 vs 130
-    assert _verify_level(ledger, 16, best, tuned, tol, RacePlan(), 0.99)["verdicts"]["vs_best_fixed"] == \
+    assert _verify_level(ledger, 16, contenders, tol, RacePlan(), 0.99)["verdicts"]["vs_best_fixed"] == \
         {"verdict": "error", "detail": "not measured"}
 
 

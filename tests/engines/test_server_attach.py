@@ -68,10 +68,11 @@ def test_a_loading_server_is_waited_for_and_its_arguments_read(scripted):
     assert asked_at_s == [0.0, 0.5, 1.0]
 
 
-def test_a_server_still_loading_at_the_deadline_is_one_line(scripted):
+def test_a_server_still_loading_at_the_deadline_is_one_line(scripted, monkeypatch):
     scripted([503])
+    monkeypatch.setattr(server, "ATTACH_READY_TIMEOUT_S", 5.0)
     with pytest.raises(server.ServerStartError) as err:
-        server.attach("eagle3", URL, ReadsServerInfo(), ready_timeout_s=5.0)
+        server.attach("eagle3", URL, ReadsServerInfo())
     assert str(err.value) == f"{URL}/health_generate answered 503 (still loading?); gave up after 5s"
 
 
