@@ -22,7 +22,7 @@ from typing import Any, cast
 
 import numpy as np
 
-from specguard.emulator.model import SimulationResult, simulate_closed_loop
+from specguard.emulator.model import ClosedLoop, SimLaunch, SimulationResult, simulate_closed_loop
 from specguard.emulator.profile import DraftProfile, EmulatorProfile, PiecewiseLinear, load_profile
 from specguard.emulator.spec import SpecRequest, resolve_settings, uniform_accept_prob
 from specguard.labels import ExitCode, Level
@@ -204,9 +204,9 @@ def _skeleton(sweep: MeasuredSweep, name: str, description: str) -> EmulatorProf
 
 
 def _simulate(profile: EmulatorProfile, sweep: MeasuredSweep, spec: SpecSeries | None, c: int) -> SimulationResult:
-    return simulate_closed_loop(profile, spec.request if spec else None, c, sweep.requests(c), sweep.input_len,
-                                sweep.output_len, max_running_requests=spec.cap if spec else None,
-                                same_prompt=sweep.same_prompt)
+    loop = ClosedLoop(c, sweep.requests(c), sweep.input_len, sweep.output_len, same_prompt=sweep.same_prompt)
+    return simulate_closed_loop(profile, spec.request if spec else None, loop,
+                                SimLaunch(max_running_requests=spec.cap if spec else None))
 
 
 def _fit_forward(profile: EmulatorProfile, sweep: MeasuredSweep) -> EmulatorProfile:

@@ -2,8 +2,8 @@
 
 The model and the simulator are importable without the HTTP stack:
 
-    from specguard.emulator import load_profile, simulate_closed_loop, SpecRequest
-    result = simulate_closed_loop(load_profile("fast"), SpecRequest("EAGLE3"), 4, 32, 128, 256)
+    from specguard.emulator import ClosedLoop, load_profile, simulate_closed_loop, SpecRequest
+    result = simulate_closed_loop(load_profile("fast"), SpecRequest("EAGLE3"), ClosedLoop(4, 32, 128, 256))
 
 The server is ``specguard.emulator.launch_server.main(argv)`` (SGLang's flags plus ``--emulator-*``).
 SGLang's own rules the emulator follows (argument resolution, the adaptive config and its
@@ -12,8 +12,10 @@ start-up checks) are specguard/sglang_rules/.
 
 from specguard.emulator.model import (
     BatchScheduler,
+    ClosedLoop,
     GenRequest,
     SchedulerConfig,
+    SimLaunch,
     SimulationResult,
     run_closed_loop,
     simulate_closed_loop,
@@ -30,10 +32,12 @@ from specguard.emulator.spec import (
 
 __all__ = [
     "BatchScheduler",
+    "ClosedLoop",
     "EmulatorProfile",
     "GenRequest",
     "SchedulerConfig",
     "ServingSettings",
+    "SimLaunch",
     "SimulationResult",
     "SpecConfig",
     "SpecRequest",

@@ -650,39 +650,49 @@ class SimulationResult:
     prefill_steps: int
 
 
-def simulate_closed_loop(
-    profile: EmulatorProfile,
-    spec: SpecRequest | None,
-    concurrency: int,
-    num_requests: int,
-    input_len: int,
-    output_len: int,
-    *,
-    max_running_requests: int | None = None,
-    accept_length: float | None = None,
-    seed: int = 0,
-    step_scale: float = 1.0,
-    speed_factor: float = 1.0,
-    jitter_pct: float | None = 0.0,
-    drift_pct: float | None = 0.0,
-    same_prompt: bool = True,
-    dp_size: int = 1,
-    attn_dp_size: int = 1,
-    cuda_graph_bs: list[int] | None = None,
-) -> SimulationResult:
-    """Run ``num_requests`` requests through the scheduler with ``concurrency`` clients, in virtual time.
+@dataclass(frozen=True)
+class ClosedLoop:
+    """A closed-loop run: ``concurrency`` clients, each sending its next request the moment the
+    previous one finishes, ``num_requests`` in all of ``input_len`` prompt and ``output_len``
+    output tokens. ``same_prompt`` makes every prompt identical (prefix-cache hits, like the
+    seed-A workload)."""
 
-    Each client sends its next request the moment the previous one finishes. Settings are resolved
-    exactly as the server resolves its flags (48-request cap under speculation, topk rewrite,
-    defaults by architecture, adaptive steps).
-    ``same_prompt`` makes every prompt identical (prefix-cache hits, like the seed-A workload).
-    Noise defaults to off here; pass None to use the profile's jitter and drift.
-    """
-    settings = resolve_settings(profile, spec, max_running_requests, accept_length, dp_size=dp_size,
-                                attn_dp_size=attn_dp_size)
-    config = SchedulerConfig(profile, settings, seed, step_scale, speed_factor, jitter_pct, drift_pct,
-                             cuda_graph_bs=cuda_graph_bs)
-    return run_closed_loop(BatchScheduler(config), concurrency, num_requests, input_len, output_len, same_prompt)
+    concurrency: int
+    num_requests: int
+    input_len: int
+    output_len: int
+    same_prompt: bool = True
+
+
+@dataclass(frozen=True)
+class SimLaunch:
+    """The simulated server's launch beside its profile and speculation: its flags (the running
+    requests cap, DP, CUDA-graph sizes), a forced mean accept length, and its speed and noise
+    (``SchedulerConfig``'s fields; noise off by default, None: the profile's jitter and drift)."""
+
+    max_running_requests: int | None = None
+    accept_length: float | None = None
+    seed: int = 0
+    step_scale: float = 1.0
+    speed_factor: float = 1.0
+    jitter_pct: float | None = 0.0
+    drift_pct: float | None = 0.0
+    dp_size: int = 1
+    attn_dp_size: int = 1
+    cuda_graph_bs: list[int] | None = None
+
+
+def simulate_closed_loop(profile: EmulatorProfile, spec: SpecRequest | None, loop: ClosedLoop,
+                         launch: SimLaunch = SimLaunch()) -> SimulationResult:
+    """Run ``loop`` through the scheduler in virtual time. Settings are resolved exactly as the
+    server resolves its flags (48-request cap under speculation, topk rewrite, defaults by
+    architecture, adaptive steps)."""
+    settings = resolve_settings(profile, spec, launch.max_running_requests, launch.accept_length,
+                                dp_size=launch.dp_size, attn_dp_size=launch.attn_dp_size)
+    config = SchedulerConfig(profile, settings, launch.seed, launch.step_scale, launch.speed_factor, launch.jitter_pct,
+                             launch.drift_pct, cuda_graph_bs=launch.cuda_graph_bs)
+    return run_closed_loop(BatchScheduler(config), loop.concurrency, loop.num_requests, loop.input_len,
+                           loop.output_len, loop.same_prompt)
 
 
 def run_closed_loop(

@@ -12,7 +12,7 @@ import json
 import pytest
 
 from specguard.emulator.adaptive import AdaptivePolicy, AdaptiveSettings, StepSlot
-from specguard.emulator.model import simulate_closed_loop
+from specguard.emulator.model import ClosedLoop, SimLaunch, simulate_closed_loop
 from specguard.emulator.profile import load_profile
 from specguard.emulator.spec import SpecRequest, resolve_settings
 from specguard.sglang_rules.adaptive import (
@@ -166,7 +166,7 @@ def test_high_concurrency_turns_drafting_off_in_the_simulator():
     # Key 64 of the default config has candidates [0]: at 64 running requests no drafts are made,
     # every verify accepts 0 drafts, and the accept length is 1.
     profile = load_profile("fast")
-    sim = simulate_closed_loop(profile, SpecRequest("EAGLE3", adaptive=True), 64, 64, 16, 40, max_running_requests=64)
+    sim = simulate_closed_loop(profile, SpecRequest("EAGLE3", adaptive=True), ClosedLoop(64, 64, 16, 40), SimLaunch(max_running_requests=64))
     assert sim.accept_length == pytest.approx(40 / 39, rel=0.02)  # the prefill token over 39 verifies
-    low = simulate_closed_loop(profile, SpecRequest("EAGLE3", adaptive=True), 1, 2, 16, 200)
+    low = simulate_closed_loop(profile, SpecRequest("EAGLE3", adaptive=True), ClosedLoop(1, 2, 16, 200))
     assert low.accept_length > 2.5

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from specguard.emulator.model import BatchScheduler, GenRequest, SchedulerConfig, simulate_closed_loop
+from specguard.emulator.model import BatchScheduler, ClosedLoop, GenRequest, SchedulerConfig, SimLaunch, simulate_closed_loop
 from specguard.emulator.profile import PiecewiseLinear, available_profiles, load_profile
 from specguard.emulator.spec import SpecRequest, expected_accept_length, resolve_settings, uniform_accept_prob
 from specguard.sglang_rules.speculative import auto_params
@@ -122,7 +122,7 @@ def test_ngram_resolution_follows_handle_ngram():
     with pytest.raises(ValueError, match="does not support dp attention"):
         resolve_settings(profile, SpecRequest("NGRAM"), 64, attn_dp_size=2)
     # a verify can accept up to num_draft_tokens - 1 drafts, from one lookup per step
-    sim = simulate_closed_loop(profile, SpecRequest("NGRAM"), 2, 4, 32, 64)
+    sim = simulate_closed_loop(profile, SpecRequest("NGRAM"), ClosedLoop(2, 4, 32, 64))
     assert sim.accept_length > 1.5 and sim.max_running_requests == 48
 
 
@@ -236,25 +236,25 @@ def test_no_speculation_gives_exactly_one_token_and_grants_never_overshoot():
         now += step.duration_ms
         sched.complete(step, now)
     assert [r.completion_tokens for r in reqs] == [1, 2, 7, 10]
-    result = simulate_closed_loop(load_profile("fast"), None, 2, 4, 16, 20)
+    result = simulate_closed_loop(load_profile("fast"), None, ClosedLoop(2, 4, 16, 20))
     assert result.completion_tokens == 80 and result.accept_length is None
     assert result.decode_steps == 4 // 2 * 19  # one decode step per token after the first
 
 
 def test_simulation_is_deterministic_for_a_seed():
     profile = load_profile("fast")
-    kw = dict(seed=5, jitter_pct=None, drift_pct=None)  # the profile's noise
-    a = simulate_closed_loop(profile, SpecRequest("EAGLE3"), 4, 12, 64, 128, **kw)
-    b = simulate_closed_loop(profile, SpecRequest("EAGLE3"), 4, 12, 64, 128, **kw)
-    c = simulate_closed_loop(profile, SpecRequest("EAGLE3"), 4, 12, 64, 128, seed=6, jitter_pct=None, drift_pct=None)
+    noisy = SimLaunch(seed=5, jitter_pct=None, drift_pct=None)  # the profile's noise
+    a = simulate_closed_loop(profile, SpecRequest("EAGLE3"), ClosedLoop(4, 12, 64, 128), noisy)
+    b = simulate_closed_loop(profile, SpecRequest("EAGLE3"), ClosedLoop(4, 12, 64, 128), noisy)
+    c = simulate_closed_loop(profile, SpecRequest("EAGLE3"), ClosedLoop(4, 12, 64, 128), SimLaunch(seed=6, jitter_pct=None, drift_pct=None))
     assert a == b
     assert c.duration_s != a.duration_s
 
 
 def test_step_scale_slows_the_model_proportionally():
     profile = load_profile("fast")
-    ref = simulate_closed_loop(profile, None, 4, 8, 64, 128)
-    slow = simulate_closed_loop(profile, None, 4, 8, 64, 128, step_scale=1.111)
+    ref = simulate_closed_loop(profile, None, ClosedLoop(4, 8, 64, 128))
+    slow = simulate_closed_loop(profile, None, ClosedLoop(4, 8, 64, 128), SimLaunch(step_scale=1.111))
     assert ref.output_throughput / slow.output_throughput == pytest.approx(1.111, rel=1e-6)
 
 
@@ -264,8 +264,8 @@ def seed_a_curves():
     rows = {}
     for c in SEED_A:
         n = 2 * c
-        base = simulate_closed_loop(profile, None, c, n, 1000, 1000)
-        mtp = simulate_closed_loop(profile, MTP_1_STEP, c, n, 1000, 1000)
+        base = simulate_closed_loop(profile, None, ClosedLoop(c, n, 1000, 1000))
+        mtp = simulate_closed_loop(profile, MTP_1_STEP, ClosedLoop(c, n, 1000, 1000))
         rows[c] = (base, mtp)
     return rows
 
@@ -285,9 +285,9 @@ def test_seed_a_reproduces_table_a_within_15_percent():
 
 def test_seed_b_shape():
     profile = load_profile("seed-b")
-    base = {c: simulate_closed_loop(profile, None, c, 2 * c, 1000, 500).output_throughput for c in (1, 5, 10, 30)}
+    base = {c: simulate_closed_loop(profile, None, ClosedLoop(c, 2 * c, 1000, 500)).output_throughput for c in (1, 5, 10, 30)}
     eagle = {
-        c: simulate_closed_loop(profile, SpecRequest("EAGLE3"), c, 2 * c, 1000, 500).output_throughput
+        c: simulate_closed_loop(profile, SpecRequest("EAGLE3"), ClosedLoop(c, 2 * c, 1000, 500)).output_throughput
         for c in (1, 2, 5, 10, 30)
     }
     assert base[1] == pytest.approx(92.6, rel=0.05)
@@ -302,7 +302,7 @@ def test_fast_profile_shape():
     profile = load_profile("fast")
 
     def tput(spec, c):
-        return simulate_closed_loop(profile, spec, c, 3 * c, 128, 256, max_running_requests=256).output_throughput
+        return simulate_closed_loop(profile, spec, ClosedLoop(c, 3 * c, 128, 256), SimLaunch(max_running_requests=256)).output_throughput
 
     eagle3 = SpecRequest("EAGLE3", 3, 1, 4)
     mtp = SpecRequest("NEXTN", 2, 1, 3)
@@ -343,11 +343,11 @@ def test_docs_emulator_tables_match_the_simulator():
     want = []
     for c in (1, 4, 16, 32, 64):
         def tput(spec, c=c):
-            return simulate_closed_loop(fast, spec, c, 3 * c, 128, 256, max_running_requests=256).output_throughput
+            return simulate_closed_loop(fast, spec, ClosedLoop(c, 3 * c, 128, 256), SimLaunch(max_running_requests=256)).output_throughput
         b, e, m = tput(None), tput(SpecRequest("EAGLE3", 3, 1, 4)), tput(SpecRequest("NEXTN", 2, 1, 3))
         want.append([str(c), f"{b:.0f}", f"{e:.0f} ({pct(e, b, 0)})", f"{m:.0f} ({pct(m, b, 0)})"])
     assert doc_table("fast") == want
-    capped = simulate_closed_loop(fast, SpecRequest("EAGLE3", 3, 1, 4), 64, 192, 128, 256).output_throughput
+    capped = simulate_closed_loop(fast, SpecRequest("EAGLE3", 3, 1, 4), ClosedLoop(64, 192, 128, 256)).output_throughput
     assert f"EAGLE3 at C=64 gives {capped:.0f} tok/s" in DOCS.read_text()
 
     rows = seed_a_curves()
@@ -362,8 +362,8 @@ def test_docs_emulator_tables_match_the_simulator():
     seed = {1: ("92.6", "96.1")}  # seed-figures.md B, CUDA 13 stack, single stream
     want = []
     for c in (1, 5, 10, 30):
-        base = simulate_closed_loop(seed_b, None, c, 2 * c, 1000, 500).output_throughput
-        eagle = simulate_closed_loop(seed_b, SpecRequest("EAGLE3"), c, 2 * c, 1000, 500).output_throughput
+        base = simulate_closed_loop(seed_b, None, ClosedLoop(c, 2 * c, 1000, 500)).output_throughput
+        eagle = simulate_closed_loop(seed_b, SpecRequest("EAGLE3"), ClosedLoop(c, 2 * c, 1000, 500)).output_throughput
         sb, se = seed.get(c, ("-", "-"))
         want.append([str(c), f"{sb} / {base:.1f}", f"{se} / {eagle:.1f}"])
     assert doc_table("seed-b") == want
@@ -837,13 +837,13 @@ def test_closed_loop_refuses_an_empty_run():
 
 def test_simulate_closed_loop_passes_every_setting_through():
     p = linear_profile(forward=((1, 3.0),), prefill=0.0, attention=0.0)
-    r = simulate_closed_loop(p, None, 1, 2, 10, 3, max_running_requests=5, step_scale=2.0, speed_factor=4.0)
+    r = simulate_closed_loop(p, None, ClosedLoop(1, 2, 10, 3), SimLaunch(max_running_requests=5, step_scale=2.0, speed_factor=4.0))
     assert r.max_running_requests == 5 and r.duration_s == pytest.approx(0.009)
-    r = simulate_closed_loop(p, SpecRequest("EAGLE3", 2, 1, 3), 1, 1, 10, 4, accept_length=1.0)
+    r = simulate_closed_loop(p, SpecRequest("EAGLE3", 2, 1, 3), ClosedLoop(1, 1, 10, 4), SimLaunch(accept_length=1.0))
     assert r.accept_length == 4 / 3 and r.max_running_requests == 48
-    r = simulate_closed_loop(p, None, 4, 4, 10, 2, dp_size=2, max_running_requests=1)
+    r = simulate_closed_loop(p, None, ClosedLoop(4, 4, 10, 2), SimLaunch(max_running_requests=1, dp_size=2))
     assert r.max_running_requests == 2
-    r = simulate_closed_loop(p, None, 4, 4, 10, 2, attn_dp_size=2, max_running_requests=4)
+    r = simulate_closed_loop(p, None, ClosedLoop(4, 4, 10, 2), SimLaunch(max_running_requests=4, attn_dp_size=2))
     assert r.max_running_requests == 4
 
 
@@ -852,9 +852,9 @@ def test_simulate_closed_loop_uses_cuda_graph_padding_for_adaptive_routing(tmp_p
     path.write_text(_json.dumps({"1": {"candidate_steps": [0]}, "2": {"candidate_steps": [2]}}))
     p = linear_profile(forward=((1, 3.0),), prefill=0.0, attention=0.0)
     spec = SpecRequest("EAGLE3", 0, 1, adaptive=True, adaptive_config=str(path))
-    plain = simulate_closed_loop(p, spec, 1, 1, 10, 5)
+    plain = simulate_closed_loop(p, spec, ClosedLoop(1, 1, 10, 5))
     assert plain.accept_length == 5 / 4  # batch 1 -> slot 1 -> 0 steps: 4 one-token verifies after the prefill
-    padded = simulate_closed_loop(p, spec, 1, 1, 10, 5, cuda_graph_bs=[2, 4])
+    padded = simulate_closed_loop(p, spec, ClosedLoop(1, 1, 10, 5), SimLaunch(cuda_graph_bs=[2, 4]))
     assert padded.accept_length == 5 / 2  # pads to 2 -> slot 2 -> 2 steps, all accepted: 4 tokens in 2 verifies
 
 
@@ -876,25 +876,25 @@ def noisy_linear_profile(**kw) -> EmulatorProfile:
 
 def test_simulate_closed_loop_defaults_noise_off_one_speed_seed_zero_same_prompt():
     p = noisy_linear_profile()
-    r = simulate_closed_loop(p, None, 1, 2, 10, 3)
+    r = simulate_closed_loop(p, None, ClosedLoop(1, 2, 10, 3))
     # noise off, speed 1: prefill 3 + 10 ms of 10 uncached tokens, 2 decodes of 3 ms; the second prompt is cached
     assert r.duration_s == pytest.approx((13.0 + 6.0 + 4.0 + 6.0) / 1000.0, rel=1e-12)
-    distinct = simulate_closed_loop(p, None, 1, 2, 10, 3, same_prompt=False)
+    distinct = simulate_closed_loop(p, None, ClosedLoop(1, 2, 10, 3, same_prompt=False))
     assert distinct.duration_s == pytest.approx(2 * 19.0 / 1000.0, rel=1e-12)
-    noisy = simulate_closed_loop(p, None, 1, 2, 10, 3, jitter_pct=None, drift_pct=None)
-    assert noisy == simulate_closed_loop(p, None, 1, 2, 10, 3, jitter_pct=None, drift_pct=None, seed=0)
+    noisy = simulate_closed_loop(p, None, ClosedLoop(1, 2, 10, 3), SimLaunch(jitter_pct=None, drift_pct=None))
+    assert noisy == simulate_closed_loop(p, None, ClosedLoop(1, 2, 10, 3), SimLaunch(seed=0, jitter_pct=None, drift_pct=None))
     assert noisy.duration_s != r.duration_s
-    only_drift = simulate_closed_loop(p, None, 1, 2, 10, 3, jitter_pct=0.0, drift_pct=None)
-    only_jitter = simulate_closed_loop(p, None, 1, 2, 10, 3, jitter_pct=None, drift_pct=0.0)
+    only_drift = simulate_closed_loop(p, None, ClosedLoop(1, 2, 10, 3), SimLaunch(jitter_pct=0.0, drift_pct=None))
+    only_jitter = simulate_closed_loop(p, None, ClosedLoop(1, 2, 10, 3), SimLaunch(jitter_pct=None, drift_pct=0.0))
     assert len({only_drift.duration_s, only_jitter.duration_s, r.duration_s}) == 3
-    assert simulate_closed_loop(p, None, 4, 4, 10, 2, attn_dp_size=2, max_running_requests=3).max_running_requests == 2
+    assert simulate_closed_loop(p, None, ClosedLoop(4, 4, 10, 2), SimLaunch(max_running_requests=3, attn_dp_size=2)).max_running_requests == 2
 
 
 def test_closed_loop_two_token_outputs_have_an_itl_and_one_token_spec_runs_no_accept_length():
     p = linear_profile(forward=((1, 3.0),), prefill=0.0, attention=0.0)
-    r = simulate_closed_loop(p, None, 1, 1, 10, 2)
+    r = simulate_closed_loop(p, None, ClosedLoop(1, 1, 10, 2))
     assert r.mean_itl_ms == 3.0
-    assert simulate_closed_loop(p, SpecRequest("EAGLE3", 2, 1, 3), 1, 1, 10, 1).accept_length is None
+    assert simulate_closed_loop(p, SpecRequest("EAGLE3", 2, 1, 3), ClosedLoop(1, 1, 10, 1)).accept_length is None
 
 
 def test_acceptance_draws_come_from_the_seeded_stream_one_uniform_per_request():

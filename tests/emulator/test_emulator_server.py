@@ -20,7 +20,7 @@ import httpx
 import pytest
 
 import specguard
-from specguard.emulator.model import simulate_closed_loop
+from specguard.emulator.model import ClosedLoop, SimLaunch, simulate_closed_loop
 from specguard.emulator.profile import load_profile
 from specguard.emulator.spec import SpecRequest
 
@@ -574,8 +574,7 @@ def test_wall_clock_throughput_matches_simulator(launch, spec_args):
     server = launch(*spec_args, *DETERMINISTIC, "--enable-metrics")
     concurrency, num_requests, prompt, output_len = 4, 4, [11] * 32, 400  # one wave: no client turnaround inside
     spec = SpecRequest("EAGLE3", 3, 1, 4) if spec_args else None
-    sim = simulate_closed_loop(load_profile("fast"), spec, concurrency, num_requests, len(prompt), output_len,
-                               max_running_requests=64 if spec else None, accept_length=4.0 if spec else None)
+    sim = simulate_closed_loop(load_profile("fast"), spec, ClosedLoop(concurrency, num_requests, len(prompt), output_len), SimLaunch(max_running_requests=64 if spec else None, accept_length=4.0 if spec else None))
     server_ratios, client_ratios = [], []
     for _ in range(3):
         client_s, metas = asyncio.run(closed_loop(server.url, concurrency, num_requests, prompt, output_len))

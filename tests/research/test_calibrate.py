@@ -7,7 +7,7 @@ from synthetic_results import _run as synthetic_run
 from synthetic_results import make_doc
 
 from research import calibrate
-from specguard.emulator.model import simulate_closed_loop
+from specguard.emulator.model import ClosedLoop, SimLaunch, simulate_closed_loop
 from specguard.emulator.profile import load_profile
 from specguard.emulator.spec import SpecRequest
 from specguard.report.summary import cell_summary
@@ -32,8 +32,8 @@ def test_seed_a_table_is_reproduced_within_10_percent(tmp_path, capsys):
     assert "| NEXTN | tok/s | 64 |" in capsys.readouterr().out
     profile = load_profile(out)  # the file as written
     for c, (want_base, want_mtp) in SEED_A.items():
-        base = simulate_closed_loop(profile, None, c, 2 * c, 1000, 1000)
-        mtp = simulate_closed_loop(profile, MTP, c, 2 * c, 1000, 1000, max_running_requests=48)
+        base = simulate_closed_loop(profile, None, ClosedLoop(c, 2 * c, 1000, 1000))
+        mtp = simulate_closed_loop(profile, MTP, ClosedLoop(c, 2 * c, 1000, 1000), SimLaunch(max_running_requests=48))
         assert base.output_throughput == pytest.approx(want_base, rel=0.10), c
         assert mtp.output_throughput == pytest.approx(want_mtp, rel=0.10), c
         assert mtp.accept_length == pytest.approx(2.0, abs=0.01)
@@ -76,8 +76,7 @@ def _results_doc():
         for c in (1, 4, 16):
             runs = []
             for seed in range(2):
-                r = simulate_closed_loop(fast, spec, c, 4 * c, 128, 64, max_running_requests=128, seed=seed,
-                                         same_prompt=False)
+                r = simulate_closed_loop(fast, spec, ClosedLoop(c, 4 * c, 128, 64, same_prompt=False), SimLaunch(max_running_requests=128, seed=seed))
                 runs.append({**synthetic_run(r.output_throughput, c, r.accept_length), "num_requests": 4 * c})
             cells.append({"config": name, "level": f"c{c}", "error": None, "warnings": [], "wall_s": 1.0,
                           "summary": cell_summary(runs), "runs": runs, "warmup_runs": []})

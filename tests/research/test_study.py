@@ -9,7 +9,7 @@ import pytest
 
 from research import study
 from specguard.config import load_suite
-from specguard.emulator.model import simulate_closed_loop
+from specguard.emulator.model import ClosedLoop, SimLaunch, simulate_closed_loop
 from specguard.emulator.profile import load_profile
 from specguard.emulator.spec import SpecRequest
 
@@ -54,8 +54,7 @@ def test_gate_tests_count_like_the_plugin():
 
 def test_noise_free_launch_is_the_simulator(tiny):
     launch = study.simulate_launch(tiny, "eagle3", seed=5, repeats=1, noise=None)
-    direct = simulate_closed_loop(load_profile("fast"), SpecRequest("EAGLE3", 3, 1, 4), 1, 2, 32, 24,
-                                  max_running_requests=128, seed=5, same_prompt=False)
+    direct = simulate_closed_loop(load_profile("fast"), SpecRequest("EAGLE3", 3, 1, 4), ClosedLoop(1, 2, 32, 24, same_prompt=False), SimLaunch(max_running_requests=128, seed=5))
     assert launch[1][0][0] == pytest.approx(direct.output_throughput)  # the launch's first run
     assert launch[1][1][0] == pytest.approx(direct.accept_length)
 
