@@ -51,7 +51,7 @@ from specguard.decide.changepoint import ChangePoint
 from specguard.report.results import validate
 from specguard.timeline.detect import DEFAULT_MAX_PVALUE, DEFAULT_MIN_CHANGE, SeriesChange, change_points
 from specguard.timeline.files import ResultsFile
-from specguard.timeline.series import METRICS, Reducer, Series, build_series, robust_value
+from specguard.timeline.series import METRICS, Reducer, Series, build_series
 from specguard.timeline.synthetic import Noise, engine_step, synthetic_history
 
 WINDOW = 5
@@ -81,7 +81,7 @@ class Bench:
     def __init__(self, args: argparse.Namespace):
         self.args = args
         self.noise = Noise(args.run_sd, args.launch_sd, args.day_sd, args.stall_rate)
-        self.reduce: Reducer = robust_value if args.file_value == "median" else statistics.fmean
+        self.reduce: Reducer = statistics.median if args.file_value == "median" else statistics.fmean
         self.detector: Detector = (otava_detector(args.max_pvalue, args.min_change) if args.detector == "otava" else
                                    lambda s: change_points(s, args.max_pvalue, args.min_change))
 

@@ -173,6 +173,10 @@ def prior_check(spread: SpreadEstimate | None, prior_sd: float, p: float = PRIOR
     return bool(spread.dof * spread.var / prior_sd**2 > float(special.chdtri(spread.dof, p)))
 
 
+# The prior's weight in pseudo degrees of freedom: none. A run's own launches (every configuration's,
+# ``run_spread``) estimate its launch spread; a prior below the machine's made false decisions.
+PRIOR_DOF = 0.0
+
 def look_estimate(a: Sequence[Sequence[float]], b: Sequence[Sequence[float]], spec: GateSpec, *, alpha_look: float,
                   pass_confidence: float, spread: SpreadEstimate | None = None) -> RatioEstimate:
     """B/A from each build's launches (one list of run values per launch). Same machine, same
@@ -180,7 +184,7 @@ def look_estimate(a: Sequence[Sequence[float]], b: Sequence[Sequence[float]], sp
     ``run_spread``) combined with both builds' own launches (L - 1 dof each); the prior weighs
     nothing (0 pseudo dof). The interval shown is at 1 - ``alpha_look`` two-sided."""
     est = compare_launch_sets(b, a, Criterion(1 - spec.tolerance, 1 - alpha_look, Rule("significant", pass_confidence)),
-                              Prior(spec.prior_sd, dof=0.0), spread=spread)
+                              Prior(spec.prior_sd, dof=PRIOR_DOF), spread=spread)
     source = f"{spread.source} and both builds' own launches" if spread else "both builds' own launches"
     return replace(est, between_source=source)
 
@@ -204,11 +208,10 @@ def equivalent(look: Look, spec: GateSpec) -> bool:
 
 @dataclass(frozen=True)
 class Budget:
-    """The statistics of a run: family alpha, pass confidence, the prior's weight, the rounds."""
+    """The statistics of a run: family alpha, pass confidence, the rounds."""
 
     family_alpha: float
     pass_confidence: float
-    prior_dof: float
     max_rounds: int
     min_rounds: int = 2  # launches per build before any decision (at most max_rounds)
 

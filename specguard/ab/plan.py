@@ -113,8 +113,7 @@ def gate_specs(suite: Suite) -> dict[str, GateSpec]:
 
 def budget_of(suite: Suite, max_rounds: int) -> Budget:
     tol = suite.tolerances
-    return Budget(family_alpha=tol.family_alpha, pass_confidence=tol.pass_confidence, prior_dof=tol.prior_between_dof,
-                  max_rounds=max_rounds)
+    return Budget(family_alpha=tol.family_alpha, pass_confidence=tol.pass_confidence, max_rounds=max_rounds)
 
 
 __all__ = ["budget_of", "gate_specs", "levels_of", "load", "select"]

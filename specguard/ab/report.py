@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from specguard.ab.builds import Build
-from specguard.ab.decision import BETTER, DIFFERENT, GateCell, look_shares, prior_check, shown_ratio
+from specguard.ab.decision import BETTER, DIFFERENT, PRIOR_DOF, GateCell, look_shares, prior_check, shown_ratio
 from specguard.ab.rounds import Comparison
 from specguard.labels import ACCEPT_LENGTH, SPECULATION, STEP_TIME, THROUGHPUT
 from specguard.report.terminal import fmt_num
@@ -150,7 +150,7 @@ def results_doc(cmp: Comparison, builds: Sequence[Build], *, suite_path: str, mo
         "schema": SCHEMA, "schema_version": SCHEMA_VERSION, "suite": suite_path, "mode": mode, "argv": list(argv),
         "builds": [b.to_json() for b in builds],
         "design": {"max_rounds": budget.max_rounds, "family_alpha": budget.family_alpha,
-                   "pass_confidence": budget.pass_confidence, "prior_dof": budget.prior_dof, "order": "ABBA",
+                   "pass_confidence": budget.pass_confidence, "prior_dof": PRIOR_DOF, "order": "ABBA",
                    "min_rounds": budget.first_look, "looks": budget.looks,
                    "look_shares": {str(n): v for n, v in look_shares(budget).items()},
                    "alpha_per_look": "the cell alpha x its look's share (O'Brien-Fleming spending, Bonferroni over the "

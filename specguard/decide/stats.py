@@ -308,7 +308,7 @@ def checked_prior(prior_sd: float, pool: SpreadEstimate | None, p: float = PRIOR
     return prior_sd, "prior"
 
 
-STALL_MADS = 5.0  # a run this many robust sds below its launch's median is a stall (kept, reported, not Gaussian)
+STALL_MADS = 5.0  # a run this many robust sds below its launch's median is a stall: out of the within variance (not Gaussian)
 # Variance of the median of n normal values, over sigma^2 / n (n = 3: 0.449 sigma^2; large n: pi / 2).
 _MEDIAN_VAR = {1: 1.0, 2: 1.0, 3: 1.35, 4: 1.19, 5: 1.43}
 
@@ -341,16 +341,6 @@ def _robust_within_var(groups: Sequence[np.ndarray]) -> tuple[float, float]:
     rsd = 1.4826 * _median(nonzero) if nonzero.size else 0.0
     kept = [g[g >= _median(g) - STALL_MADS * rsd] if rsd > 0 else g for g in groups]
     return _pooled_within_var(kept)
-
-
-def stalled_runs(values: Sequence[float], pooled_with: Sequence[Sequence[float]] = ()) -> list[int]:
-    """Indices of runs that look stalled (see STALL_MADS), for reporting; never dropped."""
-    groups = [_logs(values, "runs"), *[_logs(v, "runs") for v in pooled_with if len(v)]]
-    resid = np.concatenate([g - np.median(g) for g in groups if g.size > 1]) if groups else np.array([])
-    nonzero = np.abs(resid[resid != 0])
-    rsd = 1.4826 * float(np.median(nonzero)) if nonzero.size else 0.0
-    g = groups[0]
-    return [i for i, x in enumerate(g) if rsd > 0 and x < np.median(g) - STALL_MADS * rsd]
 
 
 def _launch_logs(launches: Sequence[Sequence[float]], what: str) -> list[np.ndarray]:

@@ -97,6 +97,9 @@ def few_sessions_lines(doc: ResultsDoc) -> list[str]:
         if 0 < versus["sessions"] < 3:
             by_k.setdefault(versus["sessions"], []).append((f"{d['config']} {d['level']}", detectable_drop(est, rule)))
     prior = float(doc["tolerances"].get("prior_between_sd", 0.0))
+    keep = int(doc["tolerances"].get("history_sessions", FULL_HISTORY))
+    # a suite that keeps fewer sessions than the guarantees were measured at never reaches them by recording
+    raise_keep = f"raise [tolerances] history_sessions ({keep}) to {FULL_HISTORY} and " if keep < FULL_HISTORY else ""
     lines = []
     for k, cells in sorted(by_k.items()):
         drops = [x for _, x in cells if x is not None]
@@ -105,7 +108,7 @@ def few_sessions_lines(doc: ResultsDoc) -> list[str]:
         lines.append(f"{k} stored session{'s' if k > 1 else ''} behind {len(cells)} throughput cell(s) "
                      f"({', '.join(c for c, _ in cells)}): the prior spread ({prior:.1%}) {check}, so a prior "
                      f"set too small would fail unchanged code; they catch tok/s drops from {span} on, 9 times "
-                     f"in 10; record {FULL_HISTORY - k} more session(s) on unchanged code (pytest perf_tests "
+                     f"in 10; {raise_keep}record {FULL_HISTORY - k} more session(s) on unchanged code (pytest perf_tests "
                      f"--update-baselines) for the guarantees docs/guarantees.md gives at K = {FULL_HISTORY}")
     return lines
 

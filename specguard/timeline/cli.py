@@ -15,7 +15,7 @@ from specguard.timeline import page, plot
 from specguard.timeline.detect import DEFAULT_MAX_PVALUE, DEFAULT_MIN_CHANGE, DETECTOR, SeriesChange, change_points
 from specguard.timeline.files import HistoryError, collect_paths, load_files, newest, parse_since
 from specguard.timeline.findings import History, to_json
-from specguard.timeline.series import METRICS, RUN_OUTLIER, SPEC_RATIO, build_series
+from specguard.timeline.series import METRICS, SPEC_RATIO, build_series
 
 DEFAULT_WINDOW = 5
 PROG = "specguard history"
@@ -135,7 +135,7 @@ def left_out_line(history: History) -> str:
         if s.metric.key != SPEC_RATIO:  # the ratio also loses its reference's files: said under the reference
             cells.setdefault(f"{s.config} {s.level}", set()).update(s.left_out)
     which = "; ".join(f"{cell} {', '.join(str(p + 1) for p in sorted(files))}" for cell, files in cells.items() if files)
-    return f"runs disagree (a run more than {RUN_OUTLIER:.0%} from its file's median), files left out: {which}" if which else ""
+    return f"runs disagree (too few near the fastest run: stalls?), files left out: {which}" if which else ""
 
 
 def verdict_line(history: History) -> str:

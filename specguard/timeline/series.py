@@ -2,10 +2,12 @@
 change-point detection reads.
 
 A file's value is the median of the cell's measured runs (warmup runs are left out), the location
-the gates compare, so one stalled run does not move it. When a run is more than `RUN_OUTLIER` from
-that median the file's runs disagree: with three runs, one stalled run and two stalled ones look
-alike (two agree, one is off) and the median is right in the first case only, so such a file gives
-the cell no point for that metric and is listed as left out (docs/history.md). The speculation
+the gates compare, so one stalled run does not move it. Where the gates would set the runs aside
+as disagreeing (decide/consistency.py: the runs near the fastest run are not a strict majority, so
+the median may be a stalled run; the limit pooled over the file's cells, as the gates pool it over
+the launches at hand), the file gives the cell no point for that metric and is listed as left out
+(docs/history.md). Only values a stall moves are checked: rates and step times, not accept
+length. The speculation
 ratio is a speculative configuration's value over its reference's at the same level in the same
 file. A file where the cell errored, or that lacks the metric (older files have no `step_time_ms`;
 no accept length without speculation), has no point either: the series skips it and keeps every
@@ -20,6 +22,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Literal
 
+from specguard.decide.consistency import RUN_OUTLIER, disagreement, outlier_limit
 from specguard.report.schema import CellDoc, ResultsDoc
 from specguard.timeline.files import ResultsFile
 
@@ -31,21 +34,21 @@ class Metric:
     unit: str
     worse: Literal["down", "up"]  # which direction is a regression
     run_key: str  # the runs[] field read (the speculation ratio reads output_throughput of two cells)
+    stall: Literal["down", "up", ""] = ""  # which way a stalled run moves the runs[] field ("": it does not)
 
 
 METRICS = {m.key: m for m in (
-    Metric("tok_s", "tok/s", "tok/s", "down", "output_throughput"),
+    Metric("tok_s", "tok/s", "tok/s", "down", "output_throughput", stall="down"),
     Metric("accept_length", "accept length", "", "down", "accept_length"),
-    Metric("step_time_ms", "step time", "ms", "up", "step_time_ms"),
-    Metric("spec_ratio", "speculation ratio", "", "down", "output_throughput"),  # a ratio: no unit
+    Metric("step_time_ms", "step time", "ms", "up", "step_time_ms", stall="up"),
+    Metric("spec_ratio", "speculation ratio", "", "down", "output_throughput", stall="down"),  # a ratio: no unit
 )}
 SPEC_RATIO = "spec_ratio"
 
 
-RUN_OUTLIER = 0.10  # a stall is 30 % off (0.7x); the noisiest cells' runs scatter by a few percent
-
-# A file's value from its cell's runs (finite numbers, at least one): None when the runs disagree.
-Reducer = Callable[[list[float]], "float | None"]
+# A file's value from its cell's runs (finite numbers, at least one): the median; the benchmark
+# (benchmarks/history_accuracy.py) also tries the mean.
+Reducer = Callable[[list[float]], float]
 
 
 @dataclass
@@ -65,10 +68,15 @@ class Series:
         return f"{self.config} {self.level} {self.metric.label}"
 
 
-def robust_value(xs: list[float]) -> float | None:
-    """The runs' median, or None when a run is more than RUN_OUTLIER from it (the runs disagree)."""
-    mid = statistics.median(xs)
-    return None if any(abs(x - mid) > RUN_OUTLIER * abs(mid) for x in xs) else mid
+def robust_value(xs: list[float], limit: float = RUN_OUTLIER, stall: str = "down",
+                 reduce: Reducer = statistics.median) -> float | None:
+    """The runs' median (or ``reduce``), or None when their runs disagree as the gates judge it
+    (``consistency.disagreement`` at ``limit``; ``stall``: which way a stall moves them, "" for
+    values a stall does not move, which are not checked)."""
+    rates = [1 / x if stall == "up" else x for x in xs if x > 0]
+    if stall and len(rates) == len(xs) and disagreement(rates, limit) is not None:
+        return None
+    return reduce(xs)
 
 
 def cell_level(doc: ResultsDoc, cell: CellDoc) -> str:
@@ -80,24 +88,30 @@ def cell_level(doc: ResultsDoc, cell: CellDoc) -> str:
 _Found = tuple[bool, "float | None"]
 
 
-def _value(cell: CellDoc | None, key: str, reduce: Reducer) -> _Found:
-    xs = [float(v) for r in cell["runs"] if isinstance(v := r.get(key), (int, float)) and math.isfinite(v)] if cell else []
-    return (True, reduce(xs)) if xs else (False, None)
+def _runs(cell: CellDoc | None, key: str) -> list[float]:
+    return [float(v) for r in cell["runs"] if isinstance(v := r.get(key), (int, float)) and math.isfinite(v)] if cell else []
 
 
 def file_values(doc: ResultsDoc, metrics: Iterable[Metric],
-                reduce: Reducer = robust_value) -> dict[tuple[str, str, str], float | None]:
+                reduce: Reducer = statistics.median) -> dict[tuple[str, str, str], float | None]:
     """(config, level, metric key) -> this file's value for every measured cell that has the
-    metric; None where the cell's runs (or its reference's, for the speculation ratio) disagree."""
+    metric; None where the cell's runs (or its reference's, for the speculation ratio) disagree,
+    judged at the limit pooled over the file's cells (``consistency.outlier_limit``)."""
     cells = {(c["config"], cell_level(doc, c)): c for c in doc["cells"] if not c["error"] and c["runs"]}
     references = {c["name"]: c.get("reference") for c in doc["configs"]}
+    limits = {key: outlier_limit([_runs(c, key) for c in cells.values()]) for key in {m.run_key for m in metrics}}
     out: dict[tuple[str, str, str], float | None] = {}
+
+    def value(cell: CellDoc | None, metric: Metric) -> _Found:
+        xs = _runs(cell, metric.run_key)
+        return (True, robust_value(xs, limits[metric.run_key], metric.stall, reduce)) if xs else (False, None)
+
     for (config, level), cell in cells.items():
         for metric in metrics:
-            present, v = _value(cell, metric.run_key, reduce)
+            present, v = value(cell, metric)
             if metric.key == SPEC_RATIO:
                 ref_cell = cells.get((references.get(config) or "", level))
-                present, v = _ratio((present, v), _value(ref_cell, metric.run_key, reduce))
+                present, v = _ratio((present, v), value(ref_cell, metric))
             if present and (v is None or v > 0):
                 out[(config, level, metric.key)] = v
     return out
@@ -113,7 +127,7 @@ def _ratio(value: _Found, reference: _Found) -> _Found:
     return True, value[1] / reference[1]
 
 
-def build_series(files: list[ResultsFile], metrics: list[Metric], reduce: Reducer = robust_value) -> list[Series]:
+def build_series(files: list[ResultsFile], metrics: list[Metric], reduce: Reducer = statistics.median) -> list[Series]:
     """Every cell x metric that at least one file has, in first-seen order."""
     series: dict[tuple[str, str, str], Series] = {}
     for position, f in enumerate(files):

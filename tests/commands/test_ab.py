@@ -48,7 +48,7 @@ SPECS = {
     ACCEPT_LENGTH: GateSpec(ACCEPT_LENGTH, 0.05, 0.003, 0.25),
     SPECULATION: GateSpec(SPECULATION, 0.05, 0.012 * math.sqrt(2), 2.0),
 }
-BUDGET = Budget(family_alpha=0.01, pass_confidence=0.95, prior_dof=16.0, max_rounds=4)
+BUDGET = Budget(family_alpha=0.01, pass_confidence=0.95, max_rounds=4)
 
 
 class FakeLauncher:
@@ -111,7 +111,7 @@ def test_a_large_slowdown_is_different_and_worse_once_each_build_has_two_launche
 
 
 def test_with_a_budget_of_one_round_one_launch_each_decides():
-    cmp = run(selection("base"), FakeLauncher({("B", "base"): 0.80}), Budget(0.01, 0.95, 16.0, max_rounds=1))
+    cmp = run(selection("base"), FakeLauncher({("B", "base"): 0.80}), Budget(0.01, 0.95, max_rounds=1))
     assert cell(cmp, "base", THROUGHPUT).decided_round == 1
 
 
@@ -201,7 +201,7 @@ def _cells_with(p_values: list[float], launches: int = 1) -> list[GateCell]:
 
 
 def test_holm_adds_what_the_per_cell_split_misses():
-    one_look = Budget(0.01, 0.95, 16.0, max_rounds=1)
+    one_look = Budget(0.01, 0.95, max_rounds=1)
     cells = _cells_with([0.004, 0.008])  # alpha per cell 0.005: only the first passes Bonferroni
     decide_round(cells, 1, one_look)
     assert [c.decision for c in cells] == [DIFFERENT, DIFFERENT]  # Holm's second step: 0.008 < 0.01

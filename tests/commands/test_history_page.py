@@ -241,10 +241,10 @@ def ink(area: np.ndarray, colour: tuple[int, int, int]) -> int:
 
 def test_a_series_whose_every_file_disagrees_is_said_in_place_of_its_chart(tmp_path, capsys):
     docs = synthetic_history(8, 0)
-    for doc in docs:  # eagle3's first run stalls every night
-        run = next(c for c in doc["cells"] if c["config"] == "eagle3")["runs"][0]
-        run["output_throughput"] *= 0.7
-        run["step_time_ms"] /= 0.7
+    for doc in docs:  # two of eagle3's three runs stall every night: its median would be a stall
+        for run in next(c for c in doc["cells"] if c["config"] == "eagle3")["runs"][:2]:
+            run["output_throughput"] *= 0.7
+            run["step_time_ms"] /= 0.7
     write_history(tmp_path / "n", docs)
     code = main(["history", str(tmp_path / "n"), "--html", str(tmp_path / "p"), "--plot-dir", str(tmp_path / "png")])
     out = capsys.readouterr().out

@@ -32,3 +32,12 @@ def test_one_stored_session_says_the_prior_is_unchecked_and_how_many_more_to_rec
     assert two.startswith("2 stored sessions behind 1 throughput cell(s) (mtp c1): the prior spread (1.2%) is checked "
                           "on one degree of freedom") and "record 3 more session(s)" in two
     assert few_sessions_lines(_doc(_decision("eagle3", "c16", 5))) == []
+
+
+def test_a_suite_that_keeps_fewer_sessions_than_the_guarantees_need_is_told_to_keep_more():
+    doc = _doc(_decision("baseline", "c1", 1))
+    doc["tolerances"]["history_sessions"] = 3  # recording alone would never reach K = 5: the store keeps 3
+    (line,) = few_sessions_lines(doc)
+    assert "; raise [tolerances] history_sessions (3) to 5 and record 4 more session(s) on unchanged code" in line
+    doc["tolerances"]["history_sessions"] = 8
+    assert "raise" not in few_sessions_lines(doc)[0]
