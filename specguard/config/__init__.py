@@ -13,6 +13,8 @@ from specguard.config.suite import (
                                     PRIOR_BETWEEN_DOF,
                                     REMOVED_KEYS,
                                     SGLANG_ALGORITHMS,
+                                    SOAK_LOAD,
+                                    SOAK_PASSIVE,
                                     AttachConfig,
                                     ConfigError,
                                     ServerConfig,
@@ -24,6 +26,9 @@ from specguard.config.suite import (
 )
 from specguard.config.validation import Origin, statistical_caveats, validate_suite
 
-__all__ = ["ADVANCED_KEYS", "APIS", "ENGINES", "FAIL_RULES", "PRIOR_BETWEEN_DOF", "REMOVED_KEYS", "SGLANG_ALGORITHMS",
-           "AttachConfig", "ConfigError", "Origin", "ServerConfig", "SoakConfig", "Suite", "SweepConfig", "Tolerances",
-           "expand_path", "key_name", "load_suite", "parse_suite", "statistical_caveats", "validate_suite"]
+__all__ = [
+    "ADVANCED_KEYS", "APIS", "ENGINES", "FAIL_RULES", "PRIOR_BETWEEN_DOF", "REMOVED_KEYS", "SGLANG_ALGORITHMS",
+    "SOAK_LOAD", "SOAK_PASSIVE", "AttachConfig", "ConfigError", "Origin", "ServerConfig", "SoakConfig", "Suite",
+    "SweepConfig", "Tolerances", "expand_path", "key_name", "load_suite", "parse_suite", "statistical_caveats",
+    "validate_suite",
+]

@@ -23,6 +23,8 @@ FAIL_RULES = ("significant", "beyond-tolerance")
 PRIOR_BETWEEN_DOF = 16.0
 
 ENGINES = ("sglang", "emulator", "vllm")
+SOAK_LOAD, SOAK_PASSIVE = "load", "passive"  # [soak] mode: the soak's own load, or the server's traffic read off /metrics
+SOAK_MODES = (SOAK_LOAD, SOAK_PASSIVE)
 # Forced acceptance, as SGLang 0.5.23 reads it (srt/environ.py; spec_utils.py sample_simulated_acc_len,
 # generate_simulated_accept_index): the variables a configuration's simulate_accept_* keys set.
 SIMULATE_ACCEPT_ENV = ("SGLANG_SIMULATE_ACC_LEN", "SGLANG_SIMULATE_ACC_METHOD", "SGLANG_SIMULATE_ACC_TOKEN_MODE")
@@ -178,6 +180,9 @@ class SoakConfig:
     configs: list[str] = field(default_factory=list)  # soaked configurations (default: every speculative one)
     alpha: float = 0.001  # two-sided level of a change point (decide/changepoint.py), per metric
     min_change: float = 0.03  # the smallest shift a change point must have to count (3 %)
+    # "load": the soak's own closed-loop load at `concurrency`; "passive": no load, the server's
+    # /metrics read every window_s (a serving fleet's own traffic; accept length decides)
+    mode: str = SOAK_LOAD
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from specguard.config.suite import (
     SGLANG_ALGORITHMS,
     SIMULATE_ACCEPT_CHOICES,
     SIMULATE_ACCEPT_ENV,
+    SOAK_MODES,
     ConfigError,
     ServerConfig,
     Suite,
@@ -70,6 +71,8 @@ def _validate_soak(suite: Suite, at: Origin) -> None:
         positive = key in ("window_s", "concurrency")
         if value < 0 or (positive and value == 0):
             raise ConfigError(f"{at('soak.' + key, value)}: must be {'positive' if positive else '>= 0'}")
+    if soak.mode not in SOAK_MODES:
+        raise ConfigError(f"{at('soak.mode', soak.mode)}: use one of {', '.join(SOAK_MODES)}")
     if not 0 < soak.alpha < 1 or not 0 <= soak.min_change < 1:
         raise ConfigError(f"{at('soak.alpha', soak.alpha)}: soak.alpha in (0, 1) and soak.min_change in [0, 1)")
     for name in soak.configs:

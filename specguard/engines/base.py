@@ -114,6 +114,15 @@ def redact(argv: list[str], secrets: list[str]) -> list[str]:
     return out
 
 
+def metrics_text(client: httpx.Client) -> str | None:
+    """The server's /metrics page, or None when it has none (or does not answer it)."""
+    try:
+        r = client.get("/metrics", timeout=10.0)
+    except httpx.HTTPError:
+        return None
+    return r.text if r.status_code == 200 else None
+
+
 class Engine:
     """Base adapter; SGLang-style defaults, overridden where an engine differs."""
 
@@ -161,13 +170,10 @@ class Engine:
 
     def metrics_snapshot(self, client: httpx.Client) -> dict[str, float] | None:
         """Counter values, or None when the server has no /metrics."""
-        try:
-            r = client.get("/metrics", timeout=10.0)
-        except httpx.HTTPError:
+        text = metrics_text(client)
+        if text is None:
             return None
-        if r.status_code != 200:
-            return None
-        totals = parse_prometheus(r.text)
+        totals = parse_prometheus(text)
         return {k: totals[k] for k in self.counter_names if k in totals}
 
     def server_accept_lengths(

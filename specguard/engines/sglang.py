@@ -15,7 +15,7 @@ import httpx
 
 from specguard.config import ServerConfig
 from specguard.engines import sglang_args
-from specguard.engines.base import ArgCheck, EffectiveArgs, Engine, ServerBusy, redact
+from specguard.engines.base import ArgCheck, EffectiveArgs, Engine, ServerBusy, metrics_text, redact
 from specguard.engines.sglang_args import json_int, launched_algorithm
 from specguard.prometheus import parse_prometheus_series
 from specguard.sglang_rules.speculative import resolved_algorithm
@@ -205,13 +205,10 @@ class SGLangEngine(Engine):
     def metrics_snapshot(self, client: httpx.Client) -> dict[str, float] | None:
         """Counters summed over their series; gauges: running/waiting summed over ranks, the
         steps and accept-length gauges averaged (each rank reports its own of the same figure)."""
-        try:
-            r = client.get("/metrics", timeout=10.0)
-        except httpx.HTTPError:
+        text = metrics_text(client)
+        if text is None:
             return None
-        if r.status_code != 200:
-            return None
-        series = parse_prometheus_series(r.text)
+        series = parse_prometheus_series(text)
         out = {k: sum(series[k]) for k in self.counter_names if k in series}
         for k in self.gauge_names:
             if series.get(k):

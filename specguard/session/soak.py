@@ -1,8 +1,13 @@
-"""The soak test of one configuration: closed-loop load at `[soak] concurrency` for `duration_s`,
-measured in windows (one run each, its request count following the last window's rate so a
-window lasts about `window_s`), then decided on the windows' change points (decide/soak.py).
+"""The soak test of one configuration, decided on its windows' change points (decide/soak.py).
 
-Bounded in time and count: the soak stops at `duration_s` (a window that started keeps its
+`[soak] mode = "load"`: closed-loop load at `[soak] concurrency` for `duration_s`, measured in
+windows (one run each, its request count following the last window's rate so a window lasts
+about `window_s`). `mode = "passive"`: no request is sent; every `window_s` the server's /metrics
+counters are read (measure/passive.py), so a serving server is watched under its own traffic.
+There tok/s follows the traffic, so only accept length decides (the drafter decaying, as in
+sglang#37326); windows without traffic are skipped, and counted.
+
+Bounded in time and count: the soak stops at `duration_s` (a load window that started keeps its
 requests; each request is bounded by the sweep's read and run timeouts) and after at most
 MAX_WINDOWS_FACTOR x the planned windows, whichever comes first.
 """
@@ -13,17 +18,22 @@ import math
 import time
 from dataclasses import replace
 
+from specguard.config import SOAK_PASSIVE
 from specguard.decide.gates import GateTest
 from specguard.decide.result import GateResult, Problem, SoakMetric, Why
-from specguard.decide.soak import SoakSettings, decide_soak
+from specguard.decide.soak import MIN_WINDOWS, SoakSettings, decide_soak
 from specguard.labels import SOAK, GateLabel, Level, Verdict
 from specguard.measure.metrics import RunMetrics
+from specguard.measure.passive import NoMetrics, passive_window, snapshot
 from specguard.measure.sweep import CellLoad, Progress, RunControl, measure_cell
 from specguard.session.options import RunOptions
 from specguard.session.parts import SessionParts
 
 MAX_WINDOWS_FACTOR = 3  # windows far shorter than window_s (a fast server) stop the soak at 3x the plan
 FIRST_WINDOW_REQUESTS_PER_CLIENT = 4
+PASSIVE_METRICS = (SoakMetric.ACCEPT_LENGTH,)  # what decides a passive soak: the rest moves with the traffic
+
+Windows = tuple[list[RunMetrics], "Problem | None"]  # the windows measured, and why the soak stopped early
 
 
 def window_value(run: RunMetrics, metric: SoakMetric) -> float | None:
@@ -38,8 +48,24 @@ def run_soak(parts: SessionParts, options: RunOptions, name: str,
              progress: Progress | None) -> tuple[GateResult, list[RunMetrics]]:
     """Soak `name` on its server (launched or attached as for its other tests) and decide; the
     result and the windows measured (every one, warm-up included)."""
-    suite, soak = parts.suite, parts.suite.soak
+    soak = parts.suite.soak
     test = GateTest(GateLabel(SOAK), name, Level(soak.concurrency), soak.alpha)
+    passive = soak.mode == SOAK_PASSIVE
+    windows, problem = (_passive_windows if passive else _load_windows)(parts, options, name, progress)
+    if problem is not None:
+        return test.problem(Verdict.ERROR, problem), windows
+    metrics = PASSIVE_METRICS if passive else tuple(SoakMetric)
+    series = {m: [window_value(r, m) for r in windows] for m in metrics}
+    verdict, found = decide_soak(series, SoakSettings(soak.warmup_windows, soak.alpha, soak.min_change))
+    if verdict == Verdict.ERROR:
+        return test.problem(verdict, Problem(Why.TOO_FEW_RUNS, count=found.windows)), windows
+    accept = [a for a in series[SoakMetric.ACCEPT_LENGTH][soak.warmup_windows:] if a is not None]
+    return test.result(verdict, soak=found, current=accept[-1] if accept else None,
+                       reference=accept[0] if accept else None), windows
+
+
+def _load_windows(parts: SessionParts, options: RunOptions, name: str, progress: Progress | None) -> Windows:
+    suite, soak = parts.suite, parts.suite.soak
     handle = parts.pool.get(name)
     cfg = parts.pool.config(name)
     one_window = replace(suite.sweep, warmup=0, repeats=1)
@@ -54,18 +80,45 @@ def run_soak(parts: SessionParts, options: RunOptions, name: str,
         cell = measure_cell(handle, parts.pool.workload_for(name), one_window, load,
                             RunControl(max_failed=options.max_failed_requests))
         if cell.error or not cell.runs:
-            return test.problem(Verdict.ERROR, Problem(Why.UNAVAILABLE, f"soak {name} window {len(windows)}: "
-                                                                         f"{cell.error or 'no run'}")), windows
+            return windows, Problem(Why.UNAVAILABLE, f"soak {name} window {len(windows)}: {cell.error or 'no run'}")
         windows.append(cell.runs[0])
         wall_s = max(time.monotonic() - window_started, 1e-3)
         requests = min(max(soak.concurrency, round(requests * soak.window_s / wall_s)), requests * 4)
         if progress:
             progress(f"soak {name} c{soak.concurrency}: window {len(windows)}/{planned} ({wall_s:.0f} s, "
                      f"{cell.runs[0].output_throughput:.0f} tok/s)")
-    series = {m: [window_value(r, m) for r in windows] for m in SoakMetric}
-    verdict, found = decide_soak(series, SoakSettings(soak.warmup_windows, soak.alpha, soak.min_change))
-    if verdict == Verdict.ERROR:
-        return test.problem(verdict, Problem(Why.TOO_FEW_RUNS, count=found.windows)), windows
-    accept = [a for a in series[SoakMetric.ACCEPT_LENGTH][soak.warmup_windows:] if a is not None]
-    return test.result(verdict, soak=found, current=accept[-1] if accept else None,
-                       reference=accept[0] if accept else None), windows
+    return windows, None
+
+
+def _passive_windows(parts: SessionParts, options: RunOptions, name: str, progress: Progress | None) -> Windows:
+    """Every window_s, the server's counters since the last reading; a window without traffic
+    is skipped (counted in the problem when too few are left to decide)."""
+    soak = parts.suite.soak
+    handle = parts.pool.get(name)
+    planned = max(1, math.ceil(soak.duration_s / soak.window_s))
+    windows: list[RunMetrics] = []
+    idle = 0
+    started = time.monotonic()
+    with handle.control_client() as client:
+        try:
+            before, at_s = snapshot(handle.engine, client), time.monotonic()
+            for n in range(1, planned + 1):
+                time.sleep(max(0.0, started + n * soak.window_s - time.monotonic()))
+                after, now_s = snapshot(handle.engine, client), time.monotonic()
+                window = passive_window(handle.engine, client, before, after, now_s - at_s)
+                before, at_s = after, now_s
+                if window is None:
+                    idle += 1
+                else:
+                    windows.append(window)
+                if progress:
+                    seen = "no traffic" if window is None else f"accept length {window.accept_length or 0:.2f}, " \
+                                                               f"{window.output_throughput:.0f} tok/s served"
+                    progress(f"soak {name} (passive): window {n}/{planned}: {seen}")
+        except NoMetrics as exc:
+            return windows, Problem(Why.UNAVAILABLE, f"passive soak {name}: {exc}")
+    if len(windows) < soak.warmup_windows + MIN_WINDOWS:
+        return windows, Problem(Why.UNAVAILABLE, f"passive soak {name}: {len(windows)} of {planned} windows saw "
+                                                 f"traffic ({idle} idle); a passive soak watches a serving server's "
+                                                 f"own requests (--server-url) and needs {soak.warmup_windows + MIN_WINDOWS}")
+    return windows, None

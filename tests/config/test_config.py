@@ -256,11 +256,14 @@ def test_a_soak_is_off_until_it_has_a_duration_and_its_mistakes_name_the_key(tmp
     assert suite.soaked == ["eagle3"] and suite.soak.concurrency == 16  # every speculative configuration
     chosen = load_suite(write(tmp_path, GOOD + '\n[soak]\nduration_s = 600\nconfigs = ["baseline"]\n'))
     assert chosen.soaked == ["baseline"]
+    passive = load_suite(write(tmp_path, GOOD + '\n[soak]\nduration_s = 600\nmode = "passive"\n'))
+    assert passive.soak.mode == "passive" and suite.soak.mode == "load"
     for body, message in (("duration_s = 60\nwindow_s = 30", r"soak.duration_s = 60.0: a soak needs the warm-up windows "
                                                            r"and at least 3 more of 30 s: at least 120 s"),
                           ('duration_s = 600\nconfigs = ["nope"]', r"soak.configs = \['nope'\]: 'nope' is not a "
                                                                    r"configuration"),
                           ("duration_s = 600\nwindow = 30", r"unknown key soak.window; known keys: duration_s, window_s"),
-                          ("duration_s = 600\nconcurrency = 0", r"soak.concurrency = 0: must be positive")):
+                          ("duration_s = 600\nconcurrency = 0", r"soak.concurrency = 0: must be positive"),
+                          ('duration_s = 600\nmode = "quiet"', r"soak.mode = 'quiet': use one of load, passive")):
         with pytest.raises(ConfigError, match=message):
             load_suite(write(tmp_path, GOOD + f"\n[soak]\n{body}\n"))
