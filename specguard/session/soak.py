@@ -14,9 +14,11 @@ MAX_WINDOWS_FACTOR x the planned windows, whichever comes first.
 
 from __future__ import annotations
 
+import json
 import math
 import time
-from dataclasses import replace
+from dataclasses import asdict, replace
+from pathlib import Path
 
 from specguard.config import SOAK_PASSIVE
 from specguard.decide.gates import GateTest
@@ -36,6 +38,22 @@ PASSIVE_METRICS = (SoakMetric.ACCEPT_LENGTH,)  # what decides a passive soak: th
 Windows = tuple[list[RunMetrics], "Problem | None"]  # the windows measured, and why the soak stopped early
 
 
+class WindowLog:
+    """The soak's windows on disk as they close, one JSON line each (the results document's
+    window fields and its number), so an interrupted soak keeps what it measured:
+    ``{log_dir}/soak-{name}.jsonl``, started afresh by each soak of ``name``."""
+
+    def __init__(self, log_dir: Path, name: str) -> None:
+        log_dir.mkdir(parents=True, exist_ok=True)
+        self.path = log_dir / f"soak-{name}.jsonl"
+        self.path.write_text("")
+
+    def append(self, window: RunMetrics, number: int) -> None:
+        with self.path.open("a") as f:
+            f.write(json.dumps({"window": number, **asdict(window)}) + "\n")
+            f.flush()
+
+
 def window_value(run: RunMetrics, metric: SoakMetric) -> float | None:
     if metric == SoakMetric.ITL_P99:
         value = run.latency_ms.get("p99_itl_ms")
@@ -51,7 +69,10 @@ def run_soak(parts: SessionParts, options: RunOptions, name: str,
     soak = parts.suite.soak
     test = GateTest(GateLabel(SOAK), name, Level(soak.concurrency), soak.alpha)
     passive = soak.mode == SOAK_PASSIVE
-    windows, problem = (_passive_windows if passive else _load_windows)(parts, options, name, progress)
+    log = WindowLog(options.log_dir, name)
+    if progress:
+        progress(f"soak {name}: each window to {log.path} as it closes")
+    windows, problem = (_passive_windows if passive else _load_windows)(parts, options, log, name, progress)
     if problem is not None:
         return test.problem(Verdict.ERROR, problem), windows
     metrics = PASSIVE_METRICS if passive else tuple(SoakMetric)
@@ -64,7 +85,7 @@ def run_soak(parts: SessionParts, options: RunOptions, name: str,
                        reference=accept[0] if accept else None), windows
 
 
-def _load_windows(parts: SessionParts, options: RunOptions, name: str, progress: Progress | None) -> Windows:
+def _load_windows(parts: SessionParts, options: RunOptions, log: WindowLog, name: str, progress: Progress | None) -> Windows:
     suite, soak = parts.suite, parts.suite.soak
     handle = parts.pool.get(name)
     cfg = parts.pool.config(name)
@@ -82,6 +103,7 @@ def _load_windows(parts: SessionParts, options: RunOptions, name: str, progress:
         if cell.error or not cell.runs:
             return windows, Problem(Why.UNAVAILABLE, f"soak {name} window {len(windows)}: {cell.error or 'no run'}")
         windows.append(cell.runs[0])
+        log.append(cell.runs[0], len(windows) - 1)
         wall_s = max(time.monotonic() - window_started, 1e-3)
         requests = min(max(soak.concurrency, round(requests * soak.window_s / wall_s)), requests * 4)
         if progress:
@@ -90,7 +112,8 @@ def _load_windows(parts: SessionParts, options: RunOptions, name: str, progress:
     return windows, None
 
 
-def _passive_windows(parts: SessionParts, options: RunOptions, name: str, progress: Progress | None) -> Windows:
+def _passive_windows(parts: SessionParts, _options: RunOptions, log: WindowLog, name: str,
+                     progress: Progress | None) -> Windows:
     """Every window_s, the server's counters since the last reading; a window without traffic
     is skipped (counted in the problem when too few are left to decide)."""
     soak = parts.suite.soak
@@ -111,6 +134,7 @@ def _passive_windows(parts: SessionParts, options: RunOptions, name: str, progre
                     idle += 1
                 else:
                     windows.append(window)
+                    log.append(window, len(windows) - 1)
                 if progress:
                     seen = "no traffic" if window is None else f"accept length {window.accept_length or 0:.2f}, " \
                                                                f"{window.output_throughput:.0f} tok/s served"

@@ -42,6 +42,9 @@ def test_a_decaying_server_fails_its_soak_naming_the_drafter_and_an_unchanged_on
     doc = json.loads(results.read_text())
     (decision,) = [d for d in doc["decisions"] if d["gate"] == "soak"]
     windows = doc["soaks"]["eagle3"]["windows"]
+    logged = [json.loads(line) for line in (tmp_path / "logs" / "soak-eagle3.jsonl").read_text().splitlines()]
+    assert [w["window"] for w in logged] == list(range(len(windows))) and \
+        [w["accept_length"] for w in logged] == [w["accept_length"] for w in windows]  # on disk as each closed
     assert decision["soak"]["windows"] == len(windows) - 1 >= 5, decision  # one warm-up window
     shifts = {s["metric"]: s for s in decision["soak"]["shifts"]}
     if decay:
@@ -99,6 +102,9 @@ def test_a_passive_soak_watches_a_serving_servers_own_traffic(tmp_path, emulator
     doc = json.loads(results.read_text())
     (decision,) = [d for d in doc["decisions"] if d["gate"] == "soak"]
     windows = doc["soaks"]["eagle3"]["windows"]
+    logged = [json.loads(line) for line in (tmp_path / "logs" / "soak-eagle3.jsonl").read_text().splitlines()]
+    assert [w["window"] for w in logged] == list(range(len(windows))) and \
+        [w["accept_length"] for w in logged] == [w["accept_length"] for w in windows]  # on disk as each closed
     assert all(w["load_model"].startswith("passive: /metrics only") and w["total_input_tokens"] == 0 for w in windows)
     assert decision["soak"]["windows"] == len(windows) - 1 >= 6, decision
     shifts = {s["metric"]: s for s in decision["soak"]["shifts"]}
