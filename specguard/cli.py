@@ -7,7 +7,7 @@ import os
 import sys
 from dataclasses import asdict, replace
 from pathlib import Path
-from typing import Any, TypeAlias
+from typing import TypeAlias
 
 from specguard import ab, starter
 from specguard.config import ConfigError, ServerConfig, SweepConfig
@@ -16,8 +16,10 @@ from specguard.labels import ExitCode
 from specguard.measure.metrics import RunMetrics
 from specguard.measure.sweep import CellLoad, measure_cell
 from specguard.report import compare, export, recommend, results
+from specguard.report.bench_doc import BENCH, BENCH_SCHEMA, BENCH_VERSION
 from specguard.report.publish import write_report_dir
 from specguard.report.results import ResultsError
+from specguard.report.schema import BenchLevelDoc
 from specguard.server import ServerHandle, ServerStartError, attach, launch, stop
 from specguard.session import api_key_from
 from specguard.slo import SLOError, parse_slo
@@ -98,8 +100,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
         if not handle.attached:
             stop(handle)
     if args.json_path:
-        atomic_write_json(Path(args.json_path), {"schema": "specguard-bench", "schema_version": 1,
-                                                 "server": handle.effective.fingerprint_fields(), "levels": rows})
+        BENCH.save({"schema": BENCH_SCHEMA, "schema_version": BENCH_VERSION,
+                    "server": handle.effective.fingerprint_fields(), "levels": rows}, args.json_path)
     return ExitCode.NOT_MEASURED if any(r["error"] for r in rows) else ExitCode.OK
 
 
@@ -115,7 +117,7 @@ def _bench_server(args: argparse.Namespace) -> ServerHandle:
     return launch(cfg, engine, log_dir=Path(".specguard/logs"), api_key=api_key_from(args.api_key))
 
 
-def _bench_levels(args: argparse.Namespace, handle: ServerHandle, workload: Workload) -> list[dict[str, Any]]:
+def _bench_levels(args: argparse.Namespace, handle: ServerHandle, workload: Workload) -> list[BenchLevelDoc]:
     """Measure each level (concurrency, or request rate under the in-flight cap), printing every run."""
     sweep = SweepConfig(concurrency=args.concurrency, requests_per_worker=4, warmup=args.warmup,
                         repeats=args.repeats, api=args.api, read_timeout_s=args.read_timeout)
@@ -127,7 +129,7 @@ def _bench_levels(args: argparse.Namespace, handle: ServerHandle, workload: Work
           f"{'ITL p50':>8} {'ITL p99':>8} {'TPOT p50':>9}")
     levels = [(None, c) for c in args.concurrency] if args.request_rate is None else \
         [(rate, args.max_concurrency) for rate in args.request_rate]
-    rows = []
+    rows: list[BenchLevelDoc] = []
     for rate, c in levels:
         s = sweep if args.requests is None else replace(sweep, requests_per_worker=max(1, args.requests // c))
         n = None if rate is None else (args.requests or max(16, round(rate * 8)))  # open loop: ~8 s of arrivals

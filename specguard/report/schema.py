@@ -383,3 +383,20 @@ class ResultsDoc(_ResultsKeys, total=False):
     tests: list[TestDoc]
     run_notes: list[str]
     hints: dict[str, str]
+
+
+class BenchLevelDoc(TypedDict):
+    concurrency: int  # clients, or in rate mode the in-flight cap
+    request_rate: float | None  # req/s (open loop); None: closed loop
+    load_model: str
+    error: str | None
+    runs: list[dict[str, Any]]  # measure.metrics.RunMetrics, as stored
+
+
+class BenchDoc(TypedDict):
+    """`specguard bench --json FILE`: one server's levels, measured without gates."""
+
+    schema: Literal["specguard-bench"]
+    schema_version: int
+    server: dict[str, Any]  # the engine's fingerprint fields (free-form: whatever the server reports)
+    levels: list[BenchLevelDoc]
