@@ -33,18 +33,25 @@ def soak_suite(tmp_path, decay: bool):
     return suite
 
 
+def soak_of(tmp_path, results) -> tuple[dict, list[dict]]:
+    """The soak's decision and windows from the results file, after checking that the windows
+    were on disk, one JSON line each, as each closed (soak-eagle3.jsonl under --server-log-dir)."""
+    doc = json.loads(results.read_text())
+    (decision,) = [d for d in doc["decisions"] if d["gate"] == "soak"]
+    windows = doc["soaks"]["eagle3"]["windows"]
+    logged = [json.loads(line) for line in (tmp_path / "logs" / "soak-eagle3.jsonl").read_text().splitlines()]
+    assert [w["window"] for w in logged] == list(range(len(windows)))
+    assert [w["accept_length"] for w in logged] == [w["accept_length"] for w in windows]
+    return decision, windows
+
+
 @pytest.mark.parametrize("decay", [True, False], ids=["decaying", "unchanged"])
 def test_a_decaying_server_fails_its_soak_naming_the_drafter_and_an_unchanged_one_passes(tmp_path, decay):
     results = tmp_path / "results.json"
     code, out, res = run_suite(tmp_path, soak_suite(tmp_path, decay), "-k", "soak", "--results-json", str(results))
     assert res == {"test_soak[eagle3-c4]": "failure" if decay else "passed"}, out
     assert code == (1 if decay else 0), out
-    doc = json.loads(results.read_text())
-    (decision,) = [d for d in doc["decisions"] if d["gate"] == "soak"]
-    windows = doc["soaks"]["eagle3"]["windows"]
-    logged = [json.loads(line) for line in (tmp_path / "logs" / "soak-eagle3.jsonl").read_text().splitlines()]
-    assert [w["window"] for w in logged] == list(range(len(windows))) and \
-        [w["accept_length"] for w in logged] == [w["accept_length"] for w in windows]  # on disk as each closed
+    decision, windows = soak_of(tmp_path, results)
     assert decision["soak"]["windows"] == len(windows) - 1 >= 5, decision  # one warm-up window
     shifts = {s["metric"]: s for s in decision["soak"]["shifts"]}
     if decay:
@@ -99,12 +106,7 @@ def test_a_passive_soak_watches_a_serving_servers_own_traffic(tmp_path, emulator
         for t in users:
             t.join(timeout=60)
     assert res == {"test_soak[eagle3-c16]": "failure" if decay else "passed"}, out
-    doc = json.loads(results.read_text())
-    (decision,) = [d for d in doc["decisions"] if d["gate"] == "soak"]
-    windows = doc["soaks"]["eagle3"]["windows"]
-    logged = [json.loads(line) for line in (tmp_path / "logs" / "soak-eagle3.jsonl").read_text().splitlines()]
-    assert [w["window"] for w in logged] == list(range(len(windows))) and \
-        [w["accept_length"] for w in logged] == [w["accept_length"] for w in windows]  # on disk as each closed
+    decision, windows = soak_of(tmp_path, results)
     assert all(w["load_model"].startswith("passive: /metrics only") and w["total_input_tokens"] == 0 for w in windows)
     assert decision["soak"]["windows"] == len(windows) - 1 >= 6, decision
     shifts = {s["metric"]: s for s in decision["soak"]["shifts"]}
