@@ -809,6 +809,7 @@ def test_the_constants_the_docs_quote_are_the_codes():
     """docs/statistics.md, docs/ab.md and the default suite's comments quote the gate's levels,
     caps and limits; each phrase is built from the constant it quotes, so changing the code
     without the docs fails here."""
+    from specguard.ab.decision import POOLED_SHARE
     from specguard.config import SweepConfig, load_suite
     from specguard.decide.consistency import OUTLIER_SDS, RUN_OUTLIER
     from specguard.decide.gates import ATTRIBUTION_CONFIDENCE, MIN_HALF_EFFECT, MIN_HALF_SHARE, GateDesign
@@ -822,6 +823,7 @@ def test_the_constants_the_docs_quote_are_the_codes():
     assert f"`relaunch_p = {design.suspicion_p:g}`, `max_launches = {design.max_launches}`" in stats_md
     check = f"chi-square at {PRIOR_CHECK_P:.0%}".replace("%", " %")
     assert check in ab_md and check in suite_toml
+    assert f"at {POOLED_SHARE:g} of the group's alpha (`POOLED_SHARE`)" in ab_md
     suite = load_suite(ROOT / "perf_tests" / "suite.toml")
     plan = Planner(suite, RunOptions(), design).plan([PlannedTest(n, c, "throughput") for n in suite.servers
                                                       for c in suite.sweep.concurrency]

@@ -33,12 +33,15 @@ BASE_TOK_S, BASE_ACCEPT = 1000.0, 3.0
 @dataclass(frozen=True)
 class AbCase:
     """One setting: the total between-session spread (as the study's gpu presets), the changed
-    configuration and its true tok/s drop, the launches per build at most."""
+    configuration and its true tok/s drop, the launches per build at most, and a slow drift of
+    the machine (a random walk on the log scale, one step of ``drift`` sd per launch: a warming
+    or filling machine, which the ABBA order meets on both builds)."""
 
     spread: float = 0.01
     config: str = "eagle3"
     drop: float = 0.0
     max_rounds: int = 4
+    drift: float = 0.0
 
 
 class SyntheticLauncher:
@@ -48,13 +51,16 @@ class SyntheticLauncher:
         self._suite, self._case, self._rng, self._runs = suite, case, rng, runs
         self._day = rng.normal(0.0, case.spread * GPU_DAY_SHARE)
         self._launch_sd = case.spread * math.sqrt(1 - GPU_DAY_SHARE**2)
+        self._walk = 0.0
 
     def __call__(self, build: str, config: str, round_no: int) -> LaunchResult:
         changed = build == "B" and config == self._case.config
         speculative = self._suite.servers[config].speculative
         values: dict[int, dict[str, list[float]]] = {}
+        self._walk += self._rng.normal(0.0, self._case.drift) if self._case.drift > 0 else 0.0
         # one offset per launch, shared by its levels (one server process)
-        offset = self._day + self._rng.normal(0.0, self._launch_sd) + (math.log(1 - self._case.drop) if changed else 0)
+        offset = (self._day + self._walk + self._rng.normal(0.0, self._launch_sd)
+                  + (math.log(1 - self._case.drop) if changed else 0))
         for level in levels_of(self._suite):
             step = np.exp(offset + self._rng.normal(0.0, GPU_WITHIN, self._runs))
             accept = np.ones(self._runs)
@@ -82,17 +88,18 @@ def ab_run(suite: Suite, case: AbCase, rng: np.random.Generator) -> Comparison:
 
 
 def ab_rates(suite: Suite, case: AbCase, n: int, seed: int = 0) -> dict[str, float]:
-    """Over ``n`` runs: the share with a regression (any cell "different" for the worse), with one
-    of the changed configuration's tok/s cells among them, and the launches per build and
-    configuration the runs took (mean over configurations and runs)."""
+    """Over ``n`` runs: the share with a regression (any cell, or any configuration across its
+    levels, "different" for the worse), with the changed configuration's tok/s among them (a cell
+    of it or all its levels), and the launches per build and configuration the runs took (mean over
+    configurations and runs)."""
     rng = np.random.default_rng(seed)
     failed = caught = 0
     launches: list[float] = []
     for _ in range(n):
         cmp = ab_run(suite, case, rng)
-        worse = cmp.regressions()
+        worse = [(c.config, c.gate) for c in cmp.regressions()] + [(g.config, g.gate) for g in cmp.group_regressions()]
         failed += bool(worse)
-        caught += any(c.config == case.config and c.gate == THROUGHPUT for c in worse)
+        caught += (case.config, THROUGHPUT) in worse
         per = [sum(1 for x in cmp.launches if x.build == "A" and x.config == c) for c in suite.servers]
         launches.append(float(np.mean(per)))
     return {"fail_rate": failed / n, "tok_s_caught": caught / n, "launches_per_build": float(np.mean(launches))}
@@ -108,20 +115,29 @@ def main(argv: list[str] | None = None) -> int:
     tol = suite.tolerances
     # the prior at half a 1 % truth: A/B learns the launch spread from the run, so it should not matter
     half = replace(suite, tolerances=replace(tol, prior_between_sd=0.005, prior_day_sd=0.0025))
-    cases = ((suite, AbCase()), (suite, AbCase(spread=0.02)), (suite, AbCase(drop=0.03)), (suite, AbCase(drop=0.04)),
-             (suite, AbCase(drop=0.05)), (suite, AbCase(drop=0.03, max_rounds=6)),
-             (suite, AbCase(drop=0.03, max_rounds=8)), (suite, AbCase(spread=0.02, drop=0.03)),
+    cases = ((suite, AbCase()), (suite, AbCase(spread=0.02)), (suite, AbCase(drift=0.003)),
+             (suite, AbCase(drop=0.03)), (suite, AbCase(drop=0.03, drift=0.003)), (suite, AbCase(drop=0.04)),
+             (suite, AbCase(drop=0.04, drift=0.003)), (suite, AbCase(drop=0.05)), (suite, AbCase(drop=0.03, max_rounds=5)),
+             (suite, AbCase(drop=0.03, max_rounds=6)), (suite, AbCase(spread=0.02, drop=0.03)),
              (half, AbCase()), (half, AbCase(spread=0.02)), (half, AbCase(drop=0.03)))
+    power_3pct, needs = float("nan"), None
     for s, case in cases:
         r = ab_rates(s, case, args.runs, args.seed)
-        print(f"A/B, prior {s.tolerances.prior_between_sd:.1%}, spread {case.spread:.0%}, {case.config} tok/s "
-              f"{-case.drop:+.0%}, at most {case.max_rounds} launches per build: any regression {r['fail_rate']:.3f}, "
-              f"{case.config} tok/s caught {r['tok_s_caught']:.3f}, launches per build and configuration "
-              f"{r['launches_per_build']:.2f} ({args.runs} runs)", flush=True)
+        print(f"A/B, prior {s.tolerances.prior_between_sd:.1%}, spread {case.spread:.0%}, drift {case.drift:.1%}/launch, "
+              f"{case.config} tok/s {-case.drop:+.0%}, at most {case.max_rounds} launches per build: any regression "
+              f"{r['fail_rate']:.3f}, {case.config} tok/s caught {r['tok_s_caught']:.3f}, launches per build and "
+              f"configuration {r['launches_per_build']:.2f} ({args.runs} runs)", flush=True)
+        if s is suite and case.spread == 0.01 and case.drop == 0.03 and case.drift == 0:
+            if case.max_rounds == 4:
+                power_3pct = r["tok_s_caught"]
+            if needs is None and r["tok_s_caught"] >= 0.9:
+                needs = case.max_rounds
     for launches in (1, 3):  # history gating of one cell beside it (cell_rates: K = 5, prior = the truth)
         rates = cell_rates(CellCase(truth=0.01, prior=0.01, launches=launches, drop=0.03), 4 * args.runs, args.seed)
         print(f"history, spread 1%, tok/s -3%, one cell, {launches} launch(es): fails {rates['fail_rate']:.3f} "
               f"({4 * args.runs} cells)", flush=True)
+    print(f"power_ab_tok_s_3pct={power_3pct:.3f} ab_launches_per_build={needs if needs else '>6'}"
+          f" (launches per build for -3 % at 0.9)", flush=True)
     return 0
 
 

@@ -29,7 +29,7 @@ def decisions_needed(n_builds: int) -> int:
 
 def midpoint_verdict(cmp: Comparison) -> str:
     """bad: a gate different for the worse; good: every gate decided, none worse; else why not."""
-    if cmp.regressions():
+    if cmp.regressions() or cmp.group_regressions():
         return BAD
     if cmp.not_measured():
         return NOT_MEASURED

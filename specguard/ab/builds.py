@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from specguard.ab.schema import AbBuildDoc
 from specguard.server import ServerStartError, check_url
 
 
@@ -42,7 +43,7 @@ class Build:
         parts += [f"{name}: {shlex.join(args)}" for name, args in self.server_args.items()]
         return "; ".join(parts) or "the suite file as written"
 
-    def to_json(self) -> dict[str, object]:
+    def to_json(self) -> AbBuildDoc:
         return {"name": self.name, "python": self.python, "server_args": self.server_args,
                 "urls": {name or "*": url for name, url in self.urls.items()}}
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,8 +23,9 @@ from specguard.ab.bisect import (
 from specguard.ab.builds import Build, BuildFlags, UsageError, ab_builds, read_builds
 from specguard.ab.decision import BUILD_A, BUILD_B
 from specguard.ab.launcher import ServerLauncher
-from specguard.ab.report import render_markdown, render_text, results_doc, write_outputs
+from specguard.ab.report import AB, BISECT, render_markdown, render_text, results_doc, write_outputs
 from specguard.ab.rounds import Comparison, Selection
+from specguard.ab.schema import AbDoc, BisectDoc
 from specguard.config import ConfigError, Suite
 from specguard.labels import ExitCode
 from specguard.session import RunOptions, api_key_from
@@ -118,7 +120,7 @@ def ab_main(args: argparse.Namespace) -> int:
     print(render_text(cmp, [a, b], title))
     doc = results_doc(cmp, [a, b], suite_path=str(suite.path), mode="attach" if a.attach else "launch", argv=sys.argv[1:])
     doc["notes"] = notes
-    write_outputs(render_markdown(cmp, [a, b], title), doc, args.results_json, args.report_dir)
+    write_outputs(render_markdown(cmp, [a, b], title), doc, AB, args.results_json, args.report_dir)
     return cmp.exit_code()
 
 
@@ -134,6 +136,14 @@ def bisect_config(suite: Suite, name: str | None, builds: Sequence[Build]) -> tu
     return next(iter(suite.servers)), "the suite's first configuration (the builds change the interpreter)"
 
 
+@dataclass(frozen=True)
+class StepReport:
+    """A bisect step's A/B comparison: its results document and its markdown section."""
+
+    doc: AbDoc
+    markdown: str
+
+
 def bisect_main(args: argparse.Namespace) -> int:
     suite = plan.load(args.suite, args.concurrency)
     builds = read_builds(args.builds, args.build, list(suite.servers))
@@ -144,26 +154,27 @@ def bisect_main(args: argparse.Namespace) -> int:
              f"deciding on {config}'s cells ({why}); at most {decisions_needed(n)} A/B decisions")
     print(intro)
 
-    def decide(good: int, candidate: int) -> tuple[str, dict[str, Any]]:
+    def decide(good: int, candidate: int) -> tuple[str, StepReport]:
         a, b = _as_side(builds[good], "A"), _as_side(builds[candidate], "B")
         cmp = compare(suite, selection, a, b, args)
         verdict = midpoint_verdict(cmp)
         title = f"step: {builds[candidate].name} (B) vs {builds[good].name} (A, good) -> {verdict}"
         print(render_text(cmp, [a, b], title, exit_code=False) + "\n")
         doc = results_doc(cmp, [a, b], suite_path=str(suite.path), mode="launch", argv=sys.argv[1:])
-        return verdict, {"doc": doc, "markdown": render_markdown(cmp, [a, b], title, exit_code=False)}
+        return verdict, StepReport(doc, render_markdown(cmp, [a, b], title, exit_code=False))
 
     result = bisect(n, decide)
     lines = bisect_lines(result, builds)
     print("\n".join(lines))
-    doc = {"schema": "specguard-bisect", "schema_version": 1, "suite": str(suite.path), "config": config,
-           "assumption": f"build 1 good, build {n} bad (not measured)", "builds": [b.to_json() for b in builds],
-           "steps": [{"good": s.good + 1, "candidate": s.candidate + 1, "verdict": s.verdict, "ab": s.detail["doc"]}
-                     for s in result.steps],
-           "first_bad": None if result.first_bad is None else result.first_bad + 1, "decisions": len(result.steps)}
+    doc: BisectDoc = {
+        "schema": "specguard-bisect", "schema_version": BISECT.version, "suite": str(suite.path), "config": config,
+        "assumption": f"build 1 good, build {n} bad (not measured)", "builds": [b.to_json() for b in builds],
+        "steps": [{"good": s.good + 1, "candidate": s.candidate + 1, "verdict": s.verdict, "ab": s.detail.doc}
+                  for s in result.steps],
+        "first_bad": None if result.first_bad is None else result.first_bad + 1, "decisions": len(result.steps)}
     markdown = "\n".join([f"# {intro}", "", *[f"- {line}" for line in lines], "",
-                          *[s.detail["markdown"] for s in result.steps]])
-    write_outputs(markdown, doc, args.results_json, args.report_dir)
+                          *[s.detail.markdown for s in result.steps]])
+    write_outputs(markdown, doc, BISECT, args.results_json, args.report_dir)
     return int(ExitCode.OK if result.first_bad is not None else ExitCode.NOT_MEASURED)
 
 
@@ -172,9 +183,9 @@ def _as_side(build: Build, side: str) -> Build:
     return Build(f"{side}: {build.name}", build.python, build.server_args, build.urls)
 
 
-def bisect_lines(result: BisectResult[dict[str, Any]], builds: Sequence[Build]) -> list[str]:
+def bisect_lines(result: BisectResult[Any], builds: Sequence[Build]) -> list[str]:
     """The steps, one line each, and the answer (or which midpoint stopped it)."""
-    def step_line(s: Step[dict[str, Any]]) -> str:
+    def step_line(s: Step[Any]) -> str:
         return f"{builds[s.candidate].name} vs {builds[s.good].name}: {s.verdict}"
 
     lines = [step_line(s) for s in result.steps]

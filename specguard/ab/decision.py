@@ -17,8 +17,15 @@ length, steps per second, speculation's tok/s over its reference's). The statist
   other side. Within a cell the alpha is spent over the looks by the O'Brien-Fleming spending
   function of Lan and DeMets (``look_shares``): almost nothing at the first looks, most at the last,
   each look's increment tested by Bonferroni (valid whatever the looks' correlation). A cell's
-  p-value is min over looks of p / its look's share; weighted Holm over every cell of the run at
-  the family alpha then adds the cells the per-cell split misses.
+  p-value is min over looks of p / its look's share.
+- **closed testing over a configuration's levels** (``decide_round``): a configuration's cells at
+  one gate form a group whose alpha is the sum of theirs. The group's hypothesis "no level
+  changed" is tested by a test pooled over its levels (each launch's log runs averaged over the
+  levels, which share the launch's offset) at ``POOLED_SHARE`` of the group's alpha, or by its
+  smallest cell p at the rest (Bonferroni); a cell is different when its group's test rejects and its own
+  p, times the cells of the group less one, is below the group's alpha (every smaller
+  intersection tested by Bonferroni). A rejected group is itself a decision ("worse at one level
+  or more", on every level's evidence) even where no single level is.
 - **same**: an equivalence test (TOST): the interval at ``pass_confidence`` (one-sided at each
   end) lies within 1 +- tolerance, at every look that has not found a difference: its
   multiplicity is the looks' (a cell that looks "same" once is kept "same"; docs/ab.md).
@@ -45,7 +52,6 @@ from specguard.decide.stats import (
     Rule,
     SpreadEstimate,
     compare_launch_sets,
-    holm_adjust,
 )
 
 DIFFERENT, SAME, UNDECIDED, ERROR = "different", "same", "undecided", "error"
@@ -108,7 +114,7 @@ class GateCell:
     decision: str = UNDECIDED
     decided_round: int | None = None
     decided_look: Look | None = None
-    p_holm: float | None = None  # the deciding direction's Holm-adjusted p ("worse" while undecided)
+    p_closed: float | None = None  # the closed test's adjusted p, deciding direction ("worse" while undecided)
     error: str | None = None
 
     @property
@@ -123,17 +129,11 @@ class GateCell:
     def p_adjusted(self, budget: Budget, direction: str = WORSE) -> float | None:
         """The cell's p-value the ``direction`` way over its looks so far: min over looks of the
         look's one-sided p / its share of the cell's alpha (``look_shares``), at most 1."""
-        if not self.looks:
-            return None
-        shares = look_shares(budget)
-        return min(1.0, min(look.p(direction) / shares[look.launches] for look in self.looks))
+        return _p_over_looks(self.looks, budget, direction)
 
     def best_look(self, budget: Budget, direction: str = WORSE) -> Look | None:
         """The look whose p-value is the cell's the ``direction`` way; the latest on ties."""
-        if not self.looks:
-            return None
-        shares = look_shares(budget)
-        return min(reversed(self.looks), key=lambda look: look.p(direction) / shares[look.launches])
+        return _best_look(self.looks, budget, direction)
 
     def shown_look(self) -> Look | None:
         """The look the table shows: the deciding one, else the latest."""
@@ -144,6 +144,85 @@ class GateCell:
         if self.decision != DIFFERENT or self.decided_look is None:
             return None
         return WORSE if self.decided_look.estimate.ratio < 1 else BETTER
+
+
+def _p_over_looks(looks: Sequence[Look], budget: Budget, direction: str) -> float | None:
+    if not looks:
+        return None
+    shares = look_shares(budget)
+    return min(1.0, min(look.p(direction) / shares[look.launches] for look in looks))
+
+
+def _best_look(looks: Sequence[Look], budget: Budget, direction: str) -> Look | None:
+    if not looks:
+        return None
+    shares = look_shares(budget)
+    return min(reversed(looks), key=lambda look: look.p(direction) / shares[look.launches])
+
+
+# The pooled test's share of a group's alpha; its smallest cell has the rest. A drop at every level
+# is what a build change usually brings (1000 simulated runs, eagle3 tok/s -3 %, seed 11, while the
+# pooled test still used compare_launch_sets: caught 0.83 with the whole alpha pooled, 0.81 at 0.8,
+# 0.78 at 0.5; docs/ab.md); the rest keeps a large drop at one level decidable when the pooled test
+# dilutes it (at 0.2 of a cell's Bonferroni alpha).
+POOLED_SHARE = 0.8
+
+
+@dataclass
+class GateGroup:
+    """A configuration's cells at one gate (one per level), tested together first: closed testing
+    (``decide_round``). ``looks`` are of the test pooled over the levels."""
+
+    config: str
+    gate: str
+    cells: list[GateCell]
+    # False: no pooled test, the smallest cell has the whole alpha. Speculation ratios share their
+    # reference's launches, so the other speculative configurations' spread is not independent of
+    # this one's and the t's dof overstate (simulated, unchanged builds, 2 launches each: 0.0146 of
+    # pooled p-values below 0.01)
+    pooled: bool = True
+    looks: list[Look] = field(default_factory=list)
+    decision: str = UNDECIDED
+    direction: str | None = None  # "worse" or "better" once different
+    decided_round: int | None = None
+    decided_look: Look | None = None
+
+    @property
+    def alpha(self) -> float:
+        return sum(c.alpha for c in self.cells)
+
+    @property
+    def open(self) -> bool:
+        """Still asks for pooled looks: undecided, and every level measurable."""
+        return self.decision == UNDECIDED and all(c.error is None for c in self.cells)
+
+    def p_pooled(self, budget: Budget, direction: str = WORSE) -> float | None:
+        """The pooled test's p-value the ``direction`` way over its looks (as a cell's)."""
+        return _p_over_looks(self.looks, budget, direction)
+
+    def p_closed(self, budget: Budget, direction: str = WORSE) -> float:
+        """The p-value of "no level changed the ``direction`` way", to compare with the group's
+        alpha: the pooled test at ``POOLED_SHARE`` of it and the smallest cell at the rest
+        (Bonferroni); a group of one cell is that cell."""
+        cells = [p for c in self.cells if c.error is None and (p := c.p_adjusted(budget, direction)) is not None]
+        smallest = min(cells, default=1.0) * len(self.cells)
+        if len(self.cells) == 1 or not self.pooled:
+            return min(1.0, smallest)
+        return min(1.0, _p_or_one(self.p_pooled(budget, direction)) / POOLED_SHARE, smallest / (1 - POOLED_SHARE))
+
+
+def pooled_launches(levels: Sequence[Sequence[Sequence[float]]]) -> list[list[float]]:
+    """One configuration's launches pooled over its levels (``levels``: per level, one list of run
+    values per launch): per launch, the k-th run's log value averaged over the levels (as many
+    runs as its shortest level has). The levels share each launch's offset, so the pooled series
+    keeps it whole and averages the runs' own noise."""
+    launches = min((len(x) for x in levels), default=0)
+    pooled = []
+    for j in range(launches):
+        runs = [levels[i][j] for i in range(len(levels))]
+        k = min(len(r) for r in runs)
+        pooled.append([math.exp(sum(math.log(r[n]) for r in runs) / len(runs)) for n in range(k)])
+    return [x for x in pooled if x]
 
 
 def run_spread(sets: Sequence[Sequence[Sequence[Sequence[float]]]], source: str) -> SpreadEstimate | None:
@@ -285,33 +364,87 @@ def add_look(cell: GateCell, a: Sequence[Sequence[float]], b: Sequence[Sequence[
     cell.looks.append(Look(round_no, min(len(a_runs), len(b_runs)), est, est.p_value))
 
 
+def add_group_look(group: GateGroup, a: Sequence[Sequence[Sequence[float]]], b: Sequence[Sequence[Sequence[float]]],
+                   round_no: int, budget: Budget, spread: SpreadEstimate | None = None) -> None:
+    """Look at an open group again: its test pooled over the levels (``a``, ``b``: per level, each
+    build's launches), once both builds have ``budget.first_look`` launches at every level."""
+    a_runs, b_runs = pooled_launches(a), pooled_launches(b)
+    launches = min(len(a_runs), len(b_runs))
+    seen = group.looks[-1].launches if group.looks else 0
+    if not group.pooled or len(group.cells) < 2 or launches < budget.first_look or launches <= seen:
+        return
+    alpha_look = group.alpha * POOLED_SHARE * look_shares(budget)[budget.max_rounds]
+    est = pooled_estimate(a_runs, b_runs, group.cells[0].spec, alpha_look=alpha_look,
+                          pass_confidence=budget.pass_confidence, spread=spread)
+    if est is not None:
+        group.looks.append(Look(round_no, launches, est, est.p_value))
+
+
+def pooled_estimate(a: Sequence[Sequence[float]], b: Sequence[Sequence[float]], spec: GateSpec, *, alpha_look: float,
+                    pass_confidence: float, spread: SpreadEstimate | None = None) -> RatioEstimate | None:
+    """B/A of launches pooled over the levels: a two-sample t test on the launches' locations
+    (median of log runs), their variance pooled with ``spread`` (the other configurations'
+    pooled launches, its own dof); None without a degree of freedom. Exact for normal launch
+    offsets, where ``compare_launch_sets``' combination of within- and between-launch parts ran
+    at about twice the nominal rate in the far tail the group alphas sit in (2 launches per
+    build, unchanged builds, 20000 draws: 0.0006 below p = 0.0003; this t 0.0003)."""
+    la = [float(np.median(np.log(runs))) for runs in a]
+    lb = [float(np.median(np.log(runs))) for runs in b]
+    squares = float(np.sum((np.array(la) - np.mean(la)) ** 2) + np.sum((np.array(lb) - np.mean(lb)) ** 2))
+    dof = float(len(la) - 1 + len(lb) - 1)
+    if spread is not None:
+        squares, dof = squares + spread.var * spread.dof, dof + spread.dof
+    if dof <= 0:
+        return None
+    diff = float(np.mean(lb) - np.mean(la))
+    se = math.sqrt(squares / dof * (1 / len(la) + 1 / len(lb)))
+    if se <= 0:
+        return None
+    q_look, q_pass = float(special.stdtrit(dof, 1 - alpha_look / 2)), float(special.stdtrit(dof, pass_confidence))
+    source = f"{spread.source} (pooled over the levels) and both builds' own launches" if spread else \
+        "both builds' own launches"
+    return RatioEstimate(ratio=math.exp(diff), low=math.exp(diff - q_look * se), high=math.exp(diff + q_look * se),
+                         threshold=1 - spec.tolerance, p_value=float(special.stdtr(dof, diff / se)), dof=dof,
+                         confidence=1 - alpha_look, between_sd=math.sqrt(squares / dof), between_source=source,
+                         test_at=1.0, pass_low=math.exp(diff - q_pass * se), pass_confidence=pass_confidence)
+
+
 def _p_or_one(p: float | None) -> float:
     return 1.0 if p is None else p
 
 
-def decide_round(cells: Sequence[GateCell], round_no: int, budget: Budget) -> None:
-    """After a round: weighted Holm over every cell's p-value makes open cells "different"
-    ("different" wins over "same": a significant change within the tolerance is still a change);
-    then an open cell whose latest look is this round's and is equivalent becomes "same"."""
-    _holm_step(cells, round_no, budget)
-    _equivalence_step(cells, round_no)
+def decide_round(groups: Sequence[GateGroup], round_no: int, budget: Budget) -> None:
+    """After a round: the closed test makes groups and open cells "different" ("different" wins
+    over "same": a significant change within the tolerance is still a change); then an open cell
+    whose latest look is this round's and is equivalent becomes "same"."""
+    for group in groups:
+        _closed_step(group, round_no, budget)
+    _equivalence_step([c for g in groups for c in g.cells], round_no)
 
 
-def _holm_step(cells: Sequence[GateCell], round_no: int, budget: Budget) -> None:
-    """Per direction ("worse", then "better"), weighted Holm (weights: the cells' alphas) over
-    every looked-at cell's p-value that way, decided ones included (they are in the family); only
-    open cells change."""
-    tested = [c for c in cells if c.looks and c.error is None]
-    if not tested:
+def _closed_step(group: GateGroup, round_no: int, budget: Budget) -> None:
+    """Per direction ("worse", then "better"): the group's test at its alpha; where it rejects,
+    each open cell whose p x (cells - 1) is below that alpha too. Decided cells and groups keep
+    their decisions; ``p_closed`` is each cell's adjusted p on the family alpha's scale."""
+    alpha, m = group.alpha, len(group.cells)
+    if alpha <= 0:
         return
+    scale = budget.family_alpha / alpha
     for direction in (WORSE, BETTER):
-        p_values = [_p_or_one(c.p_adjusted(budget, direction)) for c in tested]
-        for cell, p in zip(tested, holm_adjust(p_values, [c.alpha for c in tested])):
+        p_group = group.p_closed(budget, direction)
+        if group.decision == UNDECIDED and p_group <= alpha and any(c.looks for c in group.cells):
+            group.decision, group.direction, group.decided_round = DIFFERENT, direction, round_no
+            group.decided_look = _best_look(group.looks, budget, direction)
+        for cell in group.cells:
+            p_cell = cell.p_adjusted(budget, direction)
+            if p_cell is None or cell.error is not None:
+                continue
+            adjusted = min(1.0, max(p_group, p_cell * max(m - 1, 1)) * scale)
             if cell.open and direction == WORSE:
-                cell.p_holm = p
-            if cell.open and p < budget.family_alpha:
+                cell.p_closed = adjusted
+            if cell.open and adjusted <= budget.family_alpha:
                 cell.decision, cell.decided_round = DIFFERENT, round_no
-                cell.decided_look, cell.p_holm = cell.best_look(budget, direction), p
+                cell.decided_look, cell.p_closed = cell.best_look(budget, direction), adjusted
 
 
 def _equivalence_step(cells: Sequence[GateCell], round_no: int) -> None:
@@ -321,6 +454,7 @@ def _equivalence_step(cells: Sequence[GateCell], round_no: int) -> None:
             cell.decision, cell.decided_round, cell.decided_look = SAME, round_no, latest
 
 
-__all__ = ["BETTER", "BUILD_A", "BUILD_B", "DIFFERENT", "ERROR", "SAME", "UNDECIDED", "WORSE", "Budget", "GateCell",
-           "GateSpec", "Look", "abba_order", "add_look", "decide_round", "equivalent", "look_estimate", "look_shares",
-           "prior_check", "run_spread", "set_alphas", "shown_ratio"]
+__all__ = ["BETTER", "BUILD_A", "BUILD_B", "DIFFERENT", "ERROR", "POOLED_SHARE", "SAME", "UNDECIDED", "WORSE", "Budget",
+           "GateCell", "GateGroup", "GateSpec", "Look", "abba_order", "add_group_look", "add_look", "decide_round",
+           "equivalent", "look_estimate", "look_shares", "pooled_estimate", "pooled_launches", "prior_check",
+           "run_spread", "set_alphas", "shown_ratio"]

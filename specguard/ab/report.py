@@ -7,16 +7,35 @@ import math
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Final, Literal, TypeVar
 
 from specguard.ab.builds import Build
-from specguard.ab.decision import BETTER, DIFFERENT, PRIOR_DOF, GateCell, look_shares, prior_check, shown_ratio
+from specguard.ab.decision import (
+    BETTER,
+    DIFFERENT,
+    POOLED_SHARE,
+    PRIOR_DOF,
+    WORSE,
+    GateCell,
+    GateGroup,
+    Look,
+    look_shares,
+    prior_check,
+    shown_ratio,
+)
 from specguard.ab.rounds import Comparison
+from specguard.ab.schema import AbCellDoc, AbDoc, AbGroupDoc, AbLookDoc, AbSpreadDoc, BisectDoc
 from specguard.labels import ACCEPT_LENGTH, SPECULATION, STEP_TIME, THROUGHPUT
 from specguard.report.terminal import fmt_num
-from specguard.store.atomic import atomic_write_json
+from specguard.store.documents import Document
 
-SCHEMA, SCHEMA_VERSION = "specguard-ab", 2  # 2: one-sided p_worse per look, O'Brien-Fleming shares
+SCHEMA: Final[Literal["specguard-ab"]] = "specguard-ab"
+SCHEMA_VERSION = 3  # 2: one-sided p_worse per look, O'Brien-Fleming shares; 3: closed testing, groups[]
+AB: Document[AbDoc] = Document(SCHEMA, SCHEMA_VERSION, AbDoc, what="A/B results file",
+                               make="write one with: specguard ab ... --results-json FILE")
+BISECT: Document[BisectDoc] = Document("specguard-bisect", 1, BisectDoc, what="bisect results file",
+                                       make="write one with: specguard bisect ... --results-json FILE")
+T = TypeVar("T")
 GATE_SHOWN = {THROUGHPUT: "tok/s", STEP_TIME: "step ms", ACCEPT_LENGTH: "accept", SPECULATION: "spec/ref"}
 COLUMNS = ("config", "level", "gate", "A", "B", "B/A [CI]", "decision", "rounds")
 
@@ -38,39 +57,82 @@ def _figure(cmp: Comparison, cell: GateCell, build: str, launches: int) -> float
     return 1e3 / location if cell.gate == STEP_TIME else location
 
 
-def cell_row(cmp: Comparison, cell: GateCell) -> dict[str, Any]:
+def cell_row(cmp: Comparison, cell: GateCell) -> AbCellDoc:
     """One cell's row of the results document (and of every table)."""
     look = cell.shown_look()
-    row: dict[str, Any] = {
+    a = b = ratio = low = high = None
+    if look is not None:
+        a, b = _figure(cmp, cell, "A", look.launches), _figure(cmp, cell, "B", look.launches)
+        ratio, low, high = shown_ratio(look, cell.spec)
+    return {
         "config": cell.config, "level": cell.level, "level_name": cmp.selection.level_name(cell.level),
         "gate": cell.gate, "decision": "error" if cell.error else cell.decision, "direction": cell.direction(),
         "rounds": look.launches if look else 0, "decided_round": cell.decided_round, "alpha": cell.alpha,
         "tolerance": cell.spec.tolerance, "prior_sd": cell.spec.prior_sd, "error": cell.error,
-        "p_holm": cell.p_holm, "p_adjusted": cell.p_adjusted(cmp.budget),
+        "p_closed": cell.p_closed, "p_adjusted": cell.p_adjusted(cmp.budget),
         "p_adjusted_better": cell.p_adjusted(cmp.budget, BETTER),
-        "a": None, "b": None, "ratio": None, "low": None, "high": None, "looks": [],
+        "a": a, "b": b, "ratio": ratio, "low": low, "high": high, "looks": [_look_doc(seen) for seen in cell.looks],
+        # every run's value per launch, as decided (step time: steps per second; speculation: run ratios)
+        "a_runs": cmp.values("A", cell.config, cell.level, cell.gate),
+        "b_runs": cmp.values("B", cell.config, cell.level, cell.gate),
     }
-    # every run's value per launch, as decided (step time: steps per second; speculation: run ratios)
-    row["a_runs"] = cmp.values("A", cell.config, cell.level, cell.gate)
-    row["b_runs"] = cmp.values("B", cell.config, cell.level, cell.gate)
-    if look is not None:
-        row["a"], row["b"] = _figure(cmp, cell, "A", look.launches), _figure(cmp, cell, "B", look.launches)
-        row["ratio"], row["low"], row["high"] = shown_ratio(look, cell.spec)
-    for seen in cell.looks:
-        est = seen.estimate
-        row["looks"].append({"round": seen.round_no, "launches": seen.launches, "ratio": est.ratio,
-                             "low": est.low, "high": est.high, "confidence": est.confidence,
-                             "p_worse": seen.p_worse, "pass_low": est.pass_low, "pass_high": seen.pass_high,
-                             "dof": est.dof if math.isfinite(est.dof) else None,  # inf: no variance at all
-                             "between_sd": est.between_sd, "between_source": est.between_source})
-    return row
 
 
-def rows(cmp: Comparison) -> list[dict[str, Any]]:
+def _look_doc(seen: Look) -> AbLookDoc:
+    est = seen.estimate
+    return {"round": seen.round_no, "launches": seen.launches, "ratio": est.ratio, "low": est.low, "high": est.high,
+            "confidence": est.confidence, "p_worse": seen.p_worse, "pass_low": est.pass_low,
+            "pass_high": seen.pass_high,
+            "dof": est.dof if math.isfinite(est.dof) else None,  # inf: no variance at all
+            "between_sd": est.between_sd, "between_source": est.between_source}
+
+
+def rows(cmp: Comparison) -> list[AbCellDoc]:
     return [cell_row(cmp, cell) for cell in cmp.sorted_cells()]
 
 
-def decision_text(row: dict[str, Any]) -> str:
+def group_row(cmp: Comparison, group: GateGroup) -> AbGroupDoc:
+    """One configuration's gate over its levels: the closed test's first step."""
+    look = group.decided_look or (group.looks[-1] if group.looks else None)
+    ratio = low = high = None
+    if look is not None:
+        ratio, low, high = shown_ratio(look, group.cells[0].spec)
+    return {"config": group.config, "gate": group.gate, "levels": [c.level for c in group.cells],
+            "decision": group.decision, "direction": group.direction, "decided_round": group.decided_round,
+            "alpha": group.alpha, "p_closed": group.p_closed(cmp.budget, WORSE),
+            "p_closed_better": group.p_closed(cmp.budget, BETTER), "p_pooled": group.p_pooled(cmp.budget),
+            "rounds": look.launches if look else max((c.looks[-1].launches for c in group.cells if c.looks), default=0),
+            "ratio": ratio, "low": low, "high": high}
+
+
+def group_rows(cmp: Comparison) -> list[AbGroupDoc]:
+    return [group_row(cmp, g) for g in cmp.level_groups()]
+
+
+def _group_table_cells(row: AbGroupDoc) -> list[str]:
+    """A group decided different, as a table row: level "all", no A and B (its ratio is pooled)."""
+    ratio = "-" if row["ratio"] is None else f"{row['ratio']:.3f} [{row['low']:.3f}, {row['high']:.3f}]"
+    return [row["config"], "all", GATE_SHOWN[row["gate"]], "-", "-", ratio, f"different ({row['direction']})",
+            str(row["rounds"])]
+
+
+def _table_body(cmp: Comparison) -> list[list[str]]:
+    """Every cell's row; after a configuration's last cell, an "all" row per gate whose group was
+    decided different."""
+    decided: dict[str, list[AbGroupDoc]] = {}
+    for g in group_rows(cmp):
+        if g["decision"] == DIFFERENT:
+            decided.setdefault(g["config"], []).append(g)
+    body: list[list[str]] = []
+    cells = rows(cmp)
+    for i, row in enumerate(cells):
+        body.append(table_cells(row))
+        if i + 1 == len(cells) or cells[i + 1]["config"] != row["config"]:
+            body += [_group_table_cells(g) for g in decided.get(row["config"], [])]
+    return body
+
+
+def decision_text(row: AbCellDoc) -> str:
     if row["decision"] == DIFFERENT:
         return f"different ({row['direction']})"
     return str(row["decision"])
@@ -80,7 +142,7 @@ def _num(x: float | None) -> str:
     return "-" if x is None or not math.isfinite(x) else fmt_num(x)
 
 
-def table_cells(row: dict[str, Any]) -> list[str]:
+def table_cells(row: AbCellDoc) -> list[str]:
     """The row's columns as text (COLUMNS)."""
     ratio = "-" if row["ratio"] is None else f"{row['ratio']:.3f} [{row['low']:.3f}, {row['high']:.3f}]"
     return [row["config"], row["level_name"], GATE_SHOWN[row["gate"]], _num(row["a"]), _num(row["b"]), ratio,
@@ -96,7 +158,7 @@ def ci_note(cmp: Comparison) -> str:
 def render_text(cmp: Comparison, builds: Sequence[Build], title: str, *, exit_code: bool = True) -> str:
     """The terminal table, then the builds, what could not be measured and the outcome (with
     the exit code it means for `specguard ab`; a bisect step's has none)."""
-    body = [table_cells(r) for r in rows(cmp)]
+    body = _table_body(cmp)
     widths = [max(len(h), *(len(b[i]) for b in body)) if body else len(h) for i, h in enumerate(COLUMNS)]
     line = "  ".join
     out = [title, line(h.ljust(w) for h, w in zip(COLUMNS, widths)), "-" * (sum(widths) + 2 * (len(widths) - 1))]
@@ -117,9 +179,9 @@ def notes(cmp: Comparison) -> list[str]:
     return lines
 
 
-def launch_spreads(cmp: Comparison) -> dict[str, dict[str, Any]]:
+def launch_spreads(cmp: Comparison) -> dict[str, AbSpreadDoc]:
     """Per gate: the run's launch spread (sd, dof) beside the prior's, and whether it contradicts it."""
-    out: dict[str, dict[str, Any]] = {}
+    out: dict[str, AbSpreadDoc] = {}
     for gate, spec in cmp.specs.items():
         found = cmp.spread_of(gate)
         if found is not None:
@@ -128,7 +190,7 @@ def launch_spreads(cmp: Comparison) -> dict[str, dict[str, Any]]:
     return out
 
 
-def _spread_text(gate: str, row: dict[str, Any]) -> str:
+def _spread_text(gate: str, row: AbSpreadDoc) -> str:
     verdict = "above the prior (chi-square at 1 %): measure the machine" if row["contradicts_prior"] else "consistent"
     return f"{GATE_SHOWN.get(gate, gate)} {row['sd']:.2%} ({row['dof']:g} dof) vs prior {row['prior_sd']:.2%}, {verdict}"
 
@@ -138,12 +200,15 @@ def outcome_line(cmp: Comparison, *, exit_code: bool = True) -> str:
     for row in rows(cmp):
         counts[decision_text(row)] = counts.get(decision_text(row), 0) + 1
     tally = ", ".join(f"{n} {what}" for what, n in sorted(counts.items()))
+    across = [f"{GATE_SHOWN[g.gate]} {g.config}" for g in cmp.group_regressions()]
+    if across:
+        tally += f"; worse at one level or more: {', '.join(across)}"
     launches = len(cmp.launches)
     code = f" -> exit {cmp.exit_code()}" if exit_code else ""
     return f"{tally or 'nothing decided'}; {cmp.rounds_run} rounds, {launches} launches{code}"
 
 
-def results_doc(cmp: Comparison, builds: Sequence[Build], *, suite_path: str, mode: str, argv: Sequence[str]) -> dict[str, Any]:
+def results_doc(cmp: Comparison, builds: Sequence[Build], *, suite_path: str, mode: str, argv: Sequence[str]) -> AbDoc:
     """The results document (docs/ab.md "Results JSON")."""
     budget = cmp.budget
     return {
@@ -156,7 +221,9 @@ def results_doc(cmp: Comparison, builds: Sequence[Build], *, suite_path: str, mo
                    "alpha_per_look": "the cell alpha x its look's share (O'Brien-Fleming spending, Bonferroni over the "
                                      "looks)",
                    "directions": "worse and better apart, each one-sided at the family alpha",
-                   "holm": "weighted, over every cell, per direction",
+                   "closed_testing": "per configuration and gate, per direction: the test pooled over its levels at "
+                                     f"{POOLED_SHARE:g} of its alpha or its smallest cell at the rest; then each "
+                                     "cell with p x (cells - 1) below the group's alpha",
                    "launch_spread": "this run's launches of the other configurations, with the cell's own; the prior "
                                     "weighs nothing"},
         "launch_spreads": launch_spreads(cmp),
@@ -164,25 +231,29 @@ def results_doc(cmp: Comparison, builds: Sequence[Build], *, suite_path: str, mo
         "launches": [{"round": x.round_no, "build": x.build, "config": x.config, "wall_s": round(x.wall_s, 2),
                       "error": x.error, "skipped": x.skipped} for x in cmp.launches],
         "cells": rows(cmp),
+        "groups": group_rows(cmp),
         "not_compared": cmp.dropped, "not_measured": cmp.not_measured(),
         "outcome": {"exit_code": cmp.exit_code(), "rounds": cmp.rounds_run,
-                    "regressions": [f"{c.gate} {c.config} {cmp.selection.level_name(c.level)}" for c in cmp.regressions()]},
+                    "regressions": [f"{c.gate} {c.config} {cmp.selection.level_name(c.level)}" for c in cmp.regressions()]
+                    + [f"{g.gate} {g.config} all levels" for g in cmp.group_regressions()]},
     }
 
 
 def render_markdown(cmp: Comparison, builds: Sequence[Build], title: str, *, exit_code: bool = True) -> str:
     head = "| " + " | ".join(COLUMNS) + " |\n|" + "---|" * len(COLUMNS)
-    body = ["| " + " | ".join(c.replace("|", "\\|") for c in table_cells(r)) + " |" for r in rows(cmp)]
+    body = ["| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |" for cells in _table_body(cmp)]
     extra = [f"- {b.name}: `{b.describe()}`" for b in builds] + [f"- {line}" for line in notes(cmp)]
     outcome = f"**{outcome_line(cmp, exit_code=exit_code)}**"
     return "\n".join([f"## {title}", "", outcome, "", head, *body, "", ci_note(cmp), "", *extra, ""])
 
 
-def write_outputs(markdown: str, doc: dict[str, Any], results_json: str | None, report_dir: str | None) -> list[Path]:
-    """--results-json and --report-dir/summary.md (also appended to $GITHUB_STEP_SUMMARY)."""
+def write_outputs(markdown: str, doc: T, document: Document[T], results_json: str | None,
+                  report_dir: str | None) -> list[Path]:
+    """--results-json (checked against its `document`'s model first) and --report-dir/summary.md
+    (also appended to $GITHUB_STEP_SUMMARY)."""
     written = []
     if results_json:
-        atomic_write_json(Path(results_json), doc)
+        document.save(doc, results_json)
         written.append(Path(results_json))
     if report_dir:
         path = Path(report_dir) / "summary.md"

@@ -8,7 +8,7 @@ import time
 from dataclasses import dataclass, replace
 
 from specguard.config import Suite
-from specguard.decide.gates import GateDesign, RelaunchReason, relaunch_plan
+from specguard.decide.gates import GateDesign, RelaunchReason, RelaunchWhy, relaunch_plan
 from specguard.decide.result import GateResult
 from specguard.labels import SPECULATION
 from specguard.measure.sweep import CellMeasurement, Driver, Progress, RunControl, measure_cell, plain_driver
@@ -173,30 +173,49 @@ class Campaign:
 
     def _relaunch_stage(self, name: str, levels: list[int], results: list[GateResult], stage: int) -> list[GateResult] | None:
         """One more launch of `name` (and its reference, where a speculation cell asks for it) when
-        `relaunch_plan` names it, and the stage's decisions; None when the campaign is done."""
+        `relaunch_plan` names it, and the stage's decisions; None when the campaign is done. A
+        reference whose own runs disagreed at one of `name`'s cells is launched again alone."""
         refs = {n: cfg.reference for n, cfg in self._suite.servers.items()}
         wanted = relaunch_plan(results, refs, self._design.suspicion_p, self._design.reference_losing_p)
-        if name not in wanted:
-            return None
         ref = self._suite.servers[name].reference
         ref_levels = sorted({r.level.value for r in results if r.gate.gate == SPECULATION})
-        if ref and ref in wanted and ref_levels and self._reference_can_follow(ref, ref_levels, name, levels):
+        ref_goes, replacing = self._reference_goes(name, levels, ref, ref_levels, wanted)
+        if name not in wanted and not (replacing and ref_goes):
+            return None
+        why = None
+        if ref and ref_goes:
             self._pool.stop(name)
             why = self._add_launch(ref, ref_levels)
             self._pool.stop(ref)
             self._note_relaunch(ref, stage, wanted[ref], why)
-        why = self._add_launch(name, [c for c in levels if not self._cells.error(name, c)], plain_driver)
-        self._note_relaunch(name, stage, wanted.get(name, []), why)
+        if name in wanted:
+            why = self._add_launch(name, [c for c in levels if not self._cells.error(name, c)], plain_driver)
+            self._note_relaunch(name, stage, wanted[name], why)
         decided = self._verdicts.decide(name, stage=stage)
         return None if why else decided
 
-    def _reference_can_follow(self, ref: str, ref_levels: list[int], name: str, levels: list[int]) -> bool:
-        """The reference was started, can be launched again, is healthy, and has no more launches
-        than `name` at the speculation levels (it comes along to keep the pair level, never to get ahead)."""
+    def _reference_goes(self, name: str, levels: list[int], ref: str | None, ref_levels: list[int],
+                        wanted: dict[str, list[RelaunchReason]]) -> tuple[bool, bool]:
+        """(the reference is launched again, it replaces a launch whose runs disagreed at one of
+        `name`'s speculation cells)."""
+        if not ref or ref not in wanted or not ref_levels:
+            return False, False
+        replacing = any(w.why == RelaunchWhy.RUNS_DISAGREE and w.config == name for w in wanted[ref])
+        return self._reference_can_follow(ref, ref_levels, name, levels, replacing), replacing
+
+    def _reference_can_follow(self, ref: str, ref_levels: list[int], name: str, levels: list[int],
+                              replacing: bool) -> bool:
+        """The reference was started, can be launched again and is healthy; and either it replaces
+        a launch whose runs disagreed (`replacing`, up to sweep.max_launches) or it has no more
+        launches than `name` at the speculation levels (it comes along to keep the pair level,
+        never to get ahead)."""
         state = self._pool.state(ref)
-        launched = max(self._cells.launches(name, c) for c in levels)
-        return (state.mode != "" and self._pool.can_relaunch(ref) and state.failure is None
-                and all(self._cells.launches(ref, c) <= launched for c in ref_levels))
+        if state.mode == "" or not self._pool.can_relaunch(ref) or state.failure is not None:
+            return False
+        ref_launches = [self._cells.launches(ref, c) for c in ref_levels]
+        if replacing:
+            return max(ref_launches) < self._design.max_launches
+        return max(ref_launches) <= max(self._cells.launches(name, c) for c in levels)
 
     def _note_relaunch(self, name: str, stage: int, reasons: list[RelaunchReason], failed: str | None) -> None:
         """Why a configuration was launched again (the summary's "relaunched" line), per stage."""

@@ -1,11 +1,12 @@
 """`specguard ab`: the decision rule on synthetic launches (different / same / undecided, ABBA
-order, stopping rules, Holm, errors), the command line's one-line usage errors, and end to end
+order, stopping rules, closed testing, errors), the command line's one-line usage errors, and end to end
 against emulators on 127.0.0.1 (launch mode and attach mode)."""
 
 from __future__ import annotations
 
 import json
 import math
+import re
 import socket
 import subprocess
 import sys
@@ -19,27 +20,32 @@ from specguard.ab.builds import Build, BuildFlags, UsageError, ab_builds, parse_
 from specguard.ab.decision import (
     DIFFERENT,
     MIN_LOOK_SHARE,
+    POOLED_SHARE,
     SAME,
     UNDECIDED,
     Budget,
     GateCell,
+    GateGroup,
     GateSpec,
     Look,
     abba_order,
     decide_round,
     look_estimate,
     look_shares,
+    pooled_estimate,
+    pooled_launches,
     prior_check,
     run_spread,
     set_alphas,
     shown_ratio,
 )
-from specguard.ab.report import render_text, results_doc
+from specguard.ab.report import AB, render_text, results_doc
 from specguard.ab.rounds import STEP_RATE, Comparison, LaunchResult, Selection
 from specguard.cli import main
 from specguard.config import load_suite
-from specguard.decide.stats import RatioEstimate
+from specguard.decide.stats import RatioEstimate, SpreadEstimate
 from specguard.labels import ACCEPT_LENGTH, SPECULATION, STEP_TIME, THROUGHPUT
+from specguard.store.documents import DocumentError
 
 REPO = Path(__file__).resolve().parents[2]
 SPECS = {
@@ -58,8 +64,10 @@ class FakeLauncher:
 
     def __init__(self, factors: dict[tuple[str, str], float], *, launch_sd: float = 0.003, run_sd: float = 0.002,
                  seed: int = 1, errors: dict[tuple[str, str, int], str] | None = None,
-                 skipped: set[tuple[str, str]] | None = None) -> None:
+                 skipped: set[tuple[str, str]] | None = None, levels: tuple[int, ...] = (4,),
+                 level_factors: dict[tuple[str, str, int], float] | None = None) -> None:
         self.factors = factors
+        self.levels, self.level_factors = levels, level_factors or {}
         self.launch_sd, self.run_sd = launch_sd, run_sd
         self.rng = np.random.default_rng(seed)
         self.errors = errors or {}
@@ -73,10 +81,13 @@ class FakeLauncher:
         if (build, config, round_no) in self.errors:
             return LaunchResult(build, config, round_no, error=self.errors[(build, config, round_no)])
         factor = self.factors.get((build, config), 1.0) * math.exp(self.rng.normal(0, self.launch_sd))
-        runs = [factor * math.exp(self.rng.normal(0, self.run_sd)) for _ in range(3)]
-        values = {THROUGHPUT: [1000 * r for r in runs], STEP_RATE: [200 * r for r in runs],
-                  ACCEPT_LENGTH: [3.0 * math.exp(self.rng.normal(0, 0.001)) for _ in runs]}
-        return LaunchResult(build, config, round_no, values={4: values})
+        values = {}
+        for level in self.levels:  # the levels share the launch's offset
+            at = factor * self.level_factors.get((build, config, level), 1.0)
+            runs = [at * math.exp(self.rng.normal(0, self.run_sd)) for _ in range(3)]
+            values[level] = {THROUGHPUT: [1000 * r for r in runs], STEP_RATE: [200 * r for r in runs],
+                             ACCEPT_LENGTH: [3.0 * math.exp(self.rng.normal(0, 0.001)) for _ in runs]}
+        return LaunchResult(build, config, round_no, values=values)
 
 
 def selection(*configs: str, speculative: tuple[str, ...] = (), references: dict[str, str] | None = None) -> Selection:
@@ -194,20 +205,91 @@ def _look(p_worse: float, ratio: float = 0.9, launches: int = 1) -> Look:
     return Look(1, launches, est, p_worse)
 
 
-def _cells_with(p_values: list[float], launches: int = 1) -> list[GateCell]:
+def _group_with(p_values: list[float], launches: int = 1, pooled: float | None = None) -> GateGroup:
+    """One configuration's tok/s cells (one per level) with one look each; ``pooled``: the p of
+    the test pooled over the levels, if it was looked at."""
     cells = [GateCell("c", i, SPECS[THROUGHPUT], looks=[_look(p, launches=launches)]) for i, p in enumerate(p_values)]
     set_alphas(cells, 0.01)
-    return cells
+    group = GateGroup("c", THROUGHPUT, cells)
+    if pooled is not None:
+        group.looks.append(_look(pooled, launches=launches))
+    return group
 
 
-def test_holm_adds_what_the_per_cell_split_misses():
+def test_closed_testing_gives_a_cell_the_alpha_of_its_group_less_one_once_the_group_is_rejected():
     one_look = Budget(0.01, 0.95, max_rounds=1)
-    cells = _cells_with([0.004, 0.008])  # alpha per cell 0.005: only the first passes Bonferroni
-    decide_round(cells, 1, one_look)
-    assert [c.decision for c in cells] == [DIFFERENT, DIFFERENT]  # Holm's second step: 0.008 < 0.01
-    cells = _cells_with([0.004, 0.02])
-    decide_round(cells, 1, one_look)
-    assert [c.decision for c in cells] == [DIFFERENT, UNDECIDED]
+    assert POOLED_SHARE == 0.8  # the smallest cell has the other 0.2 of the group's alpha
+    group = _group_with([0.0004, 0.008])  # group alpha 0.01: its smallest cell 2 x 0.0004 / 0.2 < 0.01 rejects it
+    decide_round([group], 1, one_look)
+    assert [c.decision for c in group.cells] == [DIFFERENT, DIFFERENT]  # each p x (2 - 1) < 0.01
+    assert group.decision == DIFFERENT and group.direction == "worse"
+    group = _group_with([0.0004, 0.02])
+    decide_round([group], 1, one_look)
+    assert [c.decision for c in group.cells] == [DIFFERENT, UNDECIDED]
+    group = _group_with([0.004, 0.004])  # below a cell's Bonferroni alpha (0.005), not below 0.2 of it
+    decide_round([group], 1, one_look)
+    assert group.decision == UNDECIDED and [c.decision for c in group.cells] == [UNDECIDED, UNDECIDED]
+
+
+def test_a_drop_at_every_level_that_no_level_shows_alone_is_worse_across_the_levels():
+    one_look = Budget(0.01, 0.95, max_rounds=1)
+    group = _group_with([0.01] * 4, pooled=0.001)  # cells at 0.0025 each: none alone; pooled 0.001 / 0.8 < 0.01
+    decide_round([group], 1, one_look)
+    assert group.decision == DIFFERENT and group.direction == "worse"
+    assert all(c.decision == UNDECIDED for c in group.cells)  # 3 x 0.01 > 0.01
+    assert group.p_closed(one_look) == pytest.approx(0.00125)
+    group = _group_with([0.003] * 4, pooled=0.001)  # 3 x 0.003 < 0.01: every level too
+    decide_round([group], 1, one_look)
+    assert all(c.decision == DIFFERENT for c in group.cells)
+    group = _group_with([0.5] * 4, pooled=0.009)  # pooled 0.009 / 0.8 > 0.01
+    decide_round([group], 1, one_look)
+    assert group.decision == UNDECIDED
+
+
+LEVELS = (1, 4, 16, 64)
+
+
+def test_a_drop_at_every_level_is_worse_over_the_levels_in_the_table_and_the_document():
+    sel = Selection(["plain", "other"], list(LEVELS))
+    launcher = FakeLauncher({("B", "plain"): 0.97}, launch_sd=0.006, run_sd=0.004, seed=3, levels=LEVELS)
+    cmp = run(sel, launcher)
+    assert [(g.config, g.gate) for g in cmp.group_regressions()] == [("plain", THROUGHPUT), ("plain", STEP_TIME)]
+    assert cmp.exit_code() == 1 and not any(g.config == "other" for g in cmp.group_regressions())
+    doc = results_doc(cmp, [Build("A"), Build("B")], suite_path="s.toml", mode="launch", argv=["ab"])
+    groups = {(g["config"], g["gate"]): g for g in doc["groups"]}
+    tok_s = groups[("plain", THROUGHPUT)]
+    assert tok_s["decision"] == DIFFERENT and tok_s["direction"] == "worse" and tok_s["levels"] == list(LEVELS)
+    assert tok_s["ratio"] == pytest.approx(0.97, abs=0.02) and tok_s["p_closed"] <= tok_s["alpha"]
+    assert groups[("other", THROUGHPUT)]["decision"] != DIFFERENT
+    assert "throughput plain all levels" in doc["outcome"]["regressions"]
+    text = render_text(cmp, [Build("A"), Build("B")], "title")
+    assert re.search(r"^plain\s+all\s+tok/s\s+-\s+-\s+0\.9\d\d \[.*different \(worse\)", text, re.M), text
+    assert "worse at one level or more: tok/s plain, step ms plain" in text
+
+
+def test_a_large_drop_at_one_level_is_still_found_at_that_level_alone():
+    sel = Selection(["plain", "other"], list(LEVELS))
+    launcher = FakeLauncher({}, launch_sd=0.006, run_sd=0.004, seed=5, levels=LEVELS,
+                            level_factors={("B", "plain", 64): 0.85})
+    cmp = run(sel, launcher)
+    worse = {(c.config, c.gate, c.level) for c in cmp.regressions()}
+    assert ("plain", THROUGHPUT, 64) in worse and not any(level != 64 for _, _, level in worse), worse
+
+
+def test_a_group_of_one_level_is_its_cell_and_is_not_reported_twice():
+    cmp = run(selection("slow"), FakeLauncher({("B", "slow"): 0.7}))
+    assert cmp.regressions() and not cmp.group_regressions() and cmp.exit_code() == 1
+    doc = results_doc(cmp, [Build("A"), Build("B")], suite_path="s.toml", mode="launch", argv=["ab"])
+    assert doc["groups"] == [] and not any(r.endswith("all levels") for r in doc["outcome"]["regressions"])
+    text = render_text(cmp, [Build("A"), Build("B")], "title")
+    assert not re.search(r"^slow\s+all\s", text, re.M) and "one level or more" not in text
+
+
+def test_the_pooled_launches_average_each_runs_logs_over_the_levels():
+    levels = [[[100.0, 400.0], [100.0, 100.0]], [[400.0, 100.0, 7.0], [400.0, 400.0]]]  # 2 levels, 2 launches
+    pooled = pooled_launches(levels)
+    assert [len(x) for x in pooled] == [2, 2] and [v for x in pooled for v in x] == pytest.approx([200.0] * 4)
+    assert pooled_launches([[[1.0]], []]) == []  # a level without launches: nothing pooled
 
 
 def test_each_look_spends_its_obrien_fleming_share_of_the_cell_alpha():
@@ -217,15 +299,15 @@ def test_each_look_spends_its_obrien_fleming_share_of_the_cell_alpha():
     assert sorted(shares) == [2, 3, 4] and sum(shares.values()) == pytest.approx(1.0)
     assert shares[2] < shares[3] < shares[4] and shares[4] > 0.85 and shares[2] >= 0.9 * MIN_LOOK_SHARE
     last = 0.01 * shares[4]  # alone in the family: alpha 0.01
-    cells = _cells_with([1.1 * last], launches=4)
-    decide_round(cells, 1, BUDGET)
-    assert cells[0].decision == UNDECIDED and cells[0].p_adjusted(BUDGET) == pytest.approx(0.011)
-    cells = _cells_with([0.9 * last], launches=4)
-    decide_round(cells, 1, BUDGET)
-    assert cells[0].decision == DIFFERENT and cells[0].direction() == "worse"
-    cells = _cells_with([0.9 * last], launches=2)  # the same p at the first look is far from enough
-    decide_round(cells, 1, BUDGET)
-    assert cells[0].decision == UNDECIDED
+    group = _group_with([1.1 * last], launches=4)
+    decide_round([group], 1, BUDGET)
+    assert group.cells[0].decision == UNDECIDED and group.cells[0].p_adjusted(BUDGET) == pytest.approx(0.011)
+    group = _group_with([0.9 * last], launches=4)
+    decide_round([group], 1, BUDGET)
+    assert group.cells[0].decision == DIFFERENT and group.cells[0].direction() == "worse"
+    group = _group_with([0.9 * last], launches=2)  # the same p at the first look is far from enough
+    decide_round([group], 1, BUDGET)
+    assert group.cells[0].decision == UNDECIDED
 
 
 def test_a_build_that_does_not_start_is_not_measured_and_a_regression_still_wins():
@@ -258,6 +340,17 @@ def test_the_table_figures_are_the_decisions_locations_and_the_document_keeps_ev
         assert len(row["a_runs"]) == len(row["b_runs"]) == row["rounds"] == 2
     assert by_gate[STEP_TIME]["a"] == pytest.approx(5.0, rel=0.02)  # 200 steps/s shown as 5 ms
     assert by_gate[STEP_TIME]["ratio"] > 1 > by_gate[THROUGHPUT]["ratio"]
+
+
+def test_the_ab_document_is_checked_before_it_is_written_and_round_trips(tmp_path):
+    cmp = run(selection("spec", speculative=("spec",)), FakeLauncher({("B", "spec"): 0.9}, launch_sd=0.01, seed=2))
+    doc = results_doc(cmp, [Build("A"), Build("B")], suite_path="s.toml", mode="launch", argv=["ab"])
+    AB.save(doc, tmp_path / "ab.json")
+    assert AB.load(tmp_path / "ab.json") == json.loads(json.dumps(doc))
+    doc["cells"][0]["looks"][0]["ratio"] = "0.9"
+    with pytest.raises(DocumentError, match=r"cells\[0\]\.looks\[0\]\.ratio is \"0.9\"; expected float") as err:
+        AB.save(doc, tmp_path / "bad.json")
+    assert "\n" not in str(err.value) and not (tmp_path / "bad.json").exists()
     text = render_text(cmp, [Build("A"), Build("B")], "title")
     assert "different (worse)" in text and text.endswith("-> exit 1")
     # the run's own launch spread, beside the prior it was checked against
@@ -419,7 +512,7 @@ def test_ab_launch_mode_finds_eagle3_slower_and_baseline_the_same(tmp_path):
     proc = run_cli(tmp_path, "ab", "--suite", "suite.toml", "--b-server-args", "eagle3=--emulator-step-scale 1.25",
                    "--results-json", "r.json", "--report-dir", "rep", "--log-dir", "logs")
     assert proc.returncode == 1, proc.stdout + proc.stderr
-    doc = json.loads((tmp_path / "r.json").read_text())
+    doc = AB.load(tmp_path / "r.json")
     assert doc["schema"] == "specguard-ab" and doc["mode"] == "launch"
     got = decisions(doc)
     assert got[("eagle3", "throughput")] == "different (worse)"
@@ -454,3 +547,25 @@ def test_ab_attach_mode_interleaves_runs_on_two_running_servers(tmp_path, emulat
     assert "its reference 'baseline' has no --a-url/--b-url" in proc.stderr
     port_a, port_b = (int(u.rsplit(":", 1)[1]) for u in (url_a, url_b))
     assert listening(port_a) and listening(port_b)  # attached servers are the user's: they keep running
+
+
+def test_the_pooled_test_is_a_two_sample_t_on_the_launches_locations():
+    a = [[100.0, 100.1, 99.9], [102.0, 102.1, 101.9]]
+    b = [[98.0, 98.1, 97.9], [100.0, 100.1, 99.9]]
+    est = pooled_estimate(a, b, SPECS[THROUGHPUT], alpha_look=0.01, pass_confidence=0.95)
+    assert est is not None and est.dof == 2 and est.ratio == pytest.approx(math.sqrt(98 * 100 / (100 * 102)), rel=1e-6)
+    assert est.low < est.pass_low < est.ratio < est.high and 0.05 < est.p_value < 0.5  # 2 dof: far from decided
+    sharp = pooled_estimate(a, b, SPECS[THROUGHPUT], alpha_look=0.01, pass_confidence=0.95,
+                            spread=SpreadEstimate((0.014**2), 40.0, "others"))
+    assert sharp is not None and sharp.dof == 42 and sharp.p_value < est.p_value
+    assert pooled_estimate([[100.0]], [[99.0]], SPECS[THROUGHPUT], alpha_look=0.01, pass_confidence=0.95) is None
+
+
+def test_a_speculation_ratios_spread_from_other_configurations_counts_half_its_dof():
+    sel = Selection(["ref", "one", "two"], [4], frozenset({"one", "two"}), {"one": "ref", "two": "ref"})
+    cmp = run(sel, FakeLauncher({}, launch_sd=0.01, seed=2), budget=Budget(0.01, 0.95, max_rounds=3, min_rounds=3))
+    full = run_spread([[cmp.values(b, "two", 4, SPECULATION)] for b in ("A", "B")], "x")
+    halved = cmp.spread_without("one", SPECULATION)
+    assert full is not None and halved is not None and halved.dof == full.dof / 2 == 2
+    assert halved.var == full.var and "dof halved: they share the reference" in halved.source
+    assert cmp.spread_without("one", THROUGHPUT).dof == 2 * 2 * 2  # ref and two, both builds, 3 launches each

@@ -4,7 +4,6 @@ eight emulator builds, the last four with a slower step, named at build 5."""
 
 from __future__ import annotations
 
-import json
 import math
 import sys
 from pathlib import Path
@@ -15,6 +14,7 @@ from test_ab import SMALL_SUITE, listening, ports_in_logs, run_cli
 from specguard.ab.bisect import BAD, GOOD, UNDECIDED_BUILD, bisect, decisions_needed
 from specguard.ab.builds import Build, UsageError, parse_build, read_builds
 from specguard.ab.cli import bisect_config
+from specguard.ab.report import BISECT
 from specguard.config import load_suite
 
 REPO = Path(__file__).resolve().parents[2]
@@ -107,7 +107,7 @@ def test_bisect_names_the_first_slower_build_of_eight(tmp_path):
     proc = run_cli(tmp_path, "bisect", "--suite", "suite.toml", "--builds", "builds.txt", "--results-json", "r.json",
                    "--report-dir", "rep", "--log-dir", "logs")
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    doc = json.loads((tmp_path / "r.json").read_text())
+    doc = BISECT.load(tmp_path / "r.json")  # checked against its model, every step's A/B document in it
     assert doc["schema"] == "specguard-bisect" and doc["config"] == "eagle3"
     assert doc["first_bad"] == 5 and doc["decisions"] == 3
     assert [(s["good"], s["candidate"], s["verdict"]) for s in doc["steps"]] == [(1, 4, "good"), (4, 6, "bad"),

@@ -62,3 +62,33 @@ def test_a_cell_whose_second_measurement_disagrees_too_is_not_measured_never_a_r
     assert r.verdict == Verdict.ERROR and not r.failed  # error: exit 3, never the regression exit 1
     assert [(a.launch, a.runs) for a in r.set_aside] == [(1, (1, 2)), (2, (1, 3))]
     assert message(r).startswith("throughput baseline c1: not measured: the runs of every launch disagree")
+
+
+@pytest.mark.e2e
+def test_a_relaunched_session_launches_a_reference_whose_runs_disagreed_again_alone(tmp_path):
+    # The CI failure of 2026-12-02 (vLLM CPU): the reference's first launch stalled at c1, no launch
+    # of it was left, and ngram c1 was "not measured" though the sequential design could relaunch.
+    # Here the machine frees up before the reference's second launch (its busy flags are dropped
+    # when the session relaunches it); eagle3 itself was never suspicious and is not relaunched.
+    sg = make_session(tmp_path, server_args={"baseline": BUSY_THEN_FREE})
+    sg = GateSession(replace(sg.suite, sweep=replace(sg.suite.sweep, warmup=0, repeats=3, requests_per_worker=2,
+                                                     relaunch="on-suspicion")), sg.options)
+    relaunch = sg.pool.relaunch
+
+    def machine_frees_up(name: str) -> None:
+        sg.options.server_args.pop(name, None)
+        relaunch(name)
+
+    sg.pool.relaunch = machine_frees_up  # type: ignore[method-assign]
+    sg.plan([PlannedTest("eagle3", 1, "speculation")])
+    try:
+        assert not sg.measure("eagle3", 1).error
+    finally:
+        sg.stop_all()
+    assert list(sg.relaunches) == ["baseline"], sg.relaunches
+    assert [r.why.value for r in sg.relaunches["baseline"][0].reasons] == ["runs-disagree"]
+    assert len(sg.cells.launch_cells[("baseline", 1)]) == 2 and len(sg.cells.launch_cells[("eagle3", 1)]) == 1
+    r = sg.speculation_result("eagle3", 1, None)
+    assert r.verdict != Verdict.ERROR and r.stage == 2, message(r)
+    assert [(a.config, a.launch) for a in r.set_aside] == [("baseline", 1)], r.set_aside
+    assert "decided on the launches whose runs agree" in message(r)
