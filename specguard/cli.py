@@ -18,6 +18,7 @@ from specguard.measure.sweep import CellLoad, measure_cell
 from specguard.report import compare, export, recommend, results
 from specguard.report.bench_doc import BENCH, BENCH_SCHEMA, BENCH_VERSION
 from specguard.report.publish import write_report_dir
+from specguard.report.recommendation_doc import RECOMMENDATION
 from specguard.report.results import ResultsError
 from specguard.report.schema import BenchLevelDoc
 from specguard.server import ServerHandle, ServerStartError, attach, launch, stop
@@ -259,7 +260,7 @@ def cmd_recommend(args: argparse.Namespace) -> int:
     else:
         print(recommend.render_text(rec))
     if args.json_path:
-        atomic_write_json(Path(args.json_path), recommend.to_json(rec))
+        RECOMMENDATION.save(recommend.to_json(rec), args.json_path)
     return ExitCode.OK
 
 

@@ -73,7 +73,8 @@ def main() -> int:
         print(f"\nthe {args.top} most complex functions of the package:")
         for f in sorted(every, key=lambda f: -f.complexity)[: args.top]:
             print(f"  CC {f.complexity:3}  {f.lines:4} lines  {f.module}.{f.name}")
-    print(f"\n{over} limit(s) passed" if over else "\nevery gate-path module and function within the limits")
+    print(f"\nFAIL: {over} limit(s) exceeded (marked ! or listed above)" if over
+          else "\nevery gate-path module and function within the limits")
     return 1 if over else 0
 
 

@@ -17,10 +17,19 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final, Literal
 
 from specguard.decide.crossover import CrossoverEstimate, estimate_crossover
 from specguard.decide.stats import RatioEstimate, compare_sessions
+from specguard.report.recommendation_doc import (
+    RECOMMENDATION_SCHEMA,
+    RECOMMENDATION_VERSION,
+    CrossingDoc,
+    PolicyBandDoc,
+    RecommendationDoc,
+    RecommendationSourceDoc,
+    SglangAdaptiveDoc,
+)
 from specguard.report.results import configs_by_name, effective, throughputs
 from specguard.report.schema import ConfigDoc, ResultsDoc
 from specguard.sglang_rules import SGLANG_VERSION
@@ -28,18 +37,18 @@ from specguard.sglang_rules.adaptive import ADAPTIVE_ALGORITHMS
 from specguard.sglang_rules.adaptive_table import Slot, build_adaptive_config
 from specguard.sglang_rules.speculative import resolved_algorithm
 
-SCHEMA = "specguard-recommendation"
-SCHEMA_VERSION = 1
 DEFAULT_CONFIDENCE = 0.95
 ADAPTIVE_CONFIG_FILE = "speculative_adaptive.json"
-CONCURRENCY, REQUEST_RATE = "concurrency", "request_rate"  # level kinds
+LevelKind = Literal["concurrency", "request_rate"]
+CONCURRENCY: Final[LevelKind] = "concurrency"  # clients
+REQUEST_RATE: Final[LevelKind] = "request_rate"  # req/s, open loop
 
 
 class RecommendError(ValueError):
     """The results cannot support a recommendation (the message says what to measure)."""
 
 
-def level_kind(doc: ResultsDoc) -> str:
+def level_kind(doc: ResultsDoc) -> LevelKind:
     """What the cells' `concurrency` field holds: open-loop request rates (req/s) when the sweep
     is `[sweep] request_rate` (docs/suite-file.md), client concurrency otherwise."""
     return REQUEST_RATE if (doc.get("sweep") or {}).get("request_rate") else CONCURRENCY
@@ -70,7 +79,7 @@ class Band:
 
 @dataclass
 class Recommendation:
-    source: dict[str, Any]
+    source: RecommendationSourceDoc
     reference: str
     speculative: str
     lighter: str | None
@@ -82,9 +91,10 @@ class Recommendation:
     disable_speculation_at: int | None
     bands: list[Band]
     settings: dict[str, dict[str, Any]]  # per configuration: algorithm, steps, topk, draft tokens, cap
-    sglang: dict[str, Any]
     notes: list[str] = field(default_factory=list)
-    level_kind: str = CONCURRENCY  # what the levels are: CONCURRENCY (clients) or REQUEST_RATE (req/s, open loop)
+    # SGLang's adaptive mode for the policy (sglang_adaptive, which needs the rest built first)
+    sglang: SglangAdaptiveDoc = field(default_factory=lambda: SglangAdaptiveDoc(applies=False, reason=None, notes=[]))
+    level_kind: LevelKind = CONCURRENCY  # what the levels are: CONCURRENCY (clients) or REQUEST_RATE (req/s, open loop)
 
 
 def ratio_curve(a: dict[int, list[float]], b: dict[int, list[float]], *, launch_sd: float,
@@ -243,7 +253,7 @@ def recommend(doc: ResultsDoc, *, config: str | None = None, confidence: float =
         source={"file": source, "session_id": doc["session_id"], "created": doc["created"], "suite": doc["suite"]},
         reference=ref, speculative=primary, lighter=lighter, confidence=confidence,
         ratios=ratios, crossover_config=last, crossover=crossings[last], lighter_switch=switch,
-        disable_speculation_at=c2, bands=bands, settings={n: _settings(doc, n) for n in ratios}, sglang={}, notes=notes,
+        disable_speculation_at=c2, bands=bands, settings={n: _settings(doc, n) for n in ratios}, notes=notes,
         level_kind=kind)
     rec.sglang = sglang_adaptive(rec, max(levels), doc["configs"])
     return rec
@@ -259,7 +269,7 @@ def _bands(primary: str, lighter: str | None, c1: int | None, c2: int | None) ->
     return [Band(start, cuts[i + 1][0] if i + 1 < len(cuts) else None, name) for i, (start, name) in enumerate(cuts)]
 
 
-def sglang_adaptive(rec: Recommendation, max_level: int, configs: list[ConfigDoc]) -> dict[str, Any]:
+def sglang_adaptive(rec: Recommendation, max_level: int, configs: list[ConfigDoc]) -> SglangAdaptiveDoc:
     """The policy as SGLang's `--speculative-adaptive-config` JSON, where that mode applies, from
     the one builder of it (sglang_rules.adaptive_table, which also checks it with SGLang's
     start-up rules): a key per band at the batch size its slot starts at, the measured levels on
@@ -341,17 +351,26 @@ def _cap_notes(rec: Recommendation, max_level: int, configs: list[ConfigDoc]) ->
     return notes
 
 
-def _crossing_json(c: CrossoverEstimate) -> dict[str, Any]:
+def _crossing_json(c: CrossoverEstimate) -> CrossingDoc:
     return {"estimate": None if c.estimate is None else round(c.estimate, 2),
             "interval": [None if c.low is None else round(c.low, 2), None if c.high is None else round(c.high, 2)],
             "between": [c.last_ahead, c.first_behind], "confident": c.confident,
             "below_range": c.below_range, "above_range": c.above_range}
 
 
-def to_json(rec: Recommendation) -> dict[str, Any]:
-    """The machine-readable recommendation (documented in docs/results.md)."""
+def _band_json(rec: Recommendation, b: Band) -> PolicyBandDoc:
+    band: PolicyBandDoc = {"from": b.start, "to": b.end, "speculation": b.config}
+    if b.config:
+        s = rec.settings[b.config]
+        band["speculative_algorithm"], band["num_steps"] = s["speculative_algorithm"], s["num_steps"]
+        band["eagle_topk"], band["num_draft_tokens"] = s["eagle_topk"], s["num_draft_tokens"]
+    return band
+
+
+def to_json(rec: Recommendation) -> RecommendationDoc:
+    """The machine-readable recommendation (docs/results.md; RECOMMENDATION checks it before it is written)."""
     return {
-        "schema": SCHEMA, "schema_version": SCHEMA_VERSION, "source": rec.source,
+        "schema": RECOMMENDATION_SCHEMA, "schema_version": RECOMMENDATION_VERSION, "source": rec.source,
         "level_kind": rec.level_kind,
         "reference": rec.reference, "speculative": rec.speculative, "lighter": rec.lighter,
         "confidence": rec.confidence,
@@ -360,10 +379,7 @@ def to_json(rec: Recommendation) -> dict[str, Any]:
         "lighter_switch": None if rec.lighter_switch is None else {
             "use_lighter_from": next((b.start for b in rec.bands if b.config == rec.lighter), None),
             **_crossing_json(rec.lighter_switch)},
-        "policy": [{"from": b.start, "to": b.end, "speculation": b.config,
-                    **({k: rec.settings[b.config][k] for k in ("speculative_algorithm", "num_steps", "eagle_topk",
-                                                               "num_draft_tokens")} if b.config else {})}
-                   for b in rec.bands],
+        "policy": [_band_json(rec, b) for b in rec.bands],
         "ratios": {name: [{"concurrency": r.concurrency, "ratio": r.estimate.ratio, "low": r.estimate.low,
                            "high": r.estimate.high} for r in curve] for name, curve in rec.ratios.items()},
         "sglang": rec.sglang,

@@ -10,11 +10,10 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from specguard.labels import ExitCode
-from specguard.store.atomic import atomic_write_json
 from specguard.timeline import page, plot
 from specguard.timeline.detect import DEFAULT_MAX_PVALUE, DEFAULT_MIN_CHANGE, DETECTOR, SeriesChange, change_points
 from specguard.timeline.files import HistoryError, collect_paths, load_files, newest, parse_since
-from specguard.timeline.findings import History, to_json
+from specguard.timeline.findings import HISTORY, History, to_json
 from specguard.timeline.series import METRICS, SPEC_RATIO, build_series
 
 DEFAULT_WINDOW = 5
@@ -71,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
     if args.html_dir:
         print(f"wrote {page.write_page(history, args.html_dir)}")
     if args.json_path:
-        atomic_write_json(args.json_path, to_json(history))
+        HISTORY.save(to_json(history), args.json_path)
     return history.exit_status
 
 

@@ -5,11 +5,13 @@ point is attributed to (the text, the page and --json all say the same)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Final, Literal
 
 from specguard.labels import ExitCode
+from specguard.store.documents import Document
 from specguard.timeline.detect import SeriesChange
 from specguard.timeline.files import ResultsFile
+from specguard.timeline.schema import HistoryDoc
 from specguard.timeline.series import Metric, Series
 
 
@@ -51,11 +53,16 @@ class History:
         return f"{old} -> {now}" if old and old != now else now
 
 
-def to_json(history: History) -> dict[str, Any]:
+HISTORY_SCHEMA: Final[Literal["specguard-history"]] = "specguard-history"
+HISTORY: Document[HistoryDoc] = Document(HISTORY_SCHEMA, 1, HistoryDoc, what="history file",
+                                         make="write one with: specguard history DIR --json FILE")
+
+
+def to_json(history: History) -> HistoryDoc:
     """The files in time order, every series' points and every change point (docs/history.md)."""
     files = history.files
     return {
-        "schema": "specguard-history", "schema_version": 1,
+        "schema": HISTORY_SCHEMA, "schema_version": HISTORY.version,
         "files": [{"path": str(f.path), "created": f.created.isoformat(), "git_commit": f.commit,
                    "session_id": f.doc["session_id"]} for f in files],
         "series": [{"config": s.config, "level": s.level, "metric": s.metric.key, "files": len(s.values),

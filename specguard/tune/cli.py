@@ -14,7 +14,7 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from specguard.config import ConfigError, ServerConfig, Suite, load_suite
 from specguard.labels import ExitCode
@@ -37,10 +37,10 @@ from specguard.tune.grid import (
 from specguard.tune.output import Band
 from specguard.tune.race import Ledger, Progress, RacePlan, RaceResult, Runner, choices, full_grid, race
 from specguard.tune.runners import ServerRunner
+from specguard.tune.schema import TUNE, TUNE_SCHEMA, TUNE_VERSION, TuneDoc
 from specguard.values import arg_type, positive_ints
 from specguard.workload import WorkloadError, build_workload
 
-SCHEMA, SCHEMA_VERSION = "specguard-tune", 1
 USAGE_ERRORS = (ConfigError, TuneError, WorkloadError)  # a mistake in the options or the suite file: one line, exit 4
 
 
@@ -210,7 +210,7 @@ def _run(args: argparse.Namespace, make_runner: RunnerFactory) -> int:
     code = _verify_step(runner, job, picks.choice, doc) if args.verify else ExitCode.OK
     files["tune_json"] = str(job.out / "tune.json")
     doc["files"] = files
-    atomic_write_json(job.out / "tune.json", doc)
+    TUNE.save(cast(TuneDoc, doc), job.out / "tune.json")  # built in steps below; checked whole here
     print(render(doc, bands))
     return code
 
@@ -257,7 +257,7 @@ def _document(job: Job, result: RaceResult, search: tuple[int, int, float], laun
     ledger, plan, grid, levels, cfg = result.ledger, job.plan, job.grid, job.levels, job.cfg
     search_runs, search_launches, search_s = search
     return {
-        "schema": SCHEMA, "schema_version": SCHEMA_VERSION, "suite": str(job.suite.path), "config": cfg.name,
+        "schema": TUNE_SCHEMA, "schema_version": TUNE_VERSION, "suite": str(job.suite.path), "config": cfg.name,
         "reference": job.ref.name, "algorithm": algorithm_of(cfg), "engine": cfg.engine, "levels": levels,
         "max_running_requests": job.cap, "mode": mode,
         "plan": asdict(plan), "grid": [s.to_json() for s in grid],

@@ -15,6 +15,7 @@ from specguard.cli import main
 from specguard.decide.consistency import RUN_OUTLIER
 from specguard.timeline import detect, plot
 from specguard.timeline.files import HistoryError, collect_paths, load_files, newest, parse_since
+from specguard.timeline.findings import HISTORY
 from specguard.timeline.series import METRICS, Series, build_series, cell_level, robust_value
 from specguard.timeline.synthetic import STALL_FACTOR, Step, engine_step, synthetic_history, write_history
 
@@ -150,7 +151,7 @@ def test_without_matplotlib_one_line_and_still_the_text(tmp_path, capsys, monkey
 
 def test_json_output(tmp_path, capsys):
     code, _, _ = run_history(capsys, str(history_dir(tmp_path, step_at=28)), "--json", str(tmp_path / "h.json"))
-    doc = json.loads((tmp_path / "h.json").read_text())
+    doc = HISTORY.load(tmp_path / "h.json")  # checked against its model (HistoryDoc)
     assert code == 1 and doc["schema"] == "specguard-history" and doc["exit_status"] == 1 and len(doc["files"]) == 30
     tok_s = next(p for p in doc["change_points"] if p["config"] == "eagle3" and p["metric"] == "tok_s")
     assert abs(tok_s["position"] - 28) <= 1 and tok_s["worse"] and tok_s["in_window"] and tok_s["engine_version"]

@@ -38,7 +38,11 @@ def test_history_of_suite_runs_finds_the_slower_engine_at_file_5(tmp_path):
                           cwd=REPO, capture_output=True, text=True, timeout=120, env={**os.environ})
     assert proc.returncode == 1, proc.stdout + proc.stderr  # a worse change in the newest 5 files
     points = json.loads((tmp_path / "history.json").read_text())["change_points"]
-    by_series = {(p["config"], p["metric"]): p for p in points}
+    # the worse change points, one per series; a small "better" shift later in a series (a shared
+    # machine whose load fell: +1.4 % at file 7 once in CI) is a change too, not this test's subject
+    worse = [p for p in points if p["worse"]]
+    by_series = {(p["config"], p["metric"]): p for p in worse}
+    assert len(by_series) == len(worse), proc.stdout
     tok_s = by_series[("eagle3", "tok_s")]
     assert tok_s["position"] == SLOWER_FROM and tok_s["file"].endswith(f"run-{SLOWER_FROM}.json"), proc.stdout
     assert -0.20 < tok_s["change"] < -0.07 and tok_s["worse"], proc.stdout

@@ -29,6 +29,7 @@ from specguard.tune.grid import (
     predicted_accept_length,
 )
 from specguard.tune.race import CellRuns, Ledger, RacePlan, choices, choose, full_grid, race
+from specguard.tune.schema import TUNE
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -257,7 +258,7 @@ def test_cli_tune_launches_the_emulator_and_measures_real_streams(tmp_path, caps
     out = tmp_path / "out"
     code = main(["tune", "--suite", str(suite), "--out", str(out), "--steps", "1,2,3", "--tree-topk", "1"])
     assert code == 0, capsys.readouterr()
-    doc = json.loads((out / "tune.json").read_text())
+    doc = TUNE.load(out / "tune.json")  # the file as its model says
     assert doc["mode"] == "launched" and doc["cost"]["search_launches"] >= 3
     # the streams' spec_correct_drafts_histogram reached the prediction: acceptance for 3 positions
     assert len(doc["acceptance_by_position"]) == 3 and doc["acceptance_by_position"][0] > 0.5

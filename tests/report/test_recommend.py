@@ -12,7 +12,9 @@ from specguard import cli
 from specguard.decide.crossover import first_crossing
 from specguard.labels import ExitCode
 from specguard.report.recommend import RecommendError, recommend, render_text, to_json
+from specguard.report.recommendation_doc import RECOMMENDATION
 from specguard.report.results import validate
+from specguard.store.documents import DocumentError
 
 
 def test_first_crossing_interpolates_on_log_concurrency():
@@ -118,7 +120,7 @@ def test_cli_writes_json_and_adaptive_config(tmp_path, capsys):
     out_json, adaptive = tmp_path / "rec.json", tmp_path / "adaptive.json"
     code = cli.main(["recommend", str(results), "--json", str(out_json), "--adaptive-config", str(adaptive)])
     assert code == 0
-    rec = json.loads(out_json.read_text())
+    rec = RECOMMENDATION.load(out_json)  # the file as its model says
     assert rec["schema"] == "specguard-recommendation" and rec["disable_speculation_at"] == 37
     assert rec["sglang"]["launch_flags"] == ["--speculative-num-steps", "1", "--speculative-eagle-topk", "1",
                                              "--speculative-adaptive", "--speculative-adaptive-config", str(adaptive)]
@@ -475,6 +477,18 @@ def test_to_json_every_field():
                             {"concurrency": 16, "ratio": 0.6, "low": 0.5, "high": 0.7}]},
         "sglang": rec.sglang, "notes": ["n1"]}
     assert out["crossover"]["estimate"] == 5.76 and out["crossover"]["interval"] == [4.73, 7.2]  # 4 x 1.2^2
+
+
+def test_the_recommendation_is_checked_before_it_is_written(tmp_path):
+    rec, _ = _scenario()
+    doc = to_json(rec)
+    doc["source"] = {"file": "r.json", "session_id": "s", "created": "2026-12-03T00:00:00Z", "suite": "suite.toml"}
+    RECOMMENDATION.save(doc, tmp_path / "ok.json")
+    assert RECOMMENDATION.load(tmp_path / "ok.json") == doc
+    doc["policy"][0]["num_steps"] = "1"  # a string where SGLang's flag value is an int
+    with pytest.raises(DocumentError, match=r"policy\[0\]\.num_steps is \"1\"; expected int"):
+        RECOMMENDATION.save(doc, tmp_path / "bad.json")
+    assert not (tmp_path / "bad.json").exists()  # nothing written
 
 
 def test_to_json_open_crossing_and_lighter_switch():

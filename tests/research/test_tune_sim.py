@@ -10,6 +10,7 @@ from tune_support import SIM_SUITE
 
 from research.tune.cli import main
 from specguard.sglang_rules.adaptive import load_adaptive_config
+from specguard.tune.schema import TUNE
 
 
 def test_cli_tune_simulated_with_verify_writes_every_file(tmp_path, capsys):
@@ -18,7 +19,7 @@ def test_cli_tune_simulated_with_verify_writes_every_file(tmp_path, capsys):
     out = tmp_path / "out"
     code = main(["--suite", str(suite), "--out", str(out), "--verify", "--steps", "1,2,3,5"])
     assert code == 0, capsys.readouterr()
-    doc = json.loads((out / "tune.json").read_text())
+    doc = TUNE.load(out / "tune.json")  # the file as its model says
     adaptive = [p for p in out.iterdir() if "adaptive" in p.name]
     assert len(adaptive) == 1
     load_adaptive_config(adaptive[0])  # SGLang's parser rules accept it
