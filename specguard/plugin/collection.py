@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from specguard.config import Suite
+from specguard.config import SOAK_PASSIVE, Suite
 from specguard.labels import ACCEPT_LENGTH, SOAK, SPECULATION, STEP_TIME, THROUGHPUT, Level
 from specguard.plugin import state
 from specguard.plugin.live import LiveLine
@@ -65,7 +65,6 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     per_category = bool(marker.kwargs.get("per_category", False)) if marker else False
     suite = get_suite(metafunc.config)
     categories = _categories_by_level(metafunc.config, suite) if per_category else {}
-    rate = bool(suite.sweep.request_rate)
     params = []
     for name, cfg in suite.servers.items():
         if (kind == "speculative" and not cfg.speculative) or (kind == "soak" and name not in suite.soaked):
@@ -73,16 +72,24 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         algo = cfg.algorithm_label.lower() if cfg.speculative else "none"
         marks = [pytest.mark.xdist_group(group_of(suite, name)),  # with its reference: measured once
                  getattr(pytest.mark, ALGORITHM_MARKER)(name=algo)]
-        if kind == "soak":  # one test per configuration, at the soak's concurrency
-            params.append(pytest.param(Cell(name, Level(suite.soak.concurrency)), id=f"{name}-c{suite.soak.concurrency}",
-                                       marks=marks))
-            continue
-        for value in suite.sweep.request_rate or suite.sweep.concurrency:
-            level = Level(value, rate)
-            for category in ["", *categories.get(value, [])]:  # next to the overall test, one per category
-                cell = Cell(name, level, category)
-                params.append(pytest.param(cell, id=str(cell), marks=marks))
+        cells = [_soak_cell(suite, name)] if kind == "soak" else _sweep_cells(suite, name, categories)
+        params += [pytest.param(cell, id=shown, marks=marks) for cell, shown in cells]
     metafunc.parametrize("specguard_cell", params)
+
+
+def _soak_cell(suite: Suite, name: str) -> tuple[Cell, str]:
+    """One soak test per configuration, at the soak's concurrency (passive: none sent)."""
+    shown = "passive" if suite.soak.mode == SOAK_PASSIVE else f"c{suite.soak.concurrency}"
+    return Cell(name, Level(suite.soak.concurrency)), f"{name}-{shown}"
+
+
+def _sweep_cells(suite: Suite, name: str, categories: dict[int, list[str]]) -> list[tuple[Cell, str]]:
+    """A configuration's cells: every level, and next to each overall cell one per prompt category."""
+    rate = bool(suite.sweep.request_rate)
+    cells = [Cell(name, Level(value, rate), category)
+             for value in suite.sweep.request_rate or suite.sweep.concurrency
+             for category in ["", *categories.get(value, [])]]
+    return [(cell, str(cell)) for cell in cells]
 
 
 def _categories_by_level(config: pytest.Config, suite: Suite) -> dict[int, list[str]]:

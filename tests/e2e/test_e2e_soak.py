@@ -105,7 +105,7 @@ def test_a_passive_soak_watches_a_serving_servers_own_traffic(tmp_path, emulator
         stop.set()
         for t in users:
             t.join(timeout=60)
-    assert res == {"test_soak[eagle3-c16]": "failure" if decay else "passed"}, out
+    assert res == {"test_soak[eagle3-passive]": "failure" if decay else "passed"}, out
     decision, windows = soak_of(tmp_path, results)
     assert all(w["load_model"].startswith("passive: /metrics only") and w["total_input_tokens"] == 0 for w in windows)
     assert decision["soak"]["windows"] == len(windows) - 1 >= 6, decision
