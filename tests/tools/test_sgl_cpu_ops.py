@@ -145,6 +145,26 @@ def test_verify_tree_greedy_chain_accepts_exactly_the_matching_prefix(ops):
         assert predicts.tolist()[:m + 1] == [11, 12, 13, 14][:m + 1]  # the last one is the bonus token
 
 
+def test_the_slower_build_switch_sleeps_before_each_verify_and_changes_nothing_else(ops, monkeypatch):
+    """SPECGUARD_SGL_VERIFY_DELAY_MS (the real-SGLang A/B's build B): each verify call sleeps that
+    long first (recorded, not timed) and verifies as before; unset, it never sleeps."""
+    slept: list[float] = []
+    monkeypatch.setattr(ops.time, "sleep", slept.append)
+
+    def verify() -> list[int]:
+        predicts, accept, num = torch.zeros(4, dtype=torch.int32), torch.full((1, 4), -1, dtype=torch.int32), \
+            torch.empty(1, dtype=torch.int32)
+        ops.verify_tree_greedy_cpu(predicts, accept, num, torch.tensor([[0, 11, 12, 99]]), torch.arange(4).view(1, 4),
+                                   torch.tensor([[1, 2, 3, -1]]), torch.full((1, 4), -1), torch.tensor([[11, 12, 13, 14]]))
+        return [int(num[0]), *accept[0].tolist()]
+
+    monkeypatch.delenv(ops.VERIFY_DELAY_ENV, raising=False)
+    plain = verify()
+    assert slept == [] and plain == [2, 0, 1, 2, -1]
+    monkeypatch.setenv(ops.VERIFY_DELAY_ENV, "25")
+    assert verify() == plain and slept == [0.025]
+
+
 # ------------------------------------------------------------------------ reconstruct (NGRAM)
 
 def test_reconstruct_indices_from_tree_mask_on_random_trees(ops):

@@ -17,6 +17,11 @@ Call log: every op appends `OP\\t<name>\\tpid=<pid>\\tn=<count>` to $SPECGUARD_S
 1st, 10th, 100th, ... call in a process (cheap, and the log still tells which ops computed and
 roughly how often).
 
+A slower build on purpose: with SPECGUARD_SGL_VERIFY_DELAY_MS=N in the server's environment,
+every verify_tree_greedy_cpu call sleeps N ms first, so speculative verification (and only it: a
+non-speculative server never verifies) gets N ms slower per step. Only tests set it: `specguard ab`
+on real SGLang compares the venv's python with a wrapper that sets it (tests/real).
+
 What is not implemented raises with one line naming the feature (fp8 KV cache, sliding window,
 cross attention, attention sinks): the tiny dense Llama of tools/build_tiny_models.py uses none.
 """
@@ -25,10 +30,12 @@ from __future__ import annotations
 
 import ctypes
 import os
+import time
 
 import torch
 
 LOG_ENV = "SPECGUARD_SGL_KERNEL_LOG"
+VERIFY_DELAY_ENV = "SPECGUARD_SGL_VERIFY_DELAY_MS"
 _COUNTS: dict[str, int] = {}
 
 # TreeMaskMode of sglang/srt/speculative/eagle_utils.py
@@ -191,6 +198,7 @@ def verify_tree_greedy_cpu(predicts, accept_index, accept_token_num, candidates,
     accept_index[b, :1+m] (flat node indices), accept_token_num[b] = m drafts accepted,
     predicts[node] = target token at every accepted node (the last one's is the bonus token)."""
     _log_call("verify_tree_greedy_cpu")
+    _verify_delay()
     bs, _ = candidates.shape
     depth = accept_index.shape[1]
     cand = candidates.tolist()
@@ -219,6 +227,13 @@ def verify_tree_greedy_cpu(predicts, accept_index, accept_token_num, candidates,
         accept_token_num[b] = len(path) - 1
     if pred_pos:
         predicts.view(-1)[torch.tensor(pred_pos, dtype=torch.int64)] = torch.tensor(pred_val, dtype=predicts.dtype)
+
+
+def _verify_delay() -> None:
+    """The slower build's verify step (VERIFY_DELAY_ENV, read per call: a test sets it per server)."""
+    delay_ms = float(os.environ.get(VERIFY_DELAY_ENV) or 0)
+    if delay_ms > 0:
+        time.sleep(delay_ms / 1e3)
 
 
 def _links_from_parents(parent: torch.Tensor, n: int) -> tuple[torch.Tensor, torch.Tensor]:
