@@ -18,6 +18,9 @@ random model happens to babble. So we construct the weights by hand:
   10/8 = 1.25 with 4 speculative tokens, too few tokens per step to pay for 4 draft passes, so
   speculation with it is slower than none on vLLM CPU (docs/vllm-cpu.md has the measurements,
   including why a 40% draft is not slow enough there) -- the regression a suite must catch.
+* ``eagle3-random``: an EAGLE-3 head with random weights (acceptance at chance).
+* ``mimo-mtp``: the target's weights on Qwen2 layers as a MiMo checkpoint, with one MTP layer that
+  predicts the target's next token exactly: SGLang runs it as NEXTN (``build_mimo_mtp``).
 
 How the "next token depends only on the current token" property is built into a Llama:
 
@@ -61,7 +64,7 @@ from fractions import Fraction
 from pathlib import Path
 
 # Bump when anything that changes the produced files changes.
-BUILDER_VERSION = "specguard-tiny-models v5"
+BUILDER_VERSION = "specguard-tiny-models v6"
 
 SEED = 1234
 HIDDEN = 256
@@ -80,7 +83,11 @@ SPECIAL_TOKENS = ["<s>", "</s>", "<pad>"]
 CYCLE_LEN = 10  # greedy output period; also the period of the drafts' agreement patterns
 DRAFTS = {"draft-same": Fraction(1), "draft-70": Fraction(7, 10), "draft-20": Fraction(1, 5)}
 EAGLE3_HEAD = "eagle3-random"  # an EAGLE-3 head with random weights: acceptance at chance
-MODEL_NAMES = ["target", *DRAFTS, EAGLE3_HEAD]
+# MiMo (Qwen2 layers) with one MTP layer in the same checkpoint: SGLang runs it as NEXTN
+# (srt/models/mimo.py for the target, srt/models/mimo_mtp.py MiMoMTP for the draft, chosen by
+# configs/model_config.py when the draft's architecture is MiMoForCausalLM).
+MIMO_MTP = "mimo-mtp"
+MODEL_NAMES = ["target", *DRAFTS, EAGLE3_HEAD, MIMO_MTP]
 # A symlink the real-SGLang speculative suite names as its standalone draft: draft-same unless a
 # test points it elsewhere for one run (a perturbed draft under the same path and fingerprint).
 DRAFT_UNDER_TEST = "draft-under-test"
@@ -197,13 +204,14 @@ def successor_maps(vocab_size: int, candidates: list[int]):
     return on_cycle, succ, drafts
 
 
-def build_weights(config, succ: dict[int, int], emb, gen):
-    """A LlamaForCausalLM whose greedy next token is ``succ[current token]``."""
+def build_weights(config, succ: dict[int, int], emb, gen, model_cls=None):
+    """A LlamaForCausalLM (or ``model_cls``: Qwen2ForCausalLM for MiMo) whose greedy next token is
+    ``succ[current token]``."""
     import torch
     from transformers import LlamaForCausalLM
 
     torch.manual_seed(SEED)  # module init draws from the global RNG; we overwrite it all anyway
-    model = LlamaForCausalLM(config).to(torch.float32)
+    model = (model_cls or LlamaForCausalLM)(config).to(torch.float32)
     d = config.hidden_size
     with torch.no_grad():
         model.model.embed_tokens.weight.copy_(emb)
@@ -348,7 +356,92 @@ def build(out: Path) -> dict:
             check_greedy_cycle(model, hf_tok, succ)
     report["expected_accept_length_k4"] = expected_accept_lengths(cycle, succ, drafts)
     report["models"][EAGLE3_HEAD] = build_eagle3_head(out / EAGLE3_HEAD, vocab_size, bos, eos, pad, hf_tok)
+    report["models"][MIMO_MTP] = build_mimo_mtp(out / MIMO_MTP, vocab_size, (bos, eos, pad), hf_tok, succ, emb,
+                                                   cycle)
     return report
+
+
+def build_mimo_mtp(d: Path, vocab_size: int, specials: tuple[int, int, int], hf_tok, succ, emb,
+                   cycle: list[int]) -> dict:
+    """The target again, as a MiMo checkpoint (Qwen2 layers: the same weights plus zero q/k/v
+    biases, so the same greedy cycle), with one MTP layer under model.mtp_layers.0 that predicts
+    the target's next token exactly.
+
+    How SGLang 0.5.23 runs it (srt/models/mimo_mtp.py, MiMoMultiTokenPredictorLayer.forward): the
+    draft at position i reads the token after it (x[i+1], the target's own next token) and the
+    target's hidden state at i; input_proj([hidden_layernorm(h), token_layernorm(E[x])]) feeds one
+    Qwen2 decoder layer, final_layernorm, and the target's lm_head (set_embed_and_head shares it).
+    Here input_proj is [0 | I]: the embedding of x[i+1] passes through (RMS 1, so the norms leave
+    it alone), the decoder layer's output projections are ~1e-3 as in the target, and the shared
+    lm_head maps E[x] to succ[x] = x[i+2]: every draft is accepted, accept length = steps + 1 up
+    to end-of-request effects, like draft-same. The point of this model is SGLang's NEXTN path and
+    its cap on running requests (48 when speculation is on and --max-running-requests is unset,
+    _handle_eagle_family in srt/arg_groups/speculative_hook.py), not a drafter's quality."""
+    import torch
+    from safetensors.torch import load_file, save_file
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    bos, eos, pad = specials
+    cfg = Qwen2Config(vocab_size=vocab_size, hidden_size=HIDDEN, intermediate_size=TARGET_INTERMEDIATE,
+                      num_hidden_layers=TARGET_LAYERS, num_attention_heads=HEADS, num_key_value_heads=KV_HEADS,
+                      max_position_embeddings=MAX_POSITIONS, rms_norm_eps=1e-6, rope_theta=10000.0,
+                      tie_word_embeddings=False, use_sliding_window=False, bos_token_id=bos, eos_token_id=eos,
+                      pad_token_id=pad, torch_dtype="float32")
+    cfg.num_nextn_predict_layers = 1
+    model = build_weights(cfg, succ, emb, torch.Generator().manual_seed(SEED + 77), model_cls=Qwen2ForCausalLM)
+    got = next_token_map(model, vocab_size, bos)
+    wrong = [t for t in range(vocab_size) if got[t] != succ[t]]
+    if wrong:
+        raise SystemExit(f"{MIMO_MTP}: next-token map differs from the construction at {wrong[:10]}")
+    check_greedy_cycle(model, hf_tok, succ)
+    model.save_pretrained(d, safe_serialization=True)
+    hf_tok.save_pretrained(d)
+    config = json.loads((d / "config.json").read_text())  # save_pretrained wrote its own class name
+    config["architectures"] = ["MiMoForCausalLM"]
+    (d / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+
+    gen = torch.Generator().manual_seed(SEED + 78)
+    h, inter = HIDDEN, TARGET_INTERMEDIATE
+
+    def rnd(std, *shape):
+        return torch.randn(shape, generator=gen) * std
+
+    prefix = "model.mtp_layers.0."
+    mtp = {
+        "token_layernorm.weight": torch.ones(h), "hidden_layernorm.weight": torch.ones(h),
+        "final_layernorm.weight": torch.ones(h),
+        "input_proj.weight": torch.cat([torch.zeros(h, h), torch.eye(h)], dim=1),  # [hidden | token]
+        "input_layernorm.weight": torch.ones(h), "post_attention_layernorm.weight": torch.ones(h),
+        "self_attn.q_proj.weight": rnd(IN_PROJ_STD, h, h), "self_attn.k_proj.weight": rnd(IN_PROJ_STD, h, h),
+        "self_attn.v_proj.weight": rnd(IN_PROJ_STD, h, h), "self_attn.o_proj.weight": rnd(OUT_PROJ_STD, h, h),
+        "self_attn.q_proj.bias": torch.zeros(h), "self_attn.k_proj.bias": torch.zeros(h),
+        "self_attn.v_proj.bias": torch.zeros(h),
+        "mlp.gate_proj.weight": rnd(IN_PROJ_STD, inter, h), "mlp.up_proj.weight": rnd(IN_PROJ_STD, inter, h),
+        "mlp.down_proj.weight": rnd(OUT_PROJ_STD, h, inter),
+    }
+    (weights_file,) = d.glob("*.safetensors")
+    weights = load_file(str(weights_file))
+    weights.update({prefix + k: v for k, v in mtp.items()})
+    save_file({k: v.contiguous() for k, v in sorted(weights.items())}, str(weights_file), metadata={"format": "pt"})
+    return {"path": str(d), "layers": TARGET_LAYERS, "hidden": h, "intermediate": inter,
+            "params": sum(v.numel() for v in weights.values()),
+            "agreement_with_target": mtp_agreement(mtp, emb, model.lm_head.weight.detach(), succ, cycle)}
+
+
+def mtp_agreement(mtp: dict, emb, head, succ, cycle: list[int]) -> float:
+    """The MTP layer's next token for every cycle token x, computed as SGLang's MiMoMTP does on its
+    main path (input_proj of the normed embedding, the decoder layer's ~1e-3 additions left out,
+    final norm, the shared lm_head), compared with succ[x]: the share right (1.0 by construction;
+    computed so that a change to the construction shows here)."""
+    def rms_norm(v):
+        return v / v.pow(2).mean(-1, keepdim=True).add(1e-6).sqrt()
+
+    import torch
+
+    x = rms_norm(emb)  # token_layernorm
+    z = rms_norm(torch.cat([torch.zeros_like(x), x], dim=1) @ mtp["input_proj.weight"].T)  # final_layernorm
+    pred = (z @ head.T).argmax(-1).tolist()
+    return sum(pred[t] == succ[t] for t in cycle) / len(cycle)
 
 
 def build_eagle3_head(d: Path, vocab_size: int, bos: int, eos: int, pad: int, hf_tok) -> dict:

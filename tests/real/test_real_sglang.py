@@ -24,7 +24,9 @@ What runs, in this order (module scope; .ci/run_real_sglang.sh prints the artifa
 6. the sgl_kernel stand-in's log: symbols were resolved (so the log works) and none was CALLED;
 7. a soak of standalone at c2 (SPECGUARD_REAL_SOAK_S s: 300 by default, 120 in CI): passes, its windows reported;
 8. `specguard ab` between two builds (the venv's python, and a wrapper of it whose verify op is
-   slower): standalone "different (worse)", its reference never "different".
+   slower): standalone "different (worse)", its reference never "different";
+9. MTP as NEXTN (tools/build_tiny_models.py mimo-mtp) at C = 1, 16, 64 against its reference: the
+   cap of 48 read back and named, the scheduler's log at <= 48 running, the crossover and recommend.
 
 Skipped unless SPECGUARD_SGLANG_PYTHON names the SGLang venv's python (.ci/setup_sglang.sh makes
 it); once it is set, a missing interpreter or model is a failure, never a skip.
@@ -1124,3 +1126,74 @@ def test_ab_of_two_real_sglang_builds_names_the_slower_verify_and_leaves_the_ref
            f"{time.monotonic() - started:.0f} s: " + "; ".join(
                f"{k[0]} {k[1]} {v} (B/A {cells[k]['ratio']:.3f} [{cells[k]['low']:.3f}, {cells[k]['high']:.3f}])"
                if cells[k]["ratio"] is not None else f"{k[0]} {k[1]} {v}" for k, v in sorted(got.items())))
+
+
+# ------------------------------------------------------------------------------ MTP (NEXTN) past its cap
+
+MTP_SUITE = REPO / "perf_tests" / "suites" / "sglang-cpu-mtp.toml"
+MTP_CAP = 48  # _handle_eagle_family (srt/arg_groups/speculative_hook.py): max_running_requests when not given
+MTP_LEVELS = (1, 16, 64)
+PREFILL_LINE = re.compile(r"Prefill batch, #new-seq: (\d+),.*#running-req: (\d+), #queue-req: (\d+)")
+
+
+def admissions(log_dir: Path, config: str) -> list[tuple[int, int]]:
+    """From the server's own log (scheduler's `Prefill batch` lines): per admitted batch, the
+    requests running once it is admitted (#running-req before it + #new-seq) and the requests
+    left waiting (#queue-req)."""
+    (log,) = log_dir.glob(f"server-{config}-*.log")
+    return [(int(new) + int(running), int(queued)) for new, running, queued in PREFILL_LINE.findall(log.read_text())]
+
+
+def test_mtp_as_nextn_on_real_sglang_is_capped_at_48_and_its_crossover_and_policy_reported(env, work_dir, tmp_path):
+    """Seed 004 on the engine itself (issue 30, item 2): a tiny MiMo checkpoint whose MTP layer
+    SGLang loads as MiMoMTP (srt/models/mimo_mtp.py) and runs with --speculative-algorithm NEXTN
+    (NEXTN resolves to EAGLE: the EAGLE worker, SGLang's CPU speculation path), swept at C = 1, 16,
+    64 against the same checkpoint without speculation. The speculative server keeps SGLang's
+    default running-request cap (48); the reference is given 64. What must hold: the cap is read
+    back from /server_info and named in one line; the server's own scheduler log shows at most 48
+    requests running and the rest queued at C = 64, while the reference runs all 64; every draft
+    of this MTP layer is accepted (accept length = steps + 1 = 4 at every level); the crossover is
+    reported (with its interval, or why none); `specguard recommend` gives the policy, the
+    adaptive config and the cap's note. No must-win level is declared here: with one launch per
+    configuration and this shared machine's 35 % between-launch prior the ratio's interval spans
+    ~0.4x-3x (docs/sglang-cpu.md), so no level is decidable yet."""
+    tag = uuid.uuid4().hex[:12]
+    env = {**env, JOB_TAG_VAR: tag}
+    code, out, res, doc = run_suite(work_dir, tmp_path / "mtp-baselines", "mtp", env, "--update-baselines",
+                                    suite=MTP_SUITE, timeout_s=SPEC_RUN_TIMEOUT_S)
+    assert not processes_with_tag(tag), processes_with_tag(tag)
+    assert code == 0 and res and set(res.values()) == {"passed"}, out[-4000:]
+    eff, ref = doc["servers"]["mtp"]["effective_args"], doc["servers"]["reference"]["effective_args"]
+    assert eff["architecture"] == "MiMoForCausalLM" and eff["engine_version"] == "0.5.23", eff
+    assert (eff["max_running_requests"], eff["num_steps"], eff["num_draft_tokens"]) == (MTP_CAP, 3, 4), eff
+    assert ref["max_running_requests"] == max(MTP_LEVELS), ref
+    logs = work_dir / "logs-mtp"
+    (mtp_log,) = logs.glob("server-mtp-*.log")
+    assert "type=MiMoMTP" in mtp_log.read_text(), "the draft was not loaded as MiMo's MTP layer"
+    assert re.search(rf"mtp: note: the server runs at most {MTP_CAP} requests at once \(SGLang's default cap of "
+                     rf"{MTP_CAP} under speculation\) but the sweep goes to {max(MTP_LEVELS)}", out), out[-4000:]
+    spec_admitted, ref_admitted = admissions(logs, "mtp"), admissions(logs, "reference")
+    assert max(n for n, _ in spec_admitted) == MTP_CAP and max(q for _, q in spec_admitted) > 0, spec_admitted
+    assert max(n for n, _ in ref_admitted) == max(MTP_LEVELS), ref_admitted
+    cells = cell_readings(doc)
+    for c in MTP_LEVELS:
+        assert cells["mtp", c]["accept"] == pytest.approx(SPEC_STEPS + 1, abs=0.05), cells["mtp", c]
+        hist = cells["mtp", c]["hist"]
+        assert hist and hist[SPEC_STEPS] == sum(hist), hist
+    crossover = doc["crossovers"]["mtp"]
+    assert re.search(r"mtp: (crossover vs reference at c~[\d.]+ \(95% CI|ahead of reference at every|behind reference)",
+                     out), out[-4000:]
+    rec_json = work_dir / "mtp-recommendation.json"
+    proc = subprocess.run([sys.executable, "-m", "specguard.cli", "recommend", str(work_dir / "mtp-results.json"),
+                           "--json", str(rec_json)], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "policy:" in proc.stdout and "cap 48" in proc.stdout, proc.stdout
+    assert f"mtp ran with max_running_requests={MTP_CAP}" in proc.stdout, proc.stdout
+    figure(work_dir, "mtp (NEXTN, MiMo tiny, steps 3): " + "; ".join(
+        f"c{c} mtp {cells['mtp', c]['tok_s']:.1f} / reference {cells['reference', c]['tok_s']:.1f} tok/s, "
+        f"accept {cells['mtp', c]['accept']:.2f}" for c in MTP_LEVELS))
+    figure(work_dir, f"mtp: cap {eff['max_running_requests']} (reference {ref['max_running_requests']}); at most "
+           f"{max(n for n, _ in spec_admitted)} running with up to {max(q for _, q in spec_admitted)} queued "
+           f"(scheduler log); crossover: {crossover.get('estimate')} confident={crossover.get('confident')}")
+    figure(work_dir, "mtp: specguard recommend: " + " | ".join(
+        line.strip() for line in proc.stdout.splitlines() if line.startswith(("policy", "  concurrency", "disable"))))
