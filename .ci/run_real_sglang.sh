@@ -10,7 +10,9 @@
 #     the sglang-cpu-spec suite launched (update, unchanged, a perturbed draft that fails its
 #     accept-length gate), greedy token identity of NGRAM / STANDALONE / EAGLE3 against the
 #     reference, accept length on /generate, chat sglext and sglang:spec_accept_length, attach with
-#     --speculative-adaptive, the speculative contract against the emulator, and the stand-in's
+#     --speculative-adaptive (EAGLE-3 with a hand-built head on a second tiny target, tools/tiny_eagle3.py),
+#     the same head wired one layer late failing its accept-length gate by name, the speculative
+#     contract against the emulator, and the stand-in's
 #     log: every op of the path computed (OP lines), no placeholder ever called (no CALL line); a
 #     soak of standalone; specguard ab between two builds; MTP as NEXTN (a tiny MiMo) swept past
 #     SGLang's default cap of 48 running requests (perf_tests/suites/sglang-cpu-mtp.toml).
@@ -61,7 +63,7 @@ echo "== real SGLang through the suite (tests/real/test_real_sglang.py)"
 "$PY" -m pytest tests/real/test_real_sglang.py -m real_sglang -q -p no:cacheprovider -rA \
   --junitxml "$artifacts/junit.xml" || status=$?
 
-for tag in update unchanged slowed attach badflag spec-update spec-unchanged spec-perturbed spec-attach soak ab mtp; do
+for tag in update unchanged slowed attach badflag spec-update spec-unchanged spec-perturbed spec-attach spec-miswired soak ab mtp; do
   if [[ -f "$artifacts/$tag-summary.txt" ]]; then
     echo "== verdicts: $tag run"
     cat "$artifacts/$tag-summary.txt"

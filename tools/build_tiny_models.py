@@ -18,7 +18,10 @@ random model happens to babble. So we construct the weights by hand:
   10/8 = 1.25 with 4 speculative tokens, too few tokens per step to pay for 4 draft passes, so
   speculation with it is slower than none on vLLM CPU (docs/vllm-cpu.md has the measurements,
   including why a 40% draft is not slow enough there) -- the regression a suite must catch.
-* ``eagle3-random``: an EAGLE-3 head with random weights (acceptance at chance).
+* ``eagle3-target``, ``eagle3-head`` and ``eagle3-miswired`` (tools/tiny_eagle3.py): a second target
+  with the same greedy output whose layers carry different hidden states, an EAGLE-3 head that reads
+  them (accept length 4 with 3 steps) and the same head wired one layer late, as in seed 001
+  (accept length 1).
 * ``mimo-mtp``: the target's weights on Qwen2 layers as a MiMo checkpoint, with one MTP layer that
   predicts the target's next token exactly: SGLang runs it as NEXTN (``build_mimo_mtp``).
 
@@ -64,7 +67,7 @@ from fractions import Fraction
 from pathlib import Path
 
 # Bump when anything that changes the produced files changes.
-BUILDER_VERSION = "specguard-tiny-models v6"
+BUILDER_VERSION = "specguard-tiny-models v7"
 
 SEED = 1234
 HIDDEN = 256
@@ -82,15 +85,18 @@ IN_PROJ_STD = 0.02
 SPECIAL_TOKENS = ["<s>", "</s>", "<pad>"]
 CYCLE_LEN = 10  # greedy output period; also the period of the drafts' agreement patterns
 DRAFTS = {"draft-same": Fraction(1), "draft-70": Fraction(7, 10), "draft-20": Fraction(1, 5)}
-EAGLE3_HEAD = "eagle3-random"  # an EAGLE-3 head with random weights: acceptance at chance
 # MiMo (Qwen2 layers) with one MTP layer in the same checkpoint: SGLang runs it as NEXTN
 # (srt/models/mimo.py for the target, srt/models/mimo_mtp.py MiMoMTP for the draft, chosen by
 # configs/model_config.py when the draft's architecture is MiMoForCausalLM).
 MIMO_MTP = "mimo-mtp"
-MODEL_NAMES = ["target", *DRAFTS, EAGLE3_HEAD, MIMO_MTP]
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # run as a script or imported: tiny_eagle3 beside it
+import tiny_eagle3  # noqa: E402  (a second target, an EAGLE-3 head with known acceptance, its twin)
+
+MODEL_NAMES = ["target", *DRAFTS, MIMO_MTP, *tiny_eagle3.NAMES]
 # A symlink the real-SGLang speculative suite names as its standalone draft: draft-same unless a
 # test points it elsewhere for one run (a perturbed draft under the same path and fingerprint).
 DRAFT_UNDER_TEST = "draft-under-test"
+UNDER_TEST_LINKS = {DRAFT_UNDER_TEST: "draft-same", tiny_eagle3.UNDER_TEST: tiny_eagle3.HEAD}
 CHAT_TEMPLATE = (
     "{{ bos_token }}{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
     "{% if add_generation_prompt %}assistant:{% endif %}"
@@ -355,9 +361,21 @@ def build(out: Path) -> dict:
         if name == "target":
             check_greedy_cycle(model, hf_tok, succ)
     report["expected_accept_length_k4"] = expected_accept_lengths(cycle, succ, drafts)
-    report["models"][EAGLE3_HEAD] = build_eagle3_head(out / EAGLE3_HEAD, vocab_size, bos, eos, pad, hf_tok)
     report["models"][MIMO_MTP] = build_mimo_mtp(out / MIMO_MTP, vocab_size, (bos, eos, pad), hf_tok, succ, emb,
                                                    cycle)
+
+    def check_greedy(model, smap):
+        got = next_token_map(model, vocab_size, bos)
+        wrong = [t for t in range(vocab_size) if got[t] != smap[t]]
+        if wrong:
+            raise SystemExit(f"{tiny_eagle3.TARGET}: next-token map differs from the construction at {wrong[:10]}")
+        check_greedy_cycle(model, hf_tok, smap)
+
+    cycles = [cycle[i:i + CYCLE_LEN] for i in range(0, len(cycle), CYCLE_LEN)]
+    knobs = {"hidden": HIDDEN, "target_intermediate": TARGET_INTERMEDIATE, "draft_intermediate": DRAFT_INTERMEDIATE,
+             "alpha": ALPHA, "in_std": IN_PROJ_STD, "out_std": OUT_PROJ_STD, "seed": SEED + 33, "steps": 3}
+    report["models"].update(tiny_eagle3.build(out, vocab_size, (bos, eos, pad), hf_tok, succ, cycles, llama_config,
+                                              check_greedy, knobs))
     return report
 
 
@@ -444,50 +462,6 @@ def mtp_agreement(mtp: dict, emb, head, succ, cycle: list[int]) -> float:
     return sum(pred[t] == succ[t] for t in cycle) / len(cycle)
 
 
-def build_eagle3_head(d: Path, vocab_size: int, bos: int, eos: int, pad: int, hf_tok) -> dict:
-    """An EAGLE-3 draft head for the target, every weight random (seeded): SGLang 0.5.23's
-    LlamaForCausalLMEagle3 layout (sglang/srt/models/llama_eagle3.py: `midlayer` whose q/k/v take
-    embeds and target hidden states concatenated, 2 x hidden; `fc` over 3 target layers' hidden
-    states; `norm`; its own `lm_head` over the full vocabulary, so no d2t map). Trained on nothing,
-    it agrees with the target at chance: accept length ~1."""
-    import torch
-    from safetensors.torch import save_file
-
-    gen = torch.Generator().manual_seed(SEED + 99)
-    h, inter = HIDDEN, DRAFT_INTERMEDIATE
-
-    def rnd(*shape):
-        return torch.randn(shape, generator=gen) * IN_PROJ_STD
-
-    weights = {
-        "midlayer.self_attn.q_proj.weight": rnd(h, 2 * h), "midlayer.self_attn.k_proj.weight": rnd(h, 2 * h),
-        "midlayer.self_attn.v_proj.weight": rnd(h, 2 * h), "midlayer.self_attn.o_proj.weight": rnd(h, h),
-        "midlayer.mlp.gate_proj.weight": rnd(inter, h), "midlayer.mlp.up_proj.weight": rnd(inter, h),
-        "midlayer.mlp.down_proj.weight": rnd(h, inter),
-        "midlayer.input_layernorm.weight": torch.ones(h), "midlayer.hidden_norm.weight": torch.ones(h),
-        "midlayer.post_attention_layernorm.weight": torch.ones(h), "norm.weight": torch.ones(h),
-        "fc.weight": rnd(h, 3 * h), "lm_head.weight": rnd(vocab_size, h), "embed_tokens.weight": rnd(vocab_size, h),
-    }
-    d.mkdir(parents=True, exist_ok=True)
-    save_file({k: v.contiguous() for k, v in sorted(weights.items())}, str(d / "model.safetensors"),
-              metadata={"format": "pt"})
-    config = {
-        "architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama", "hidden_size": h,
-        "intermediate_size": inter, "num_attention_heads": HEADS, "num_key_value_heads": KV_HEADS,
-        "num_hidden_layers": 1, "vocab_size": vocab_size, "draft_vocab_size": vocab_size,
-        "max_position_embeddings": MAX_POSITIONS, "rms_norm_eps": 1e-6, "rope_theta": 10000.0,
-        "hidden_act": "silu", "tie_word_embeddings": False, "torch_dtype": "float32",
-        "bos_token_id": bos, "eos_token_id": eos, "pad_token_id": pad,
-        # three distinct target layers (SGLang's default for a 4-layer target, [2, 2, 1] in
-        # models/llama.py set_eagle3_layers_to_capture, captures only two: fc would not fit)
-        "eagle_config": {"eagle_aux_hidden_state_layer_ids": [0, 1, 2]},
-    }
-    (d / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
-    hf_tok.save_pretrained(d)
-    return {"path": str(d), "layers": 1, "hidden": h, "intermediate": inter,
-            "params": sum(v.numel() for v in weights.values()), "agreement_with_target": None}
-
-
 def check_greedy_cycle(model, hf_tok, succ) -> None:
     """Multi-token prompts: greedy generation must follow the cycle from the first token on."""
     import torch
@@ -547,10 +521,11 @@ def main(argv=None) -> int:
         return 0 if digests[0] == digests[1] else 1
 
     if complete(out) and not args.force:
-        link = out / DRAFT_UNDER_TEST
-        if not link.is_symlink() or os.readlink(link) != "draft-same":  # a run that died mid-swap
-            link.unlink(missing_ok=True)
-            link.symlink_to("draft-same")
+        for name, target in UNDER_TEST_LINKS.items():
+            link = out / name
+            if not link.is_symlink() or os.readlink(link) != target:  # a run that died mid-swap
+                link.unlink(missing_ok=True)
+                link.symlink_to(target)
         print(f"tiny models: complete build present in {out} (STAMP matches); nothing to do")
         print((out / "STAMP").read_text().rstrip())
         return 0
@@ -566,10 +541,11 @@ def main(argv=None) -> int:
             report["models"][n]["path"] = str(out / n)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    link = out / DRAFT_UNDER_TEST
-    if link.is_symlink() or link.exists():
-        link.unlink()
-    link.symlink_to("draft-same")
+    for name, target in UNDER_TEST_LINKS.items():
+        link = out / name
+        if link.is_symlink() or link.exists():
+            link.unlink()
+        link.symlink_to(target)
     report["sha256"] = tree_digest(out)
     (out / "build_report.json").write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
     (out / "STAMP").write_text(stamp_text() + f"sha256={report['sha256']}\n")  # last: marks complete
@@ -579,7 +555,9 @@ def main(argv=None) -> int:
     for n, m in report["models"].items():
         agree = m["agreement_with_target"]
         print(f"  {n:13s} {m['layers']} layer(s), hidden {m['hidden']}, {m['params']:,} params, "
-              + (f"agrees with target on {agree:.0%} of cycle tokens" if agree is not None else "random weights (EAGLE-3 head)"))
+              + f"agrees with target on {agree:.0%} of cycle tokens"
+              + (f", reads layers {m['aux_layer_ids']}: accept length {m['expected_accept_length_3_steps']:.2f} with 3 steps"
+                 if "aux_layer_ids" in m else ""))
     print("expected accept length (greedy, num_speculative_tokens=4) = 1 + accepted/drafts:")
     for n, e in report["expected_accept_length_k4"].items():
         print(f"  {n:11s} steady state {e['steady_state']:.3f}; "

@@ -225,7 +225,8 @@ class SGLangEngine(Engine):
     def steps_in_use(self, eff: EffectiveArgs, after: dict[str, float] | None) -> float | None:
         """With adaptive speculation on: sglang:spec_num_steps after the run. The scheduler sets
         it at each decode-log fold (every --decode-log-interval decode batches, metrics_reporter.py
-        log_decode_stats), so it is the steps of the run's last fold window."""
+        log_decode_stats), so it is the steps of the last fold window before the run ended: a run
+        shorter than one window reads the window before it (0 before the server's first)."""
         if not eff.speculative_adaptive or not after:
             return None
         return after.get("sglang:spec_num_steps")

@@ -239,8 +239,8 @@ _PROBLEMS: dict[Why, Callable[[Problem, GateResult], str]] = {
     Why.ZERO_GOODPUT: _zero_goodput,
     Why.NOT_RUNNING: lambda p, r: (f"speculation is not running: the server runs {p.detail} but its requests carry "
                                    f"no verify counts and its own counters saw no drafts"),
-    Why.ACCEPT_AT_FLOOR: lambda p, r: (f"speculation is not running: accept length {p.value:.3f} <= min_accept_length "
-                                       f"{p.limit:g} (each verify step keeps almost no draft)"),
+    Why.ACCEPT_AT_FLOOR: lambda p, r: (f"accept length {p.value:.3f} <= min_accept_length {p.limit:g}: the verify "
+                                       f"steps keep almost no draft (every draft rejected, or speculation off)"),
     Why.POSITION_DROP: _position_drop,
     Why.FORCED_ACCEPT: _forced_accept,
     Why.INTERNAL_ERROR: lambda p, r: f"internal error (a specguard bug): {p.detail}",

@@ -46,6 +46,8 @@ class CellGates:
         launches = self._parts.cells.launch_values(name, level, metric)
         current = [v for launch in launches for v in launch]
         early = self._before_history(test, current)
+        if early is not None and early.problem is not None and early.problem.why == Why.ACCEPT_AT_FLOOR:
+            return self._positions(early, test)  # where the drafts stopped agreeing, against the baseline
         if early is not None:
             return early
         history, reason, missing = self._parts.histories.cell(name, level, metric)
@@ -121,8 +123,9 @@ class CellGates:
             if not history:
                 break
             found.append((k, cells.launch_values(name, level, position_metric(k)), history))
-        if not found or not any(found[0][1]):  # no stored histogram, or none measured: nothing to compare
-            return result
+        cell = cells.cell(name, level)
+        if not found or cell is None or not any(r.correct_drafts_histogram for r in cell.runs):
+            return result  # no stored histogram, or none measured: nothing to compare
         tol, design = self._parts.suite.tolerances, self._parts.design
         prior, rule = design.prior(tol.prior_between_sd_accept, day_sd=0.0), design.rule(tol.fail_rule)
         alpha = test.alpha / len(found)

@@ -37,6 +37,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import statistics
 import subprocess
@@ -75,7 +76,8 @@ def sglang_env() -> dict[str, str]:
     """The environment the job needs; a set-but-broken one fails (only an unset one skips)."""
     python = engine_python("SPECGUARD_SGLANG_PYTHON", ".ci/setup_sglang.sh", ".ci/run_real_sglang.sh")
     models = tiny_models("SPECGUARD_SGLANG_MODELS", "~/.cache/specguard/tiny-models-sglang",
-                         ("target", "draft-same", "draft-70", "draft-20", "eagle3-random", "draft-under-test"), python)
+                         ("target", "draft-same", "draft-70", "draft-20", "draft-under-test", "eagle3-target",
+                          "eagle3-head", "eagle3-miswired", "eagle3-under-test"), python)
     env = {**os.environ, "SPECGUARD_SGLANG_PYTHON": python, "SPECGUARD_SGLANG_MODELS": str(models)}
     env.setdefault("SPECGUARD_SGL_KERNEL_LOG", str(Path(os.environ.get("SPECGUARD_REAL_SGLANG_ARTIFACTS", "/tmp"))
                                                    / "sgl_kernel_standin.log"))
@@ -163,13 +165,14 @@ class HandServer:
     """`python -m sglang.launch_server` started by hand (not by the suite), in its own group."""
 
     def __init__(self, env: dict[str, str], work: Path, name: str, extra: list[str] = (),
-                 flags: list[str] = SERVER_FLAGS, extra_env: dict[str, str] | None = None, wait: bool = True) -> None:
+                 flags: list[str] = SERVER_FLAGS, extra_env: dict[str, str] | None = None, wait: bool = True,
+                 model: str = "target") -> None:
         self.port = _free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.tag = uuid.uuid4().hex[:12]
         self.log = work / f"hand-{name}-{self.port}.log"
-        model = str(Path(env["SPECGUARD_SGLANG_MODELS"]) / "target")
-        self.cmd = [env["SPECGUARD_SGLANG_PYTHON"], "-m", "sglang.launch_server", "--model-path", model,
+        self.cmd = [env["SPECGUARD_SGLANG_PYTHON"], "-m", "sglang.launch_server",
+                    "--model-path", str(Path(env["SPECGUARD_SGLANG_MODELS"]) / model),
                     "--host", "127.0.0.1", "--port", str(self.port), *flags, *extra]
         self.started = time.monotonic()
         with open(self.log, "wb") as log:
@@ -535,6 +538,9 @@ SPEC_STEPS = 3  # standalone and eagle3: --speculative-num-steps 3, topk 1, 4 dr
 IDENTITY_PROMPTS = 16
 IDENTITY_TOKENS = 40
 SPEC_STATE: dict = {}  # readings shared between the tests below (the job's table)
+# eagle3 serves the second tiny target (tools/tiny_eagle3.py): its greedy output is the first
+# target's, token for token, so the hand-started `reference` stays its reference.
+SPEC_MODELS = {"eagle3": "eagle3-target"}
 
 
 def spec_server_args(models: Path) -> dict[str, list[str]]:
@@ -547,7 +553,7 @@ def spec_server_args(models: Path) -> dict[str, list[str]]:
         "standalone": ["--speculative-algorithm", "STANDALONE", "--speculative-draft-model-path",
                        str(models / "draft-same"), *chain],
         "ngram": ["--speculative-algorithm", "NGRAM", "--speculative-num-draft-tokens", "8"],
-        "eagle3": ["--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", str(models / "eagle3-random"),
+        "eagle3": ["--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", str(models / "eagle3-under-test"),
                    *chain, "--speculative-adaptive"],
     }
 
@@ -680,7 +686,7 @@ def spec_servers(env, work_dir):
     try:
         for name, extra in spec_server_args(Path(env["SPECGUARD_SGLANG_MODELS"])).items():
             servers[name] = HandServer(env, work_dir, f"spec-{name}", [*extra, "--sleep-on-idle"], flags=SPEC_FLAGS,
-                                       extra_env=SPEC_ENV, wait=False)
+                                       extra_env=SPEC_ENV, wait=False, model=SPEC_MODELS.get(name, "target"))
         for server in servers.values():
             server.wait_ready()
         figure(work_dir, "speculative servers started by hand, together (to /health_generate 200): "
@@ -738,8 +744,9 @@ def test_speculative_greedy_output_is_token_identical_to_the_reference(spec_serv
             assert all(m["spec_correct_drafts_histogram"][SPEC_STEPS] == m["spec_verify_ct"] for m in metas), metas[0]
         elif name == "ngram":  # the output repeats with period 10: n-gram lookup finds it
             assert sum(accept) / len(accept) > 1.5, accept
-        else:  # a random EAGLE-3 head: chance acceptance over a 512-token vocabulary
-            assert max(accept) < 1.2, accept
+        else:  # eagle3-head drafts the target's next tokens; adaptive steps (1-7) set how many per verify
+            assert all(m["spec_correct_drafts_histogram"][0] == 0 for m in metas), metas[0]  # no first draft rejected
+            assert min(accept) >= 2 - 0.01, accept
     assert identical == {n: len(prompts) for n in identical}, identical
 
 
@@ -765,9 +772,9 @@ def _chat_sglext(url: str, tokens: int) -> dict:
 
 
 # Tokens per request for the metric comparison: >= 80 verifies at each server's steady accept length
-# (standalone 4, ngram up to 8, eagle3 ~1), so the scheduler's last decode-log fold window (40
-# verifies) lies inside the request.
-METRIC_TOKENS = {"standalone": 400, "ngram": 720, "eagle3": 120}
+# (standalone 4, ngram up to 8, eagle3 up to 8: adaptive, 7 steps at one request), so the
+# scheduler's last decode-log fold window (40 verifies) lies inside the request.
+METRIC_TOKENS = {"standalone": 400, "ngram": 720, "eagle3": 720}
 
 
 def test_accept_length_on_generate_chat_sglext_and_the_servers_metric_agree(spec_servers, work_dir):
@@ -807,13 +814,20 @@ def test_accept_length_on_generate_chat_sglext_and_the_servers_metric_agree(spec
 
 def test_spec_attach_to_the_hand_started_servers_with_adaptive_steps(env, work_dir, tmp_path, spec_servers):
     """Attach mode: the suite measures standalone, ngram and eagle3 on the servers started by hand
-    (each with its reference, the hand-started intel_amx server); eagle3 runs
-    --speculative-adaptive, so every run of it reports the steps in use (sglang:spec_num_steps)."""
+    (each with its reference, the hand-started intel_amx server) and records their baselines (the
+    mis-wired head's test gates on eagle3's); eagle3 runs --speculative-adaptive, so every run of it
+    reports the steps in use (sglang:spec_num_steps)."""
     urls = [f"{n}={s.url}" for n, s in spec_servers.items()]
     args = [a for u in urls for a in ("--server-url", u)]
-    code, out, res, doc = run_suite(work_dir, tmp_path / "b", "spec-attach", env, *args, "-k",
+    baselines = work_dir / "spec-attach-baselines"
+    shutil.rmtree(baselines, ignore_errors=True)
+    # sglang:spec_num_steps is set at the scheduler's decode-log fold (every 40 decode batches) and
+    # reads 0 before the first; eagle3's runs here (accept length ~8) are shorter than one window,
+    # so one long request first gives the gauge its steps (the metric test does too, when it runs).
+    _generate(spec_servers["eagle3"].url, [11, 12, 13, 14], METRIC_TOKENS["eagle3"])
+    code, out, res, doc = run_suite(work_dir, baselines, "spec-attach", env, *args, "-k",
                                     "(standalone or ngram or eagle3) and not weak", "--concurrency", "2", "--repeats", "2",
-                                    suite=SPEC_SUITE, timeout_s=SPEC_RUN_TIMEOUT_S)
+                                    "--update-baselines", suite=SPEC_SUITE, timeout_s=SPEC_RUN_TIMEOUT_S)
     assert code == 0, out[-4000:]
     for name in ("standalone", "ngram", "eagle3", "reference"):
         server = doc["servers"][name]
@@ -824,12 +838,70 @@ def test_spec_attach_to_the_hand_started_servers_with_adaptive_steps(env, work_d
         steps = cells["eagle3", c]["steps"]
         assert steps and all(isinstance(s, (int, float)) and s >= 1 for s in steps), steps  # adaptive: read per run
         assert cells["standalone", c]["accept"] == pytest.approx(SPEC_STEPS + 1, abs=0.05)
-        assert cells["eagle3", c]["accept"] < 1.2
+        # eagle3-head drafts the target's next tokens: every verify accepts all of its steps' drafts
+        assert cells["eagle3", c]["accept"] > SPEC_STEPS, cells["eagle3", c]
+        hist = cells["eagle3", c]["hist"]
+        assert hist and hist[0] == 0, hist  # no verify step rejected the first draft
     assert doc["servers"]["eagle3"]["effective_args"].get("speculative_adaptive") is True
+    SPEC_STATE["attach-baselines"] = baselines
     for server in spec_servers.values():
         assert server.proc.poll() is None  # attach never stops a server it did not start
     for line in table_lines("spec suite, attach run", doc):
         figure(work_dir, line)
+
+
+def test_a_head_wired_one_layer_late_fails_its_accept_length_gate_naming_the_drafter(env, work_dir, spec_servers):
+    """Seed 001 on real SGLang: eagle3's head replaced, under the same path, by its mis-wired twin
+    (tools/tiny_eagle3.py: the same bytes with eagle_aux_hidden_state_layer_ids [0, 1, 2] instead of
+    [-1, 0, 1], so SGLang hands it the hidden states one layer late: models/llama.py
+    set_eagle3_layers_to_capture captures the stream entering layer id + 1). Gated attached against
+    the baselines the attach test recorded from the right head: the output stays token-identical
+    (greedy verification), test_accept_length[eagle3-c2] fails, the summary names the drafter, and
+    the per-position acceptance shows the break at the first draft position."""
+    baselines = SPEC_STATE.get("attach-baselines")
+    assert baselines is not None and any(baselines.rglob("*eagle3*")), \
+        "no eagle3 baseline: the attach test (which records it) failed or did not run"
+    models = Path(env["SPECGUARD_SGLANG_MODELS"])
+    link = models / "eagle3-under-test"
+    assert link.is_symlink() and os.readlink(link) == "eagle3-head", \
+        f"{link} must point at eagle3-head: rerun tools/build_tiny_models.py --out {models}"
+
+    def point_link_at(target: str) -> None:
+        swap = link.with_name("eagle3-under-test.swap")
+        swap.unlink(missing_ok=True)
+        swap.symlink_to(target)
+        os.replace(swap, link)
+
+    point_link_at("eagle3-miswired")
+    try:  # the same command line as the hand-started eagle3: the same fingerprint
+        twin = HandServer(env, work_dir, "spec-eagle3-miswired", [*spec_server_args(models)["eagle3"], "--sleep-on-idle"],
+                          flags=SPEC_FLAGS, extra_env=SPEC_ENV, model=SPEC_MODELS["eagle3"])
+    finally:
+        point_link_at("eagle3-head")  # the server has read its head by the time it is ready
+    try:
+        reference = spec_servers["reference"].url
+        for ids in identity_prompts()[:4]:
+            assert _generate(twin.url, ids, IDENTITY_TOKENS)["output_ids"] == \
+                _generate(reference, ids, IDENTITY_TOKENS)["output_ids"], ids
+        args = ["--server-url", f"eagle3={twin.url}", "--server-url", f"reference={reference}"]
+        code, out, res, doc = run_suite(work_dir, baselines, "spec-miswired", env, *args, "-k", "eagle3",
+                                        "--concurrency", "2", "--repeats", "2", "--require-baselines",
+                                        suite=SPEC_SUITE, timeout_s=SPEC_RUN_TIMEOUT_S)
+    finally:
+        twin.stop()
+    assert not group_members(twin.proc.pid), twin.cmd
+    failed = {t: m for t, m in res.items() if m != "passed"}
+    assert code == 1, out[-4000:]
+    assert "test_accept_length[eagle3-c2]" in failed and failed["test_accept_length[eagle3-c2]"].startswith("failure"), failed
+    assert all("eagle3" in t for t in failed), failed
+    assert "drafter regressions (accept length): eagle3 c2" in out, out[-4000:]
+    position_line = next((ln.strip() for ln in out.splitlines() if "acceptance per draft position" in ln), "")
+    assert re.search(r"1 0\.000 .*FAIL", position_line), out[-4000:]
+    cells = cell_readings(doc)
+    assert cells["eagle3", 2]["accept"] < 1.1, cells["eagle3", 2]
+    for line in table_lines("spec suite, eagle3 head wired one layer late", doc):
+        figure(work_dir, line)
+    figure(work_dir, f"mis-wired eagle3 head: failed {sorted(failed)}; {position_line}")
 
 
 def test_the_topk_1_draft_token_rewrite_is_one_line_read_from_the_servers_own_arguments(env, work_dir, tmp_path):

@@ -14,6 +14,7 @@ from session_support import fake_server, make_suite
 
 from specguard.config import ConfigError, load_suite
 from specguard.decide.gates import attribution
+from specguard.decide.result import Why
 from specguard.decide.stats import RatioEstimate, downward_trend
 from specguard.labels import Verdict
 from specguard.measure.client import RequestRecord
@@ -167,7 +168,7 @@ def test_a_weaker_drafter_reads_drafter(tmp_path):
 
 
 @pytest.mark.parametrize("accept,server_algorithm,expected", [
-    (1.0, "EAGLE3", "speculation is not running: accept length 1.000 <= min_accept_length 1.05"),
+    (1.0, "EAGLE3", "accept length 1.000 <= min_accept_length 1.05: the verify steps keep almost no draft"),
     (None, "EAGLE3", "speculation is not running: the server runs EAGLE3 but its requests carry no verify counts"),
 ])
 def test_speculation_that_stopped_fails_by_name_with_or_without_a_baseline(tmp_path, accept, server_algorithm, expected):
@@ -369,3 +370,17 @@ def test_a_half_is_named_only_for_an_effect_of_its_own():
     assert attribution(slower, est(1.0, 0.995, 1.005), est(0.95, 0.94, 0.96)).half == "engine"
     # a step change confidently nonzero but inside 1 %: nobody's
     assert attribution(est(0.995, 0.993, 0.997), est(1.0, 0.999, 1.001)).half == ""
+
+
+def test_a_head_whose_every_draft_is_rejected_fails_at_the_floor_with_its_positions(tmp_path):
+    # seed 001 on real SGLang (tests/real: eagle3-miswired): every verify step rejects its first
+    # draft, accept length ~1.02. The floor decides (cell_gates.CellGates._before_history), and the
+    # per-position shares against the stored sessions say where the drafts stopped agreeing.
+    sg = session_with_positions(tmp_path)
+    measured(sg, [run_with([100, 0, 0, 0]) for _ in range(3)])
+    r = sg.accept_length_result("eagle3", 1)
+    assert r.verdict == FAIL and r.problem is not None and r.problem.why == Why.ACCEPT_AT_FLOOR, message(r)
+    assert r.positions and r.positions[0].position == 1 and r.positions[0].verdict == FAIL
+    text = message(r)
+    assert "accept length 1.000 <= min_accept_length 1.05: the verify steps keep almost no draft" in text, text
+    assert "acceptance per draft position (share of verify steps accepting >= k drafts, vs baseline): 1 0.000" in text
