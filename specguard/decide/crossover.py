@@ -38,16 +38,6 @@ class CrossoverEstimate:
     # above 1), the first one confidently behind (upper bound below 1)
     confident: bool = False
 
-    def describe(self) -> str:
-        if self.below_range:
-            return "speculation is behind from the first measured concurrency"
-        if self.above_range:
-            tail = "" if self.high is None else f" (it may cross by c{self.high:.0f})"
-            return "speculation is ahead at every measured concurrency" + tail
-        lo = "?" if self.low is None else f"{self.low:.0f}"
-        hi = "?" if self.high is None else f"{self.high:.0f}"
-        return f"crossover at c{self.estimate:.1f} [{lo}, {hi}]"
-
 
 def first_crossing(levels: Sequence[float], ratios: Sequence[float]) -> float | None:
     """First concurrency where ``ratios`` drop below 1, interpolated on log ratio vs log

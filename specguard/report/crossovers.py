@@ -3,9 +3,7 @@ stores it: the same estimator and confidence as `specguard recommend`, so the tw
 
 from __future__ import annotations
 
-from specguard.decide.crossover import CrossoverEstimate
 from specguard.report import recommend
-from specguard.report.recommend import LevelRatio
 from specguard.report.results import throughputs
 from specguard.report.schema import CrossoverDoc, ResultsDoc
 
@@ -26,29 +24,30 @@ def crossovers(doc: ResultsDoc) -> dict[str, CrossoverDoc]:
         if len(curve) < 2:  # one level has no crossover to speak of (recommend refuses it too)
             continue
         x = recommend.crossing(curve)
-        out[cfg["name"]] = {"estimate": x.estimate, "low": x.low, "high": x.high, "last_win": x.last_ahead,
-                            "first_loss": x.first_behind, "confident": x.confident, "confidence": conf,
-                            "text": crossover_text(cfg["name"], ref, x, curve, conf, recommend.level_kind(doc))}
+        out[cfg["name"]] = {"reference": ref, "estimate": x.estimate, "low": x.low, "high": x.high,
+                            "last_win": x.last_ahead, "first_loss": x.first_behind, "confident": x.confident,
+                            "confidence": conf, "below_range": x.below_range,
+                            "measured": [curve[0].concurrency, curve[-1].concurrency]}
     return out
 
 
-def crossover_text(name: str, ref: str, x: CrossoverEstimate, curve: list[LevelRatio], conf: float,
-                   kind: str = "concurrency") -> str:
+def crossover_line(x: CrossoverDoc, kind: str = "concurrency") -> str:
     """The crossover sentence, worded as `specguard recommend` words it (levels c16, or r8 in a
-    request-rate sweep: `kind`, recommend.level_kind)."""
-    levels = [r.concurrency for r in curve]
+    request-rate sweep: `kind`, recommend.level_kind); a file older than schema 4 keeps its own."""
+    if "legacy_text" in x:
+        return x["legacy_text"]
 
     def lv(level: float | str) -> str:
         return recommend.level_label(kind, level)
 
+    ref, (first, last) = x["reference"], x["measured"]
     noun, unit = recommend.level_noun(kind), (" req/s" if kind == recommend.REQUEST_RATE else "")
-    if x.below_range:
-        return f"behind {ref} from the lowest measured {noun} ({lv(levels[0])})"
-    if x.estimate is None:
-        return f"ahead of {ref} at every measured {noun} ({lv(levels[0])}-{lv(levels[-1])}); no crossover in range"
-    # the estimator sets both levels around a crossover whenever it has one
-    assert x.last_ahead is not None and x.first_behind is not None
-    lo = f"{x.low:.0f}" if x.low is not None else f"below {lv(levels[0])}"
-    hi = f"{x.high:.0f}" if x.high is not None else f"beyond {lv(levels[-1])}"
-    return (f"crossover vs {ref} at {lv('~')}{x.estimate:.1f}{unit} ({conf:.0%} CI {lo}-{hi}), between measured "
-            f"{lv(x.last_ahead)} and {lv(x.first_behind)}{'' if x.confident else ', not confidently resolved'}")
+    if x["below_range"]:
+        return f"behind {ref} from the lowest measured {noun} ({lv(first)})"
+    if x["estimate"] is None:
+        return f"ahead of {ref} at every measured {noun} ({lv(first)}-{lv(last)}); no crossover in range"
+    lo = f"{x['low']:.0f}" if x["low"] is not None else f"below {lv(first)}"
+    hi = f"{x['high']:.0f}" if x["high"] is not None else f"beyond {lv(last)}"
+    resolved = "" if x["confident"] else ", not confidently resolved"
+    return (f"crossover vs {ref} at {lv('~')}{x['estimate']:.1f}{unit} ({x['confidence']:.0%} CI {lo}-{hi}), "
+            f"between measured {lv(x['last_win'] or '?')} and {lv(x['first_loss'] or '?')}{resolved}")

@@ -52,7 +52,7 @@ from specguard.store.gaps import GapKind, HistoryGap
 from specguard.store.refresh import BaselineOutcome
 
 SCHEMA = "specguard-results"
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 CONFIG_FIELDS = ("engine", "model_path", "draft_model_path", "speculative_algorithm", "num_steps", "eagle_topk",
                  "num_draft_tokens", "max_running_requests", "reference", "speculation_must_win_up_to")
 
@@ -63,7 +63,7 @@ class ResultsError(DocumentError):
 
 RESULTS: Document[ResultsDoc] = Document(
     SCHEMA, SCHEMA_VERSION, ResultsDoc, what="results file", make="write one with: pytest perf_tests --results-json FILE",
-    readable=(1, 2), upgrade=upgrade, error=ResultsError)  # every version specguard ever wrote (report/upgrade.py)
+    readable=(1, 2, 3), upgrade=upgrade, error=ResultsError)  # every version specguard ever wrote (report/upgrade.py)
 
 
 CellKey = tuple[str, str]  # (configuration, level name)

@@ -278,7 +278,8 @@ class OptionsDoc(TypedDict):
     attached: bool
 
 
-class CrossoverDoc(TypedDict):
+class _CrossoverFields(TypedDict):
+    reference: str | None  # None in a file older than schema 4 (its line is in legacy_text)
     estimate: float | None
     low: float | None
     high: float | None
@@ -286,7 +287,12 @@ class CrossoverDoc(TypedDict):
     first_loss: int | None
     confident: bool
     confidence: float
-    text: str
+    below_range: bool  # behind the reference from the first measured level
+    measured: list[float]  # the first and the last level measured with the reference
+
+
+class CrossoverDoc(_CrossoverFields, total=False):
+    legacy_text: str  # read from a file older than schema 4: its crossover line as that specguard worded it
 
 
 class BaselineProblemDoc(TypedDict):

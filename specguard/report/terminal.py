@@ -14,6 +14,8 @@ import textwrap
 from specguard.decide.gates import RelaunchReason, RelaunchWhy
 from specguard.labels import SOAK, STATUS_NOT_MEASURED, STATUS_REGRESSION, GateLabel, Level
 from specguard.report.baseline_text import document_lines
+from specguard.report.crossovers import crossover_line
+from specguard.report.recommend import level_kind
 from specguard.report.resolution import attach_lines, few_sessions_lines, resolution_note
 from specguard.report.results import CellKey, decision_result, detectable_drop, sorted_cells, tests_by_cell
 from specguard.report.schema import CellDoc, DecisionDoc, EstimateDoc, RelaunchDoc, ResultsDoc, ServerDoc, TestDoc
@@ -210,7 +212,8 @@ def _failure_note(name: str, failure: str, server: ServerDoc, doc: ResultsDoc) -
 
 def notes(doc: ResultsDoc) -> list[str]:
     """Crossovers, server notes, Holm, references, baseline writes: the lines under the table."""
-    lines = [f"{name}: {x['text']}" for name, x in doc["crossovers"].items()]
+    kind = level_kind(doc)
+    lines = [f"{name}: {crossover_line(x, kind)}" for name, x in doc["crossovers"].items()]
     lines += server_lines(doc) + reference_lines(doc) + category_lines(doc) + load_lines(doc)
     lines += relaunch_lines(doc) + soak_lines(doc)
     lines += regression_halves(doc) + attach_lines(doc) + few_sessions_lines(doc)

@@ -8,6 +8,7 @@ its decisions keep the line that specguard worded then (`legacy_message`).
 - 1 -> 2 (specguard's first day): no options, configurations, summaries or session outcome.
 - 2 -> 3: levels by name (`"level": "r8"`, not `"concurrency": 8` in a request-rate sweep);
   decisions as data (no `message`); relaunches as data.
+- 3 -> 4: crossovers as data (no `text`): each keeps its line as `legacy_text`.
 """
 
 from __future__ import annotations
@@ -19,11 +20,13 @@ from specguard.report.summary import cell_summary
 
 
 def upgrade(doc: dict[str, Any], version: int) -> dict[str, Any]:
-    """The document as the current schema (3), from `version` (1 or 2)."""
+    """The document as the current schema (4), from `version` (1, 2 or 3)."""
     if version == 1:
         doc, version = _v1_to_v2(doc), 2
     if version == 2:
-        doc = _v2_to_v3(doc)
+        doc, version = _v2_to_v3(doc), 3
+    if version == 3:
+        doc = _v3_to_v4(doc)
     return doc
 
 
@@ -63,6 +66,15 @@ def _v2_to_v3(doc: dict[str, Any]) -> dict[str, Any]:
         out["reference_roles"] = [moved(r) for r in doc["reference_roles"]]
     if "relaunches" in doc:
         out["relaunches"] = {name: [{"lines": list(lines)}] for name, lines in (doc["relaunches"] or {}).items()}
+    return out
+
+
+def _v3_to_v4(doc: dict[str, Any]) -> dict[str, Any]:
+    out = dict(doc)
+    out["schema_version"] = 4
+    out["crossovers"] = {name: {**{k: v for k, v in x.items() if k != "text"}, "reference": None, "below_range": False,
+                                "measured": [], "legacy_text": x.get("text", "")}
+                         for name, x in (doc.get("crossovers") or {}).items()}
     return out
 
 

@@ -80,7 +80,7 @@ def session(tmp_path: Path) -> GateSession:
 
 def test_document_has_every_documented_key_and_round_trips(session, tmp_path):
     doc = build_results(session)
-    assert doc["schema"] == SCHEMA == "specguard-results" and doc["schema_version"] == SCHEMA_VERSION == 3
+    assert doc["schema"] == SCHEMA == "specguard-results" and doc["schema_version"] == SCHEMA_VERSION == 4
     assert set(ResultsDoc.__required_keys__) <= set(doc) and validate(doc) is doc
     assert [c["name"] for c in doc["configs"]] == ["baseline", "mtp"]
     mtp = doc["configs"][1]
@@ -368,12 +368,32 @@ def test_a_reference_the_attached_server_cannot_serve_reads_not_measured_with_th
 
 def test_the_crossover_sentence_names_request_rates_in_a_rate_sweep():
     # the results file's crossover text (every output prints it) words levels as recommend does
-    from specguard.report.crossovers import crossovers
+    from specguard.report.crossovers import crossover_line, crossovers
 
     doc = seed_a_doc()
     closed = crossovers(doc)
-    text = next(iter(closed.values()))["text"]
+    text = crossover_line(next(iter(closed.values())))
     assert " at c~" in text and "between measured c" in text, text
-    open_loop = next(iter(crossovers(as_rate_sweep(doc)).values()))["text"]
+    open_loop = crossover_line(next(iter(crossovers(as_rate_sweep(doc)).values())), "request_rate")
     assert " at r~" in open_loop and " req/s (" in open_loop and "between measured r" in open_loop, open_loop
     assert " c~" not in open_loop and " c1" not in open_loop
+
+
+def test_the_crossover_line_is_rendered_from_its_fields_and_an_older_file_keeps_its_own():
+    # report/crossovers.py crossover_line: the results file stores the crossover as data (schema 4);
+    # a schema-3 file's worded line comes back as legacy_text (report/upgrade.py _v3_to_v4)
+    from specguard.report.crossovers import crossover_line
+    from specguard.report.upgrade import upgrade
+
+    base = {"reference": "baseline", "estimate": None, "low": None, "high": None, "last_win": None, "first_loss": None,
+            "confident": False, "confidence": 0.95, "below_range": False, "measured": [1, 64]}
+    assert crossover_line({**base, "below_range": True, "first_loss": 1}) == \
+        "behind baseline from the lowest measured concurrency (c1)"
+    assert crossover_line(base) == "ahead of baseline at every measured concurrency (c1-c64); no crossover in range"
+    crossing = {**base, "estimate": 36.8, "low": 33.0, "high": None, "last_win": 32, "first_loss": 64, "confident": True}
+    assert crossover_line(crossing) == "crossover vs baseline at c~36.8 (95% CI 33-beyond c64), between measured c32 and c64"
+    assert crossover_line({**crossing, "confident": False}, "request_rate").endswith(
+        "between measured r32 and r64, not confidently resolved")
+    old = {"schema_version": 3, "crossovers": {"eagle3": {**base, "text": "crossover vs baseline at c~20.0 (worded then)"}}}
+    (x,) = upgrade(old, 3)["crossovers"].values()
+    assert "text" not in x and crossover_line(x) == "crossover vs baseline at c~20.0 (worded then)"
