@@ -244,8 +244,11 @@ def build(out: Path, vocab_size: int, specials: tuple[int, int, int], hf_tok, su
     report = {TARGET: {"path": str(out / TARGET), "layers": 4, "hidden": hidden,
                        "intermediate": knobs["target_intermediate"],
                        "params": sum(p.numel() for p in model.parameters()), "agreement_with_target": 1.0}}
-    for name, ids in ((HEAD, HEAD_LAYER_IDS), (MISWIRED, MISWIRED_LAYER_IDS)):
+    for name, ids, expected in ((HEAD, HEAD_LAYER_IDS, knobs["steps"] + 1.0), (MISWIRED, MISWIRED_LAYER_IDS, 1.0)):
         chains = draft_chains(model, weights, ids, on_cycle, knobs["steps"])
+        got = accept_length(chains, on_cycle, succ)
+        if abs(got - expected) > 1e-9:
+            raise SystemExit(f"{name}: replayed accept length {got:.3f} with {knobs['steps']} steps, built for {expected:g}")
         d = out / name
         d.mkdir(parents=True, exist_ok=True)
         save_file(weights, str(d / "model.safetensors"), metadata={"format": "pt"})
@@ -265,5 +268,5 @@ def build(out: Path, vocab_size: int, specials: tuple[int, int, int], hf_tok, su
                         "agreement_with_target": sum(c[0] == succ[succ[t]] for c, t in zip(chains, on_cycle))
                         / len(on_cycle),
                         "aux_layer_ids": ids,
-                        f"expected_accept_length_{knobs['steps']}_steps": accept_length(chains, on_cycle, succ)}
+                        f"expected_accept_length_{knobs['steps']}_steps": got}
     return report

@@ -105,13 +105,50 @@ def ab_rates(suite: Suite, case: AbCase, n: int, seed: int = 0) -> dict[str, flo
     return {"fail_rate": failed / n, "tok_s_caught": caught / n, "launches_per_build": float(np.mean(launches))}
 
 
+AB_HEADLINE_DROP, AB_HEADLINE_ROUNDS, AB_TARGET_POWER, AB_MAX_SEARCH = 0.03, 4, 0.9, 8
+
+
+def ab_headline(suite: Suite, runs: int, seed: int = 0) -> dict[str, float | int | None]:
+    """The A/B keys of gate-study.json: eagle3 tok/s -3 % caught with at most 4 launches per
+    build (1 % launch spread, no drift), and the fewest launches per build that catch it 9 times
+    in 10 (None: more than AB_MAX_SEARCH)."""
+    power = ab_rates(suite, AbCase(drop=AB_HEADLINE_DROP, max_rounds=AB_HEADLINE_ROUNDS), runs, seed)["tok_s_caught"]
+    needs, rounds = (AB_HEADLINE_ROUNDS if power >= AB_TARGET_POWER else None), AB_HEADLINE_ROUNDS
+    while needs is None and rounds < AB_MAX_SEARCH:
+        rounds += 1
+        if ab_rates(suite, AbCase(drop=AB_HEADLINE_DROP, max_rounds=rounds), runs, seed)["tok_s_caught"] >= AB_TARGET_POWER:
+            needs = rounds
+    return {"power_ab_tok_s_3pct": power, "ab_launches_per_build": needs, "ab_runs": runs}
+
+
+def merge_into(path: str, keys: dict[str, float | int | None]) -> None:
+    """Add ``keys`` to an existing gate-study.json and each of its other acceptance models' documents
+    (A/B has no acceptance model: the same keys), all or nothing, leaving the rest as it was."""
+    import json
+    from pathlib import Path
+
+    from specguard.store.atomic import atomic_write_json
+
+    doc = json.loads(Path(path).read_text())
+    others = {name: {**other, **keys} for name, other in (doc.get("other_acceptance") or {}).items()}
+    atomic_write_json(Path(path), {**doc, **keys, "other_acceptance": others})
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m research.study.ab_power", description=__doc__)
     p.add_argument("--suite", default="perf_tests/suite.toml")
     p.add_argument("--runs", type=int, default=400, help="simulated A/B runs per case")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", dest="json_path", help="only measure power_ab_tok_s_3pct and ab_launches_per_build "
+                   "(--runs each) and add them to this gate-study.json")
     args = p.parse_args(argv)
     suite = load_suite(args.suite)
+    if args.json_path:
+        keys = ab_headline(suite, args.runs, args.seed)
+        merge_into(args.json_path, keys)
+        print(f"{args.json_path}: power_ab_tok_s_3pct={keys['power_ab_tok_s_3pct']:.3f} "
+              f"ab_launches_per_build={keys['ab_launches_per_build']} ({args.runs} runs each)", flush=True)
+        return 0
     tol = suite.tolerances
     # the prior at half a 1 % truth: A/B learns the launch spread from the run, so it should not matter
     half = replace(suite, tolerances=replace(tol, prior_between_sd=0.005, prior_day_sd=0.0025))

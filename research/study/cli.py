@@ -51,6 +51,8 @@ def build_parser() -> argparse.ArgumentParser:
                       help=f"comma-separated: {', '.join(DESIGNS)} (default: the library's default design)")
     grid.add_argument("--prior-dof", type=arg_type(numbers, "--prior-dof"),
                       help="weight of the prior spread in pseudo dof (inf: known)")
+    p.add_argument("--ab-runs", type=int, default=400,
+                   help="simulated `specguard ab` runs behind power_ab_tok_s_3pct and ab_launches_per_build (0: skip)")
     p.add_argument("--cache", type=Path, help="keep simulated trials here and reuse them (they do not depend on the grid)")
     p.add_argument("--acceptance", type=names, default=[PER_REQUEST],
                    help=f"comma-separated emulator acceptance models, the first gives the headline: {PER_REQUEST} "
@@ -183,12 +185,14 @@ def run(args: argparse.Namespace) -> int:
               f"{suite.sweep.repeats}; the document gets no headline rates", file=sys.stderr)
     cross = _crossover(args, grid, target)
     seed_a = next((r["within_1_25x"] for r in (cross or {}).get("rows", []) if r["design"] == design), None)
+    ab = _ab_headline(suite, args.ab_runs, args.seed) if args.ab_runs > 0 else {}  # no acceptance model in it
     doc = {"sessions": args.sessions, "acceptance": head_acceptance, **head, "crossover_within_1_25x_seed_a": seed_a,
            "headline_noise": args.noise[0], "headline_of": args.headline, "headline_design": design,
            "suite": str(args.suite), "changed_config": config, "seed": args.seed, "gate_tests": gate_tests(suite),
            "argv": sys.argv[1:], "noise_measurement": noise_report, "crossover_study": cross,
+           **ab,
            "studies": by_acceptance[head_acceptance],
-           "other_acceptance": {acc: {"acceptance": acc, "sessions": args.sessions, **heads[acc],
+           "other_acceptance": {acc: {"acceptance": acc, "sessions": args.sessions, **heads[acc], **ab,
                                       "studies": by_acceptance[acc]}
                                 for acc in args.acceptance[1:]}}
     if args.json_path:
@@ -206,3 +210,11 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:  # a suite the loader rejects: one line naming it, no traceback
         print(f"{PROG}: {exc}", file=sys.stderr)
         return ExitCode.USAGE
+
+
+def _ab_headline(suite: Suite, runs: int, seed: int) -> dict[str, Any]:
+    """`specguard ab`'s two headline keys (research/study/ab_power.py; imported here, not at the top,
+    so that `python -m research.study.ab_power` runs its module once)."""
+    from research.study.ab_power import ab_headline
+
+    return dict(ab_headline(suite, runs, seed))

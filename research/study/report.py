@@ -18,7 +18,8 @@ DEEP_HISTORY = 3
 ATTACH_KEYS = ("false_fail_rate", "false_fail_rate_half_prior", "power_tok_s_5pct", "suite_power_tok_s_5pct",
                "power_tok_s_10pct", "power_step_5pct_c1", "power_step_5pct_by_level")
 HEADLINE_KEYS = ("acceptance", "sessions", "false_fail_rate", "power_tok_s_5pct", "power_accept_10pct",
-                 "power_speculation_5pct", "launches_per_config", "power_step_5pct_c1", "attribution_correct")
+                 "power_speculation_5pct", "launches_per_config", "power_step_5pct_c1", "attribution_correct",
+                 "power_ab_tok_s_3pct", "ab_launches_per_build")
 
 
 def matches(settings: dict[str, Any], target: Tolerances, repeats: int, design: str | None = None) -> bool:

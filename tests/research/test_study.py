@@ -123,11 +123,15 @@ def test_wilson_interval_is_honest_near_zero():
 def test_cli_writes_the_headline_keys(tiny, tmp_path, capsys):
     out = tmp_path / "study.json"
     rc = study.main(["--suite", str(tiny.path), "--sessions", "2", "--history", "1", "--json", str(out),
-                     "--noise", "emulator,gpu", "--extra-between-pct", "0.5"])
-    assert rc == 0 and "| repeats |" in capsys.readouterr().out
+                     "--noise", "emulator,gpu", "--extra-between-pct", "0.5", "--ab-runs", "4"])
+    printed = capsys.readouterr().out
+    assert rc == 0 and "| repeats |" in printed
     doc = json.loads(out.read_text())
-    for key in ("sessions", "false_fail_rate", "power_tok_s_5pct", "power_accept_10pct", "crossover_within_one_level"):
+    for key in ("sessions", "false_fail_rate", "power_tok_s_5pct", "power_accept_10pct", "crossover_within_one_level",
+                "power_ab_tok_s_3pct", "ab_launches_per_build"):
         assert key in doc
+    assert 0 <= doc["power_ab_tok_s_3pct"] <= 1 and doc["ab_runs"] == 4
+    assert f"power_ab_tok_s_3pct={doc['power_ab_tok_s_3pct']:.4g}" in printed.splitlines()[-1]
     assert doc["sessions"] == 2 and doc["gate_tests"] == 2 * (2 * 2 + 2) and doc["headline_noise"] == "emulator"
     emulator, gpu = doc["studies"]["emulator"]["noise"], doc["studies"]["gpu"]["noise"]
     assert emulator["between"]["1"] == gpu["between"]["4"] == pytest.approx(0.005) and not math.isnan(doc["false_fail_rate"])
@@ -435,9 +439,10 @@ def test_summaries_count_each_levels_catch_and_wrong_halves(tiny):
 
 def test_the_summary_line_names_the_new_headline_keys():
     line = study.summary_line({"acceptance": "per-request", "sessions": 200, "power_step_5pct_c1": 0.975,
-                               "attribution_correct": 0.96})
+                               "attribution_correct": 0.96, "power_ab_tok_s_3pct": 0.821, "ab_launches_per_build": 5})
     assert line.startswith("acceptance=per-request sessions=200 ")
-    assert "power_step_5pct_c1=0.975" in line and line.endswith("attribution_correct=0.96")
+    assert "power_step_5pct_c1=0.975" in line and "attribution_correct=0.96" in line
+    assert line.endswith("power_ab_tok_s_3pct=0.821 ab_launches_per_build=5")
 
 
 def test_cell_rates_fail_a_large_drop_and_keep_unchanged_cells():
