@@ -4,6 +4,7 @@ at K stored sessions, in launch and attach mode, with the gate audit's noise and
 hand; its output is quoted in docs and notes:
 
     python benchmarks/suite_false_fails.py [--sessions 1500] [--seed 7]
+    python benchmarks/suite_false_fails.py --drop 0.10 --cases 0.01:0.01   # power: every cell 10 % slower
 
 Noise (../shared/reference/gate-audit.md section 1, its session.py): a day offset (half the true
 spread's variance) shared by a session's launches, a launch offset shared by a launch's levels,
@@ -12,7 +13,8 @@ runs 0.5 %, stalls 1 run in 50 at 0.7x. Launch mode relaunches a configuration w
 launches; attach mode cannot relaunch and measures a cell whose runs disagree once more on the
 same server (session/campaign.py). Per row: the share of sessions with a failed cell (the
 false-fail rate per suite run) and with a cell not measured (exit 3), each with its 95 % upper
-bound (Clopper-Pearson).
+bound (Clopper-Pearson). With ``--drop`` every launch of this session is that much slower and the
+first column is the share of sessions that fail (the power of the whole suite run).
 """
 
 from __future__ import annotations
@@ -41,8 +43,8 @@ def _runs(rng: np.random.Generator, offset: float) -> list[float]:
 class _Config:
     """One configuration's stored sessions and this session's launches, per level."""
 
-    def __init__(self, rng: np.random.Generator, truth: float, k: int, day: float) -> None:
-        self.rng, self.truth, self.day = rng, truth, day
+    def __init__(self, rng: np.random.Generator, truth: float, k: int, day: float, drop: float) -> None:
+        self.rng, self.truth, self.day, self.drop = rng, truth, day, drop
         launch_sd = truth * math.sqrt(0.75)
         self.history = {c: [] for c in LEVELS}  # type: dict[int, list[list[float]]]
         for _ in range(k):
@@ -56,11 +58,14 @@ class _Config:
     def launch(self) -> None:
         self.offset = self.day + self.rng.normal(0, self.truth * math.sqrt(0.75))
         for c in LEVELS:
-            self.launches[c].append(_runs(self.rng, self.offset))
+            self.launches[c].append(self._current(self.offset))
+
+    def _current(self, offset: float) -> list[float]:
+        return [v * (1 - self.drop) for v in _runs(self.rng, offset)]
 
     def measure_again(self, c: int) -> None:
         """Attach mode: the same server (offset), the cell's runs once more."""
-        self.launches[c].append(_runs(self.rng, self.offset))
+        self.launches[c].append(self._current(self.offset))
 
 
 def _decide(cfg: _Config, name: str, prior: float, design: GateDesign):
@@ -69,13 +74,15 @@ def _decide(cfg: _Config, name: str, prior: float, design: GateDesign):
                                 design.rule("significant")) for c in LEVELS]
 
 
-def session(rng: np.random.Generator, truth: float, prior: float, k: int, mode: str) -> tuple[bool, bool]:
-    """(a cell failed, a cell was not measured) in one session of unchanged code."""
+def session(rng: np.random.Generator, truth: float, prior: float, k: int, mode: str,
+            drop: float = 0.0) -> tuple[bool, bool]:
+    """(a cell failed, a cell was not measured) in one session whose tok/s fell by ``drop`` (0:
+    unchanged code)."""
     design = GateDesign(prior_day_sd=prior / 2)
     day = rng.normal(0, truth / 2)
     failed = unmeasured = False
     for name in CONFIGS:
-        cfg = _Config(rng, truth, k, day)
+        cfg = _Config(rng, truth, k, day, drop)
         if mode == "attach":
             for c in LEVELS:
                 if not consistent_launches(cfg.launches[c], cfg.history[c])[0]:
@@ -95,25 +102,33 @@ def _upper(hits: int, n: int) -> float:
     return float(stats.beta.ppf(0.95, hits + 1, n - hits)) if hits < n else 1.0
 
 
+def _lower(hits: int, n: int) -> float:
+    return float(stats.beta.ppf(0.05, hits, n - hits + 1)) if hits > 0 else 0.0
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--sessions", type=int, default=1500)
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--cases", default="0.01:0.01,0.01:0.005,0.024:0.012,0.024:0.024",
                    help="true spread:prior pairs, comma-separated")
+    p.add_argument("--drop", type=float, default=0.0, help="every cell's tok/s this much lower (0.1: -10 %%)")
     args = p.parse_args()
+    bound = _lower if args.drop else _upper
+    failed = "false fails (95% upper)" if args.drop == 0 else f"failed at -{args.drop:.0%} (95% lower)"
     print(f"12 tok/s cells, runs {RUN_SD:.1%}, stalls {STALL_RATE:g} at {STALL_FACTOR}x, alpha {ALPHA_CELL:.3g} per "
           f"cell; {args.sessions} sessions per row; seed {args.seed}")
-    print(f"{'spread':>6} {'prior':>6} {'K':>2} {'mode':<7} {'false fails (95% upper)':>24} {'not measured (95% upper)':>25}")
+    print(f"{'spread':>6} {'prior':>6} {'K':>2} {'mode':<7} {failed:>24} {'not measured (95% upper)':>25}")
     for case in args.cases.split(","):
         truth, prior = (float(x) for x in case.split(":"))
         for k in (1, 2, 3, 5, 10):
             for mode in ("launch", "attach"):
-                rng = np.random.default_rng([args.seed, k, int(truth * 1e4), int(prior * 1e4), mode == "attach"])
-                got = [session(rng, truth, prior, k, mode) for _ in range(args.sessions)]
+                key = [args.seed, k, int(truth * 1e4), int(prior * 1e4), mode == "attach"]
+                rng = np.random.default_rng(key + [round(args.drop * 1e3)] if args.drop else key)
+                got = [session(rng, truth, prior, k, mode, args.drop) for _ in range(args.sessions)]
                 f, u = sum(g[0] for g in got), sum(g[1] for g in got)
                 n = args.sessions
-                print(f"{truth:>6.1%} {prior:>6.1%} {k:>2} {mode:<7} {f / n:>10.2%} ({_upper(f, n):>6.2%})      "
+                print(f"{truth:>6.1%} {prior:>6.1%} {k:>2} {mode:<7} {f / n:>10.2%} ({bound(f, n):>6.2%})      "
                       f"{u / n:>10.2%} ({_upper(u, n):>6.2%})", flush=True)
 
 

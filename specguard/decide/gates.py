@@ -39,6 +39,7 @@ from specguard.decide.stats import (
     history_spread,
     holm_adjust,
     pool_spreads,
+    unchecked_prior,
 )
 from specguard.labels import SPECULATION, STEP_TIME, THROUGHPUT, GateLabel, Level, TextEnum, Verdict
 
@@ -220,8 +221,8 @@ def launch_history_gate(test: GateTest, launches: Runs, history: Runs, tolerance
     if len(runs) < 2:
         return test.problem(Verdict.ERROR, Problem(Why.TOO_FEW_RUNS, count=len(runs)))
     own = history_spread(history)
-    est = compare_launches(launches, history, Criterion(1 - tolerance, gate_confidence(test.alpha), rule), prior,
-                           spread=own, pool=own)
+    est = compare_launches(launches, history, Criterion(1 - tolerance, gate_confidence(test.alpha), rule),
+                           unchecked_prior(prior, own), spread=own, pool=own)
     return test.result(est.outcome(), estimate=est, current=_mean(runs), reference=_mean(_flat(history)),
                        versus=Versus(Against.BASELINE, sessions=len(history)), tolerance=tolerance, rule=rule.fail_rule,
                        launches=_launch_count(launches), set_aside=aside)

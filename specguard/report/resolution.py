@@ -6,10 +6,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from specguard.decide.stats import UNCHECKED_BELOW_DOF
 from specguard.report.results import detectable_drop, tests_by_cell
 from specguard.report.schema import DecisionDoc, EstimateDoc, ResultsDoc
 
 FULL_HISTORY = 5  # stored sessions the gate study measures the guarantees at (docs/guarantees.md)
+CHECKED_FROM = UNCHECKED_BELOW_DOF + 1  # stored sessions from which the prior is used as declared
 
 
 NOISIER_THAN_PRIOR = 1.25  # a history spread above this multiple of the suite's prior reads as a noisy recording
@@ -85,31 +87,32 @@ def attach_lines(doc: ResultsDoc) -> list[str]:
 
 def few_sessions_lines(doc: ResultsDoc) -> list[str]:
     """Throughput cells compared with one or two stored sessions, one line per count: with one the
-    suite's prior spread stands unchecked (a prior set too small then fails unchanged code, and
-    nothing here can tell), with two it is checked on one degree of freedom; the drops they still
-    catch, and how many more sessions reach the depth the guarantees were measured at."""
+    suite's prior spread stands unchecked, with two it is checked on one degree of freedom, so the
+    gate counts it double there (decide/stats.py ``unchecked_prior``: a prior set too small cannot
+    fail unchanged code); the drops they still catch, and how many more sessions end the widening
+    (K = 3) and reach the depth the guarantees were measured at."""
     rule = doc["tolerances"].get("fail_rule", "significant")
     by_k: dict[int, list[tuple[str, float | None]]] = {}
     for d in doc["decisions"]:
         versus, est = d.get("versus"), d.get("estimate")
         if d["gate"] != "throughput" or not versus or versus["against"] != "baseline" or not est:
             continue
-        if 0 < versus["sessions"] < 3:
+        if 0 < versus["sessions"] < CHECKED_FROM:
             by_k.setdefault(versus["sessions"], []).append((f"{d['config']} {d['level']}", detectable_drop(est, rule)))
     prior = float(doc["tolerances"].get("prior_between_sd", 0.0))
     keep = int(doc["tolerances"].get("history_sessions", FULL_HISTORY))
     # a suite that keeps fewer sessions than the guarantees were measured at never reaches them by recording
-    raise_keep = f"raise [tolerances] history_sessions ({keep}) to {FULL_HISTORY} and " if keep < FULL_HISTORY else ""
+    raise_keep = f" (raise [tolerances] history_sessions ({keep}) to {FULL_HISTORY} first)" if keep < FULL_HISTORY else ""
     lines = []
     for k, cells in sorted(by_k.items()):
         drops = [x for _, x in cells if x is not None]
-        span = _span(drops)
-        check = ("is used unchecked" if k == 1 else "is checked on one degree of freedom")
+        check = ("is unchecked" if k == 1 else "is checked on one degree of freedom")
         lines.append(f"{k} stored session{'s' if k > 1 else ''} behind {len(cells)} throughput cell(s) "
-                     f"({', '.join(c for c, _ in cells)}): the prior spread ({prior:.1%}) {check}, so a prior "
-                     f"set too small would fail unchanged code; they catch tok/s drops from {span} on, 9 times "
-                     f"in 10; {raise_keep}record {FULL_HISTORY - k} more session(s) on unchanged code (pytest perf_tests "
-                     f"--update-baselines) for the guarantees docs/guarantees.md gives at K = {FULL_HISTORY}")
+                     f"({', '.join(c for c, _ in cells)}): the prior spread ({prior:.1%}) {check}, so it counts "
+                     f"double; they catch tok/s drops from {_span(drops)} on, 9 times in 10; record "
+                     f"{CHECKED_FROM - k} more session(s) on unchanged code (pytest perf_tests --update-baselines) "
+                     f"to gate at the prior as declared, {FULL_HISTORY - k} for the guarantees "
+                     f"docs/guarantees.md gives at K = {FULL_HISTORY}{raise_keep}")
     return lines
 
 

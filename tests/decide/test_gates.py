@@ -203,3 +203,19 @@ def test_every_test_of_the_default_suite_has_its_pinned_share_of_the_family_alph
     enforced = [plan.alpha_for(t.gate, t.config, t.level) for t in tests
                 if not (t.gate == "speculation" and t.level > 16)]
     assert len(tests) == 40 and len(enforced) == 38 and sum(enforced) == pytest.approx(fam, rel=1e-12)
+
+
+def test_a_prior_that_too_few_stored_sessions_check_counts_double_until_three_are_recorded():
+    """decide/stats.py unchecked_prior: at K = 1 nothing checks the prior and at K = 2 one dof
+    barely does, so a prior at half the truth would fail unchanged code; below K = 3 it counts
+    double, and a 15 % drop still fails at K = 1."""
+    sessions = [[1000.0 * (1 + 0.004 * k) + d for d in (0.0, 4.0, -4.0)] for k in range(3)]
+    current = [[1000.0, 1004.0, 996.0]]
+    used = {k: history_gate("throughput", "eagle3", 4, current, sessions[:k], tolerance=0.03, prior_between_sd=0.01,
+                            alpha_cell=0.01 / 38).estimate for k in (1, 2, 3)}
+    assert used[1].between_sd == pytest.approx(0.02) and "x2: too few stored sessions" in used[1].between_source
+    assert used[2].between_sd > 0.015 and "x2" in used[2].between_source
+    assert used[3].between_sd < 0.011 and "x2" not in used[3].between_source
+    dropped = history_gate("throughput", "eagle3", 4, [[850.0, 853.0, 847.0]], sessions[:1], tolerance=0.03,
+                           prior_between_sd=0.01, alpha_cell=0.01 / 38)
+    assert dropped.verdict == FAIL
