@@ -21,7 +21,7 @@
 #   .ci/run_real_sglang.sh [PYTHON]    PYTHON: the fast tests' venv python (default: python on PATH)
 #
 # Env: SPECGUARD_SGLANG_VENV (see setup_sglang.sh); SPECGUARD_SGLANG_MODELS, where the tiny models
-# are built (default ~/.cache/specguard/tiny-models-sglang). docs/sglang-cpu.md has the costs.
+# are built (default ~/.cache/specguard/tiny-models-sglang). docs/research/sglang-cpu.md has the costs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 started=$(date +%s)
@@ -42,7 +42,7 @@ export SPECGUARD_SGLANG_PYTHON
 export SPECGUARD_SGLANG_MODELS="${SPECGUARD_SGLANG_MODELS:-$HOME/.cache/specguard/tiny-models-sglang}"
 export SPECGUARD_REAL_SGLANG_ARTIFACTS="$artifacts"
 export SPECGUARD_SGL_KERNEL_LOG="$artifacts/sgl_kernel_standin.log"
-# The real-SGLang soak holds standalone for 120 s here (300 s by hand: docs/sglang-cpu.md), which keeps
+# The real-SGLang soak holds standalone for 120 s here (300 s by hand: docs/research/sglang-cpu.md), which keeps
 # the stage inside its 32 minutes (31.8 with 300 s on 2026-12-03).
 export SPECGUARD_REAL_SOAK_S="${SPECGUARD_REAL_SOAK_S:-120}"
 : > "$SPECGUARD_SGL_KERNEL_LOG"

@@ -2,7 +2,7 @@
 # Create (or reuse) a Python venv holding SGLang 0.5.23 for plain (non-speculative) decoding on
 # the CPU, OUTSIDE the repo, with the CPU build of torch and no CUDA package.
 #
-# How (docs/sglang-cpu.md; ../shared/reference/sglang-cpu.md has the first bring-up):
+# How (docs/research/sglang-cpu.md; ../shared/reference/sglang-cpu.md has the first bring-up):
 # - torch==2.13.0: pip takes this machine's CPU wheel from disk (never a CUDA torch);
 # - sglang==0.5.23 with --no-deps: its own requirements pin torch==2.14.1 (a CUDA build) and a
 #   dozen CUDA-only packages (flashinfer, sglang-kernel, cutlass, deep-ep, ...). Instead the

@@ -7,11 +7,11 @@ points, the exit rule).
         [--run-sd 0.005] [--launch-sd 0.0087] [--day-sd 0.005] [--stall-rate 0.02]
         [--detector specguard|otava] [--file-value median|mean]
 
-Noise: the gate study's `gpu` levels (docs/gate-study.md): the day (sd 0.5 %, every configuration
+Noise: the gate study's `gpu` levels (docs/research/gate-study.md): the day (sd 0.5 %, every configuration
 of a file together: day-to-day drift), the launch (0.87 %, so that two sessions differ by 1 %), the
 run (0.5 %) and stalls (1 run in 50 at 0.7x). `--run-sd 0.01 --launch-sd 0.01 --day-sd 0
 --stall-rate 0` is the benchmark's model before the study's levels were added (a file's tok/s
-noisier: sd 1.26 % against 1.11 %, docs/evidence/history/oracle.txt).
+noisier: sd 1.26 % against 1.11 %, docs/research/evidence/history/oracle.txt).
 
 Scenarios, each over --histories generated histories of --files files:
 - step -5 % and step -3 %: eagle3's tok/s moves from a file drawn uniformly with at least 5 files

@@ -1,7 +1,7 @@
 """The speculation gate's must-win decision for MTP (NEXTN) on real SGLang, repeated: how often an
 unchanged MTP configuration passes its declared must-win level, and how often one made slower
 fails it. Run by hand (it needs the SGLang venv and the tiny models; each session launches two
-servers); its output is quoted in docs/sglang-cpu.md and notes:
+servers); its output is quoted in docs/research/sglang-cpu.md and notes:
 
     export SPECGUARD_SGLANG_PYTHON=~/.cache/specguard/sglang-venv/bin/python
     export SPECGUARD_SGLANG_MODELS=~/.cache/specguard/tiny-models-sglang
@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     python = os.environ.get("SPECGUARD_SGLANG_PYTHON")
     if not python or not Path(python).is_file() or not os.environ.get("SPECGUARD_SGLANG_MODELS"):
-        print("mtp_must_win: set SPECGUARD_SGLANG_PYTHON and SPECGUARD_SGLANG_MODELS (docs/sglang-cpu.md)",
+        print("mtp_must_win: set SPECGUARD_SGLANG_PYTHON and SPECGUARD_SGLANG_MODELS (docs/research/sglang-cpu.md)",
               file=sys.stderr)
         return 4
     with tempfile.TemporaryDirectory(prefix="mtp-must-win-") as tmp:

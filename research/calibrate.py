@@ -357,7 +357,7 @@ PROG = "python -m research.calibrate"
 def build_parser() -> argparse.ArgumentParser:
     """`python -m research.calibrate`: fit an emulator profile to a measured sweep."""
     p = argparse.ArgumentParser(prog=PROG, description="fit an emulator profile to measured tok/s and accept lengths "
-                                                       "(docs/calibration.md)")
+                                                       "(docs/research/calibration.md)")
     p.add_argument("measurements", type=Path,
                    help="results JSON (--results-json), or a table: CSV or JSON {\"rows\": [...]} with concurrency, "
                         "baseline_tok_s, spec_tok_s, accept_length and input_len, output_len, cap, algorithm, ...")
@@ -376,7 +376,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"{PROG}: {args.measurements}: {exc}", file=sys.stderr)
         return ExitCode.USAGE
     flags = launch_flags(sweep)
-    header = (f"Fitted by `{PROG} {args.measurements.name}` (docs/calibration.md).\n"
+    header = (f"Fitted by `{PROG} {args.measurements.name}` (docs/research/calibration.md).\n"
               f"Workload: {sweep.input_len} input / {sweep.output_len} output tokens"
               f"{', one repeated prompt' if sweep.same_prompt else ''}. Speculative launches: "
               + ("; ".join(flags) or "none"))

@@ -306,7 +306,8 @@ def main(argv: list[str] | None = None) -> int:
         return ExitCode.NOT_MEASURED
 
 
-def _main(argv: list[str]) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """Every `specguard` command's parser (``emulate`` passes its flags to the emulator's own)."""
     parser = _Parser(prog="specguard", description=__doc__, epilog="--debug: show Python tracebacks. Exit codes: "
                      "0 ok, 1 regression, 2 interrupted, 3 could not measure, 4 usage or input error (docs/ci.md).")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -318,9 +319,13 @@ def _main(argv: list[str]) -> int:
     tune_cli.add_parser(sub)
     history_cli.add_parser(sub)
     export.add_parser(sub)
+    return parser
+
+
+def _main(argv: list[str]) -> int:
     if argv and argv[0] == "emulate":
         return cmd_emulate(argv[1:])
-    args = parser.parse_args(argv)
+    args = build_parser().parse_args(argv)
     commands = {"bench": cmd_bench, "init": cmd_init, "compare": cmd_compare, "recommend": cmd_recommend, "report": cmd_report,
                 "tune": tune_cli.run, "history": history_cli.run, "export": export.run, "ab": ab.run, "bisect": ab.run}
     return commands[args.command](args)

@@ -27,7 +27,7 @@ def emulator_suite_toml(*, concurrency: tuple[int, ...] = (1, 4), output_len: in
 [workload]
 {workload}
 # Wide priors: these tests share two cores with whatever else runs, and they check behaviour
-# (what fails, what is written), not the gate's sensitivity (docs/gate-study.md measures that).
+# (what fails, what is written), not the gate's sensitivity (docs/research/gate-study.md measures that).
 [tolerances]
 throughput = 0.05
 prior_between_sd = 0.05

@@ -1,13 +1,13 @@
 """Published figures equal the committed data they come from.
 
-docs/gate-study.md and README.md's guarantee table quote docs/gate-study.json (the study run
+docs/research/gate-study.md and README.md's guarantee table quote docs/research/gate-study.json (the study run
 behind them, both acceptance models); gate-study.md's "History" tables and one sentence of
 docs/statistics.md quote the earlier studies, read from git at the commits gate-study.md's
 headings name. Every figure of every checked table cell and sentence is parsed, in order, and
 compared with the JSON value rounded to the figure's own decimals; a mismatch fails naming the
 document, the place, and both figures. A figure added to a checked cell without a check fails too
 (the counts must agree). When the study is re-run, regenerate the JSON and the documents together
-(docs/evidence/README.md).
+(docs/research/evidence/README.md).
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ from typing import Any
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-STUDY_MD = ROOT / "docs" / "gate-study.md"
-STUDY_JSON = ROOT / "docs" / "gate-study.json"
+STUDY_MD = ROOT / "docs" / "research" / "gate-study.md"
+STUDY_JSON = ROOT / "docs" / "research" / "gate-study.json"
 STATISTICS_MD = ROOT / "docs" / "statistics.md"
 README = ROOT / "README.md"
 GUARANTEES = ROOT / "docs" / "guarantees.md"  # the README links it
@@ -48,13 +48,16 @@ def study() -> dict[str, Any]:
 def _study_at(heading: str, name: str) -> dict[str, Any]:
     """The gate-study.json committed at the commit a heading of gate-study.md names ("(commit abc1234)")."""
     m = re.search(heading + r".*?\(commit ([0-9a-f]{7,40})\)", STUDY_MD.read_text(encoding="utf-8"))
-    assert m, f"docs/gate-study.md: the {name} heading no longer names its commit; update tests/test_docs.py"
-    try:
-        out = subprocess.run(["git", "-C", str(ROOT), "show", f"{m.group(1)}:docs/gate-study.json"],
-                             capture_output=True, check=True, timeout=60)
-    except (OSError, subprocess.CalledProcessError, subprocess.TimeoutExpired) as e:
-        pytest.skip(f"the {name} study (git show {m.group(1)}:docs/gate-study.json) is not readable here: {e}")
-    return json.loads(out.stdout)
+    assert m, f"docs/research/gate-study.md: the {name} heading no longer names its commit; update tests/test_docs.py"
+    failure: Exception | None = None
+    for path in ("docs/research/gate-study.json", "docs/gate-study.json"):  # the second: before the docs split
+        try:
+            out = subprocess.run(["git", "-C", str(ROOT), "show", f"{m.group(1)}:{path}"], capture_output=True,
+                                 check=True, timeout=60)
+            return json.loads(out.stdout)
+        except (OSError, subprocess.CalledProcessError, subprocess.TimeoutExpired) as e:
+            failure = e
+    pytest.skip(f"the {name} study (git show {m.group(1)}:docs/research/gate-study.json) is not readable here: {failure}")
 
 
 @pytest.fixture(scope="module")
@@ -190,7 +193,7 @@ def check_sentences(doc_name: str, text: str, patterns: list[tuple[str, list[Fig
     return wrong
 
 
-# ---------------------------------------------------------------- docs/gate-study.md
+# ---------------------------------------------------------------- docs/research/gate-study.md
 
 @pytest.mark.parametrize("acceptance", ACCEPTANCE_MODELS)
 def test_headline_keys_are_the_headline_grid_point(study, acceptance):
@@ -236,12 +239,12 @@ def test_gate_study_command_and_summary_lines_equal_the_json(study):
 
     text = STUDY_MD.read_text(encoding="utf-8")
     m = re.search(r"```bash\n(python -m research.study .*?)\n```", text, flags=re.S)
-    assert m, "docs/gate-study.md: no ```bash block with the `python -m research.study` command"
+    assert m, "docs/research/gate-study.md: no ```bash block with the `python -m research.study` command"
     assert shlex.split(m.group(1).replace("\\\n", " "))[3:] == study["argv"], \
-        "docs/gate-study.md: the command differs from gate-study.json's argv"
+        "docs/research/gate-study.md: the command differs from gate-study.json's argv"
     shown = [line for line in text.splitlines() if line.startswith("acceptance=")]
     printed = [summary_line(by_acceptance(study, a)) for a in study["other_acceptance"]] + [summary_line(study)]
-    assert shown == printed, f"docs/gate-study.md summary lines {shown} != what the study prints {printed}"
+    assert shown == printed, f"docs/research/gate-study.md summary lines {shown} != what the study prints {printed}"
 
 
 DESIGN_SETTINGS = {"design": str, "rule": str, "repeats": int, "K": int}
@@ -320,9 +323,9 @@ def test_gate_study_tables_equal_the_json(study):
             continue
         noise = re.search(r"`([\w-]+)`", heading)
         acceptance = re.search(r"\b(per-request|per-run)\b", heading)
-        assert noise and acceptance, f"docs/gate-study.md: a study table under {heading!r} names no preset or model"
+        assert noise and acceptance, f"docs/research/gate-study.md: a study table under {heading!r} names no preset or model"
         doc, kind = by_acceptance(study, acceptance.group(1)), head[1]
-        where = f"docs/gate-study.md {noise.group(1)} {acceptance.group(1)} ({kind} table)"
+        where = f"docs/research/gate-study.md {noise.group(1)} {acceptance.group(1)} ({kind} table)"
         check = {"rule": _design_table, "prior": _levels_table}.get(kind)
         assert check, f"{where}: a table of unknown kind"
         assert len(rows) == len(doc["studies"][noise.group(1)]["grid"]), f"{where}: not one row per grid point"
@@ -330,7 +333,7 @@ def test_gate_study_tables_equal_the_json(study):
         wrong, checked = wrong + w, checked + c
         seen.add((noise.group(1), acceptance.group(1), kind))
     missing = {(n, a, k) for n in PRESETS for a in ACCEPTANCE_MODELS for k in ("rule", "prior")} - seen
-    assert not missing, f"docs/gate-study.md lost study tables: {sorted(missing)}"
+    assert not missing, f"docs/research/gate-study.md lost study tables: {sorted(missing)}"
     assert checked >= 1000 and not wrong, "\n".join(wrong) or f"only {checked} figures checked"
 
 
@@ -341,10 +344,10 @@ def test_gate_study_noise_headings_equal_the_json(study):
     for m in re.finditer(rf"^### ({NUMBER}) % \(`([\w-]+)`: day ({NUMBER}) % \+ launch ({NUMBER}) %\)", text, flags=re.M):
         noise = study["studies"][m.group(2)]["noise"]
         seen.add(m.group(2))
-        wrong += mismatches(f"docs/gate-study.md heading {m.group(0)!r}", " ".join(m.group(1, 3, 4)),
+        wrong += mismatches(f"docs/research/gate-study.md heading {m.group(0)!r}", " ".join(m.group(1, 3, 4)),
                             [(math.hypot(noise["day_pct"], noise["drift_pct"]), 1), (noise["day_pct"], 1),
                              (noise["drift_pct"], 1)])
-    assert seen == set(PRESETS), f"docs/gate-study.md: presets with a noise heading {seen}"
+    assert seen == set(PRESETS), f"docs/research/gate-study.md: presets with a noise heading {seen}"
     assert not wrong, "\n".join(wrong)
 
 
@@ -427,13 +430,13 @@ def _goal_results(study: dict[str, Any], acceptance: str) -> list[tuple[list[Fig
 def test_gate_study_goals_table_equals_the_json(study):
     """Issue 23's goals: every figure against the JSON, and 'yes' exactly where the measured
     value reaches the goal ('**no**' where it does not)."""
-    head, rows = table_with(STUDY_MD.read_text(encoding="utf-8"), "goal", "docs/gate-study.md")
-    assert head == ["goal", "acceptance", "result", "met"], f"docs/gate-study.md goals table columns {head}"
-    assert len(rows) == len(GOALS), f"docs/gate-study.md goals table: {len(rows)} rows, the test knows {len(GOALS)}"
+    head, rows = table_with(STUDY_MD.read_text(encoding="utf-8"), "goal", "docs/research/gate-study.md")
+    assert head == ["goal", "acceptance", "result", "met"], f"docs/research/gate-study.md goals table columns {head}"
+    assert len(rows) == len(GOALS), f"docs/research/gate-study.md goals table: {len(rows)} rows, the test knows {len(GOALS)}"
     results = {a: iter(_goal_results(study, a)) for a in ACCEPTANCE_MODELS}
     wrong = []
     for row, (prefix, acceptance, goal_figs, goal) in zip(rows, GOALS):
-        where = f"docs/gate-study.md goals row {row[0][:50]!r} ({row[1]})"
+        where = f"docs/research/gate-study.md goals row {row[0][:50]!r} ({row[1]})"
         assert row[0].startswith(prefix) and row[1] == acceptance, \
             f"{where}: expected {prefix!r} ({acceptance}); rows were added, removed or moved: update tests/test_docs.py"
         result, measured, met = next(results[acceptance])
@@ -522,7 +525,7 @@ def _sentences(study: dict[str, Any]) -> list[tuple[str, list[Fig]]]:
 
 
 def test_gate_study_sentences_equal_the_json(study):
-    wrong = check_sentences("docs/gate-study.md", STUDY_MD.read_text(encoding="utf-8"), _sentences(study))
+    wrong = check_sentences("docs/research/gate-study.md", STUDY_MD.read_text(encoding="utf-8"), _sentences(study))
     assert not wrong, "\n".join(wrong)
 
 
@@ -538,14 +541,14 @@ ATTRIBUTION_ROWS = {"read as engine": (ACCEPT_DROP, "wrong_half_rate"), "read as
                     "attribution right": (None, "attribution_correct")}
 
 
-ATTRIBUTION_095_JSON = ROOT / "docs" / "evidence" / "attribution" / "study-level-0.95.json"
+ATTRIBUTION_095_JSON = ROOT / "docs" / "research" / "evidence" / "attribution" / "study-level-0.95.json"
 
 
 def test_gate_study_attribution_table_equals_the_json(study):
     """The attribution table's columns at level 0.997 (the gates' level) against gate-study.json,
-    at 0.95 against the run at that level (docs/evidence/attribution/)."""
+    at 0.95 against the run at that level (docs/research/evidence/attribution/)."""
     at_095 = json.loads(ATTRIBUTION_095_JSON.read_text(encoding="utf-8"))
-    head, rows = table_with(STUDY_MD.read_text(encoding="utf-8"), "acceptance, what", "docs/gate-study.md")
+    head, rows = table_with(STUDY_MD.read_text(encoding="utf-8"), "acceptance, what", "docs/research/gate-study.md")
     wrong, checked = [], 0
     for row in rows:
         acceptance = row[0].split(",")[0]
@@ -553,23 +556,23 @@ def test_gate_study_attribution_table_equals_the_json(study):
         scenario, key = ATTRIBUTION_ROWS[what]
         for col, text in zip(head[1:], row[1:]):
             m = re.fullmatch(rf"prior ({NUMBER}), level ({NUMBER})", col)
-            assert m, f"docs/gate-study.md attribution table: column {col!r} is new"
+            assert m, f"docs/research/gate-study.md attribution table: column {col!r} is new"
             source = {"0.997": study, "0.95": at_095}[m.group(2)]
             entry = headline_entry(by_acceptance(source, acceptance), prior=float(m.group(1)))
             value = entry[key] if scenario is None else next(s[key] for s in entry["scenarios"]
                                                             if s["scenario"] == scenario)
-            wrong += mismatches(f"docs/gate-study.md attribution row {row[0]!r}, {col!r}", text, [(value, 1)])
+            wrong += mismatches(f"docs/research/gate-study.md attribution row {row[0]!r}, {col!r}", text, [(value, 1)])
             checked += 1
     assert checked == 24 and not wrong, "\n".join(wrong) or f"{checked} figures checked, 24 expected"
 
 
 def test_gate_study_issue14_table_equals_its_json(issue14_study):
-    head, rows = table_with(STUDY_MD.read_text(encoding="utf-8"), "issue-14 spread", "docs/gate-study.md")
+    head, rows = table_with(STUDY_MD.read_text(encoding="utf-8"), "issue-14 spread", "docs/research/gate-study.md")
     wrong, checked = [], 0
     for row in rows:
         cell = dict(zip(head, row))
         noise = next((v for k, v in BEFORE_PRESETS.items() if k in row[0]), None)
-        assert noise, f"docs/gate-study.md issue-14 row {row[0]!r}: no preset named"
+        assert noise, f"docs/research/gate-study.md issue-14 row {row[0]!r}: no preset named"
 
         def point(prior: float, noise: str = noise, design: str = cell["design"]) -> dict[str, dict[str, Any]]:
             return grid_point(issue14_study, noise, design=design, repeats=3, fail_rule="significant",
@@ -588,10 +591,10 @@ def test_gate_study_issue14_table_equals_its_json(issue14_study):
         for col, text in cell.items():
             if col in ("issue-14 spread", "design"):
                 continue
-            assert col in expected, f"docs/gate-study.md issue-14 table: column {col!r} is new"
+            assert col in expected, f"docs/research/gate-study.md issue-14 table: column {col!r} is new"
             checked += len(expected[col])
-            wrong += mismatches(f"docs/gate-study.md issue-14 row {row[0]} {cell['design']}, {col!r}", text, expected[col])
-    wrong += check_sentences("docs/gate-study.md", STUDY_MD.read_text(encoding="utf-8"),
+            wrong += mismatches(f"docs/research/gate-study.md issue-14 row {row[0]} {cell['design']}, {col!r}", text, expected[col])
+    wrong += check_sentences("docs/research/gate-study.md", STUDY_MD.read_text(encoding="utf-8"),
                              [(r"no step-time gate: (\d+) gate tests\)", [(issue14_study["gate_tests"], 1)])])
     assert checked >= 60 and not wrong, "\n".join(wrong) or f"only {checked} figures checked"
 
@@ -600,15 +603,15 @@ BEFORE_PRESETS = {"(gpu-quiet)": "gpu-quiet", "(gpu)": "gpu", "(gpu-drift2)": "g
 
 
 def test_gate_study_before_table_equals_the_earlier_json(earlier_study):
-    head, rows = table_with(STUDY_MD.read_text(encoding="utf-8"), "launch spread", "docs/gate-study.md")
+    head, rows = table_with(STUDY_MD.read_text(encoding="utf-8"), "launch spread", "docs/research/gate-study.md")
     wrong, checked = [], 0
     for row in rows:
         cell = dict(zip(head, row))
         noise = next((v for k, v in BEFORE_PRESETS.items() if k in row[0]), None)
-        assert noise, f"docs/gate-study.md 'Before' row {row[0]!r}: no preset named"
+        assert noise, f"docs/research/gate-study.md 'Before' row {row[0]!r}: no preset named"
         scen = grid_point(earlier_study, noise, repeats=3, fail_rule="significant", prior_between_sd=0.01,
                           history_sessions=int(cell["K"]))
-        where = f"docs/gate-study.md 'Before' row {row[0]} K {cell['K']}"
+        where = f"docs/research/gate-study.md 'Before' row {row[0]} K {cell['K']}"
         for col, text in cell.items():
             if col in ("launch spread", "K"):
                 continue
@@ -741,7 +744,7 @@ def test_statistics_md_sentences_equal_the_json(study):
           (half["A/A"]["fail_rate"], 100), (gate_rate(attach["tok/s -5%"]), 1), (attach["tok/s -5%"]["fail_rate"], 1),
           (gate_rate(s["tok/s -5%"]), 1), (s["tok/s -5%"]["fail_rate"], 1), *span(list(levels(attach[ENGINE]).values())),
           *span(list(levels(s[ENGINE]).values()))]),
-        (rf"at c16 only: ({NUMBER}) for this gate alone \(docs/gate-study.md; the suite as a whole ({NUMBER}), because "
+        (rf"at c16 only: ({NUMBER}) for this gate alone \(docs/research/gate-study.md; the suite as a whole ({NUMBER}), because "
          rf"the eagle3 c16 throughput cell drops too\), ({NUMBER}) with vLLM-like per-run acceptance",
          [(gate_rate(spec), 1), (spec["fail_rate"], 1), (gate_rate(s_run["speculation 0.95x at c16"]), 1)]),
     ])
@@ -790,7 +793,7 @@ def test_readme_stays_a_first_page_and_every_relative_link_resolves():
     in it or in docs/ that names a file names one that exists."""
     assert len(README.read_text(encoding="utf-8").splitlines()) <= 90
     broken = []
-    for page in [README, *sorted((ROOT / "docs").glob("*.md"))]:
+    for page in [README, *sorted((ROOT / "docs").rglob("*.md"))]:
         for target in re.findall(r"\]\(([^)\s]+)\)", page.read_text(encoding="utf-8")):
             if target.startswith(("http://", "https://", "#", "mailto:")):
                 continue

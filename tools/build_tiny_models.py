@@ -16,7 +16,7 @@ random model happens to babble. So we construct the weights by hand:
   (pattern AAADAADAAD) and ``succ[succ[t]]`` (wrong) at the other 3.
 * ``draft-20`` (1 layer): right at 2 of 10 positions (ADDDDADDDD), a weak draft: accept length
   10/8 = 1.25 with 4 speculative tokens, too few tokens per step to pay for 4 draft passes, so
-  speculation with it is slower than none on vLLM CPU (docs/vllm-cpu.md has the measurements,
+  speculation with it is slower than none on vLLM CPU (docs/research/vllm-cpu.md has the measurements,
   including why a 40% draft is not slow enough there) -- the regression a suite must catch.
 * ``eagle3-target``, ``eagle3-head`` and ``eagle3-miswired`` (tools/tiny_eagle3.py): a second target
   with the same greedy output whose layers carry different hidden states, an EAGLE-3 head that reads

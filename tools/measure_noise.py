@@ -1,4 +1,4 @@
-"""Record the real sessions behind the gate study's emulator noise presets (docs/gate-study.md).
+"""Record the real sessions behind the gate study's emulator noise presets (docs/research/gate-study.md).
 
     .venv/bin/python tools/measure_noise.py --label quiet            # 8 sessions, 5 repeats, idle machine
     .venv/bin/python tools/measure_noise.py --label busy --max-load 99   # the same under other jobs' load
@@ -10,10 +10,10 @@ the client's extra spread over the virtual-time model, stalls and real/model mea
 behind `EMULATOR_QUIET` / `EMULATOR_BUSY` in research/study/noise.py and the shipped suite's
 `prior_between_sd`.
 
-Everything lands in docs/evidence/noise/<label>/: session-N.json (raw results), manifest.json
+Everything lands in docs/research/evidence/noise/<label>/: session-N.json (raw results), manifest.json
 (command, date, machine, commit, load average before/after each session, exit codes) and
 noise.json (measure_noise's report and the derived preset). The study can then be re-run on it:
-`python -m research.study --noise-from docs/evidence/noise/<label>/session-*.json ...`.
+`python -m research.study --noise-from docs/research/evidence/noise/<label>/session-*.json ...`.
 
 A quiet measurement refuses to start while the 1-minute load average is above --max-load
 (default 1.0): shared-machine load is exactly what it must not contain.
@@ -44,11 +44,11 @@ def session_command(suite: Path, repeats: int, results: Path, baseline_dir: Path
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--label", required=True, help="sub-folder of docs/evidence/noise/ (e.g. quiet, busy)")
+    ap.add_argument("--label", required=True, help="sub-folder of docs/research/evidence/noise/ (e.g. quiet, busy)")
     ap.add_argument("--sessions", type=int, default=8)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--suite", type=Path, default=REPO / "perf_tests" / "suite.toml")
-    ap.add_argument("--out", type=Path, default=None, help="default docs/evidence/noise/<label>")
+    ap.add_argument("--out", type=Path, default=None, help="default docs/research/evidence/noise/<label>")
     ap.add_argument("--max-load", type=float, default=1.0, help="refuse to start above this 1-min load average")
     ap.add_argument("--session-timeout-s", type=float, default=1800.0)
     ap.add_argument("pytest_args", nargs="*", help="extra pytest arguments after --, e.g. -- --concurrency 1,4")
@@ -61,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"load average {load1:.2f} > --max-load {args.max_load}: the machine is not quiet; wait, or pass "
               f"--max-load to record a busy measurement on purpose", file=sys.stderr)
         return 3
-    out = args.out or REPO / "docs" / "evidence" / "noise" / args.label
+    out = args.out or REPO / "docs" / "research" / "evidence" / "noise" / args.label
     out.mkdir(parents=True, exist_ok=True)
     manifest = {"tool": "tools/measure_noise.py", "argv": sys.argv[1:] if argv is None else argv,
                 "header": machine_lines(), "suite": str(args.suite.resolve().relative_to(REPO))

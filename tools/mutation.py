@@ -39,7 +39,7 @@ MODULES: dict[str, list[str]] = {
     "decide/stats.py": ["tests/test_stats.py", "tests/test_gates.py", "tests/test_gate_design.py"],
     "decide/gates.py": ["tests/test_gates.py", "tests/test_stats.py", "tests/test_gate_design.py", "tests/report/test_report.py"],
     "decide/crossover.py": ["tests/decide/test_crossover.py", "tests/report/test_recommend.py", "tests/test_gate_design.py"],
-    "decide/baselines.py": ["tests/decide/test_baselines.py"],  # snapshots before store/ (docs/mutation.md's runs)
+    "decide/baselines.py": ["tests/decide/test_baselines.py"],  # snapshots before store/ (docs/research/mutation.md's runs)
     "store/baseline_file.py": ["tests/store/test_baselines.py", "tests/store/test_store_65e213e.py"],
     "store/baselines.py": ["tests/store/test_baselines.py", "tests/store/test_store_65e213e.py"],
     "store/atomic.py": ["tests/store/test_baselines.py"],

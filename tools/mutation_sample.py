@@ -8,7 +8,7 @@ Each mutant is a one-line change an audit found, or one of the bugs that would m
 stream shape SGLang sends). For each: copy the package and tests to a scratch folder, apply the
 change, run only the named test files there; the mutant is killed when they fail. A mutant whose
 source line is no longer found is reported as such (exit 2): update the sample with the code.
-The full measurement is tools/mutation.py (docs/mutation.md).
+The full measurement is tools/mutation.py (docs/research/mutation.md).
 """
 
 from __future__ import annotations

@@ -1,13 +1,13 @@
-"""Run a command and keep its output as a committed piece of evidence (docs/evidence/).
+"""Run a command and keep its output as a committed piece of evidence (docs/research/evidence/).
 
-    .venv/bin/python tools/record_evidence.py docs/evidence/client-capacity.txt -- \
+    .venv/bin/python tools/record_evidence.py docs/research/evidence/client-capacity.txt -- \
         .venv/bin/python benchmarks/client_capacity.py --concurrency 64 --rounds 2
 
 The file starts with what a reader needs to judge the figures: the exact command, the date, the
 machine (CPU model, cores, memory, kernel, Python), the git commit (and whether the tree had
 uncommitted changes), the load average before and after, and the exit code; then the command's
 output as it printed it. A figure quoted in README.md or docs/ names the file it comes from
-(docs/evidence/README.md is the index).
+(docs/research/evidence/README.md is the index).
 """
 
 from __future__ import annotations

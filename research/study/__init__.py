@@ -1,5 +1,5 @@
 """The gate study: the gate's false-fail rate, power and GPU cost measured on simulated sessions
-(docs/gate-study.md, `python -m research.study`).
+(docs/research/gate-study.md, `python -m research.study`).
 
 - ``simulate``: launches of the emulator's scheduler in virtual time, trials, injected changes;
 - ``noise``, ``client_noise``: the noise presets and the real-time client's measured extra noise;

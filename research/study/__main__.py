@@ -1,4 +1,4 @@
-"""`python -m research.study ...`: the gate study (docs/gate-study.md)."""
+"""`python -m research.study ...`: the gate study (docs/research/gate-study.md)."""
 
 import sys
 

@@ -1,4 +1,4 @@
-"""`python -m research.study`: the gate's false-fail rate and power on simulated sessions (docs/gate-study.md)."""
+"""`python -m research.study`: the gate's false-fail rate and power on simulated sessions (docs/research/gate-study.md)."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ DEFAULT_SUITE = Path("perf_tests/suite.toml")
 def build_parser() -> argparse.ArgumentParser:
     """`python -m research.study`: the gate's false-fail rate and power on simulated sessions."""
     p = argparse.ArgumentParser(prog=PROG, description="measure the gate's false-fail rate and power on the emulator's "
-                                                       "model (docs/gate-study.md)")
+                                                       "model (docs/research/gate-study.md)")
     p.add_argument("--suite", type=Path, default=DEFAULT_SUITE)
     p.add_argument("--sessions", type=int, default=200, help="simulated sessions per scenario")
     p.add_argument("--seed", type=int, default=0)

@@ -6,7 +6,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
-# GPU servers (docs/gate-study.md): runs within a launch agree to ~0.2-0.8 %, launches to ~1-2 %.
+# GPU servers (docs/research/gate-study.md): runs within a launch agree to ~0.2-0.8 %, launches to ~1-2 %.
 GPU_WITHIN = 0.005
 # The spread between sessions (what a stored history measures) is split into a day part shared by
 # every launch of one session (the machine's mood: clocks, thermals, neighbours) and a per-launch
@@ -33,7 +33,7 @@ class Noise:
 
 # The default suite's real-time client on top of the model, measured by ``measure_noise`` from 8
 # real sessions (5 repeats each) of the shipped client on the 2-core machine, committed with their
-# manifests in docs/evidence/noise/<label>/ (`tools/measure_noise.py --label quiet|busy`, 30 Nov
+# manifests in docs/research/evidence/noise/<label>/ (`tools/measure_noise.py --label quiet|busy`, 30 Nov
 # 2026; tests/research/test_study.py checks these constants against the committed noise.json files).
 # Quiet: load average 0.5-1.7 (nothing else running). Busy: 2.1-2.7 (other sessions' jobs).
 EMULATOR_QUIET = Noise(
@@ -55,7 +55,7 @@ NOISE_PRESETS = ("emulator", "emulator-busy", "gpu-quiet", "gpu", "gpu-drift2")
 def preset(name: str, levels: Sequence[int], drift_pct: float | None = None,
            jitter_pct: float | None = None) -> Noise:
     """Named noise levels: the default suite's real-time emulator on the shared machine (quiet
-    or busy), and GPU servers with 0.5, 1 or 2 % launch-to-launch drift (docs/gate-study.md says why)."""
+    or busy), and GPU servers with 0.5, 1 or 2 % launch-to-launch drift (docs/research/gate-study.md says why)."""
     if name in ("emulator", "emulator-busy"):
         return replace(EMULATOR_QUIET if name == "emulator" else EMULATOR_BUSY, drift_pct=drift_pct, jitter_pct=jitter_pct)
     total = {"gpu-quiet": 0.5, "gpu": 1.0, "gpu-drift2": 2.0}[name]

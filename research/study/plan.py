@@ -47,7 +47,7 @@ class GateSettings:
     # no more launches than the speculative one): "speculation" = when a speculation cell was
     # suspicious (the session's rule); "relaunch" = whenever the speculative one is relaunched;
     # "last" = also on its last relaunch; "p<x" = also when a must-win cell's p is below x.
-    # Variants measured for the session's rule (docs/gate-study.md), not designs of their own.
+    # Variants measured for the session's rule (docs/research/gate-study.md), not designs of their own.
     reference_follows: str = "speculation"
 
     @property

@@ -9,7 +9,7 @@ from typing import Any
 
 from specguard.workload import WorkloadSpec
 
-# When a drop fails (docs/statistics.md, docs/gate-study.md):
+# When a drop fails (docs/statistics.md, docs/research/gate-study.md):
 # - "significant": the drop is statistically significant (upper bound below 1) and its estimate
 #   is beyond the tolerance (asv's rule: practical and statistical significance). family_alpha
 #   bounds the false fails of unchanged code; a true drop inside the tolerance can fail (its
@@ -155,7 +155,7 @@ class Tolerances:
     accept_length: float = 0.03
     speculation_min_gain: float = 0.0  # spec/reference must not be confidently below 1 + this
     family_alpha: float = 0.01  # family-wise false-fail rate for the whole session (Holm)
-    prior_between_sd: float = 0.01  # log-scale tok/s spread between GPU launches (history may raise it); docs/gate-study.md
+    prior_between_sd: float = 0.01  # log tok/s spread between GPU launches (history may raise it); docs/research/gate-study.md
     prior_between_sd_accept: float = 0.003  # acceptance is a model property; launches barely move it
     history_sessions: int = 5  # baseline sessions kept per cell
     inconclusive: str = "pass"  # what an inconclusive cell counts as: pass or fail

@@ -245,7 +245,7 @@ def step_time_gate(test: GateTest, launches: Runs, history: Runs, tolerance: flo
 # (16 on the default suite); 1 - 0.05 / 16 ~ 0.997 keeps all of them right at 95 % jointly
 # (Bonferroni) where nothing moved. At 0.95 the study's acceptance-only drop read as the engine's in
 # 35 % of sessions (per-request acceptance; 12 % per-run; 45 % / 22.5 % with the prior at half the
-# truth), for the step-time shift of 0.3-1.3 % that fewer tokens per step bring (docs/gate-study.md).
+# truth), for the step-time shift of 0.3-1.3 % that fewer tokens per step bring (docs/research/gate-study.md).
 ATTRIBUTION_CONFIDENCE = 0.997
 
 

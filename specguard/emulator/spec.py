@@ -6,7 +6,7 @@ SGLang rewrites speculative settings at launch (``srt/arg_groups/speculative_hoo
 ``_init_adaptive_speculative_params``); the emulator applies the same rewrites here, in one pure
 function shared by the HTTP server and the virtual-time simulator, so that both model the server
 a configuration *actually* gets. The version's defaults and tables are specguard/sglang_rules/
-(shared with the engine adapter's checks); facts and line numbers: docs/sglang-0.5.23-facts.md.
+(shared with the engine adapter's checks); facts and line numbers: docs/research/sglang-0.5.23-facts.md.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 The rules this adapter checks a server against are SGLang 0.5.23's own: its argument resolution in
 sglang_args.py, the busy flush (python/sglang/srt/managers/scheduler_components/flush_wrapper.py)
-here. docs/sglang-0.5.23-facts.md has the detail.
+here. docs/research/sglang-0.5.23-facts.md has the detail.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The checks of a server's effective arguments against a configuration, by SGLang 0.5.23's
 argument rules (specguard/sglang_rules/: the defaults it picks, the rewrites it makes silently,
-when it turns adaptive speculation off; docs/sglang-0.5.23-facts.md has the detail).
+when it turns adaptive speculation off; docs/research/sglang-0.5.23-facts.md has the detail).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Requests are pre-encoded bytes sent on a kept-alive `http1.Connection`, whose `data_received`
 stamps every read with `time.perf_counter()` before any parsing and feeds the SSE parser
-directly (docs/client.md says why this is not httpx's or aiohttp's client: per request and per
+directly (docs/research/client.md says why this is not httpx's or aiohttp's client: per request and per
 event they cost several times more CPU, and their timestamps are taken late, in a reading task).
 """
 

@@ -3,7 +3,7 @@ launch (``speculative``), its adaptive-speculation config with the start-up chec
 routing (``adaptive``), the one builder of such a config (``adaptive_table``), and the decode
 CUDA-graph batch sizes it captures (``cuda_graph``).
 
-Paths cited are relative to python/sglang/ of the 0.5.23 wheel (docs/sglang-0.5.23-facts.md has
+Paths cited are relative to python/sglang/ of the 0.5.23 wheel (docs/research/sglang-0.5.23-facts.md has
 the detail); the code is written from those functions' behaviour, not copied. This package
 imports nothing else of specguard (an import-linter contract), so that the engine adapters,
 report/, `specguard tune` and the emulator all read the same rules; a new SGLang version changes

@@ -36,7 +36,7 @@ from specguard.report.results import SCHEMA, SCHEMA_VERSION
 from specguard.report.summary import cell_summary
 
 RUNS = 3
-STALL_FACTOR = 0.7  # a stalled run's speed, as the gate study's stalls (docs/gate-study.md)
+STALL_FACTOR = 0.7  # a stalled run's speed, as the gate study's stalls (docs/research/gate-study.md)
 # configuration -> (step time ms at c16, accept length: None without speculation, algorithm)
 BASE: dict[str, tuple[float, float | None, str | None]] = {
     "baseline": (20.0, None, None), "eagle3": (30.0, 3.0, "EAGLE3"), "mtp": (28.0, 2.5, "NEXTN")}

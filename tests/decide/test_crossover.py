@@ -1,7 +1,7 @@
 """Where speculation stops paying: the one crossover estimator (decide/crossover.py) and its edges.
 
 `specguard recommend`, the results file's `crossovers`, the report's plots and the gate study
-all read this estimator; each test pins one edge a plausible one-line bug would break (docs/mutation.md).
+all read this estimator; each test pins one edge a plausible one-line bug would break (docs/research/mutation.md).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The gates' verdicts, messages and edge cases.
 
-Each test pins one behaviour a plausible one-line bug would break (docs/mutation.md lists the
+Each test pins one behaviour a plausible one-line bug would break (docs/research/mutation.md lists the
 mutants these were written against): the interval level a cell's alpha maps to, which verdicts
 count as failures, and which results Holm adds. Where speculation stops paying is
 tests/decide/test_crossover.py.

@@ -1,6 +1,6 @@
 """The emulator's API contract against a real SGLang 0.5.23 server's, over real HTTP on 127.0.0.1.
 
-What docs/evidence/contract-diffs.md listed (real vs emulator, same flags): the /metrics families,
+What docs/research/evidence/contract-diffs.md listed (real vs emulator, same flags): the /metrics families,
 `startup_time` / `disaggregation_mode` placement in /server_info, and the out-of-vocabulary 400s
 that specguard's attach mode reads the vocabulary from (specguard/workload.py
 vocab_size_from_server). Compared with tools/contract_shapes.py's own shape functions against the

@@ -299,7 +299,7 @@ def test_openai_error_after_the_stream_started():
     assert p.close().error == "server error 400: boom"
 
 
-# -- mutation survivors (docs/mutation.md): each test names the one-line change it catches ----------
+# -- mutation survivors (docs/research/mutation.md): each test names the one-line change it catches ----------
 
 def _surv_native_event(total: int, ids: list[int], final: bool = False, meta_extra: dict | None = None) -> bytes:
     meta = {"id": "r", "finish_reason": {"type": "length", "length": total} if final else None, "prompt_tokens": 4,

@@ -15,7 +15,7 @@ What runs, in this order (module scope; .ci/run_real_sglang.sh prints the artifa
    difference); idle CPU; teardown leaves no process of its group;
 4. idle CPU and single-stream speed with `--sleep-on-idle`;
 5. speculation (SPECGUARD_SGL_CPU_SPEC=1: intel_amx through SGLang's override_platform and the
-   PyTorch sgl_kernel CPU ops of tools/sgl_kernel_standin/; docs/sglang-cpu.md section 7): the
+   PyTorch sgl_kernel CPU ops of tools/sgl_kernel_standin/; docs/research/sglang-cpu.md section 7): the
    sglang-cpu-spec suite launched (update, unchanged, a perturbed draft whose accept-length gate
    fails); four servers started by hand (reference, standalone, ngram, eagle3 adaptive): greedy
    token identity against the reference on every prompt, accept length on /generate, chat sglext
@@ -100,7 +100,7 @@ def work_dir(tmp_path_factory) -> Path:
 
 
 def figure(work: Path, line: str) -> None:
-    """A measured figure, kept for docs/sglang-cpu.md (the job prints figures.txt)."""
+    """A measured figure, kept for docs/research/sglang-cpu.md (the job prints figures.txt)."""
     with open(work / "figures.txt", "a") as f:
         f.write(line + "\n")
 
@@ -527,7 +527,7 @@ def test_sleep_on_idle_brings_idle_cpu_down(env, work_dir):
 
 # ------------------------------------------------------------------------------ speculation
 
-# SGLang's own CPU speculation path (docs/sglang-cpu.md section 7): intel_amx reached through
+# SGLang's own CPU speculation path (docs/research/sglang-cpu.md section 7): intel_amx reached through
 # SGLang's override_platform(has_amx=True) and the sgl_kernel CPU ops in PyTorch, both switched on
 # by SPECGUARD_SGL_CPU_SPEC=1 (tools/sgl_kernel_standin/).
 SPEC_FLAGS = ["--device", "cpu", "--attention-backend", "intel_amx", "--disable-cuda-graph", "--enable-metrics",
@@ -1029,7 +1029,7 @@ def test_live_contract_speculative_fields_emulator_matches_the_real_server(env, 
     assert not diffs, f"{len(diffs)} contract difference(s), real vs emulator:\n" + "\n".join(diffs)
 
 
-# The ops SGLang 0.5.23's CPU speculation path calls (docs/sglang-cpu.md section 7).
+# The ops SGLang 0.5.23's CPU speculation path calls (docs/research/sglang-cpu.md section 7).
 CPU_SPEC_OPS = ("extend_attention_cpu", "decode_attention_cpu", "build_draft_decode_metadata_cpu",
                 "verify_tree_greedy_cpu", "build_tree_kernel_efficient_cpu", "reconstruct_indices_from_tree_mask",
                 "assign_extend_cache_locs_cpu", "assign_draft_cache_locs_contiguous_cpu",
@@ -1251,7 +1251,7 @@ def test_mtp_as_nextn_on_real_sglang_is_capped_at_48_and_its_crossover_and_polic
     reported (with its interval, or why none); `specguard recommend` gives the policy, the
     adaptive config and the cap's note. No must-win level is declared here: with one launch per
     configuration and this shared machine's 35 % between-launch prior the ratio's interval spans
-    ~0.4x-3x (docs/sglang-cpu.md), so no level is decidable yet."""
+    ~0.4x-3x (docs/research/sglang-cpu.md), so no level is decidable yet."""
     tag = uuid.uuid4().hex[:12]
     env = {**env, JOB_TAG_VAR: tag}
     code, out, res, doc = run_suite(work_dir, tmp_path / "mtp-baselines", "mtp", env, "--update-baselines",

@@ -161,13 +161,13 @@ def test_rescaling_a_trial_to_another_launch_spread_equals_simulating_it(tiny):
 
 def test_emulator_noise_presets_are_the_committed_measurements():
     """EMULATOR_QUIET / EMULATOR_BUSY are the noise.json of the 8 real sessions each in
-    docs/evidence/noise/ (tools/measure_noise.py), rounded to 4 decimals."""
+    docs/research/evidence/noise/ (tools/measure_noise.py), rounded to 4 decimals."""
     import json
     from pathlib import Path
 
     from research.study import EMULATOR_BUSY, EMULATOR_QUIET
 
-    evidence = Path(__file__).resolve().parents[2] / "docs" / "evidence" / "noise"
+    evidence = Path(__file__).resolve().parents[2] / "docs" / "research" / "evidence" / "noise"
     for label, noise in (("quiet", EMULATOR_QUIET), ("busy", EMULATOR_BUSY)):
         measured = json.loads((evidence / label / "noise.json").read_text())
         preset = measured["preset"]
@@ -385,7 +385,7 @@ def test_the_one_half_changes_move_their_half_only(tiny):
         assert 0.8 < np.mean(drafter[c][1]) / np.mean(base[c][1]) < 0.95  # 8 requests a run: the target, roughly
     assert drafter[1][2] == pytest.approx(base[1][2], rel=1e-5)  # one request at a time: its steps cost the same
     # At C = 4 the 8-request run's tail moves the step time with acceptance (-6 %); on the default
-    # suite's 16 x 64-token runs it is 0.3 % (docs/gate-study.md)
+    # suite's 16 x 64-token runs it is 0.3 % (docs/research/gate-study.md)
 
 
 def test_acceptance_repeats_per_request_and_moves_per_run(tiny):
