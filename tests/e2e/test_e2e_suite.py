@@ -18,6 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 from emulator_suite import write_emulator_suite
+from process_support import kill_tree
 
 pytestmark = pytest.mark.e2e
 REPO = Path(__file__).resolve().parents[2]
@@ -191,8 +192,7 @@ def test_ctrl_c_stops_every_server_and_leaves_no_half_written_file(tmp_path):
         out, _ = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+            kill_tree(proc)  # the servers it started too
     assert proc.returncode == 2, out.decode()  # pytest's "interrupted"
     port = int(logs[0].stem.rsplit("-", 1)[1])
     with pytest.raises(httpx.HTTPError):

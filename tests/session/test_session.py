@@ -22,6 +22,7 @@ import httpx
 import pytest
 from emulator_suite import write_emulator_suite
 from gate_support import result
+from process_support import kill_tree
 from session_support import fake_cell, fake_server, make_session, make_suite, run, stored_session
 
 from specguard.decide.result import GateResult, Why
@@ -562,8 +563,7 @@ def test_sigint_during_update_baselines_leaves_files_identical_or_fully_updated(
             out, _ = proc.communicate(timeout=60)
         finally:
             if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+                kill_tree(proc)  # the servers it started too
         after = snapshot()
         assert not list(bdir.glob("*.tmp")) and not list(bdir.glob(".*.tmp")), f"trial {trial}: temp file left"
         changed = sorted(n for n in after if after[n] != before.get(n))
