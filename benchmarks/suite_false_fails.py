@@ -5,6 +5,7 @@ hand; its output is quoted in docs and notes:
 
     python benchmarks/suite_false_fails.py [--sessions 1500] [--seed 7]
     python benchmarks/suite_false_fails.py --drop 0.10 --cases 0.01:0.01   # power: every cell 10 % slower
+    python benchmarks/suite_false_fails.py --unchecked-factor 1            # the gate before K <= 2 widened the prior
 
 Noise (../shared/reference/gate-audit.md section 1, its session.py): a day offset (half the true
 spread's variance) shared by a session's launches, a launch offset shared by a launch's levels,
@@ -25,8 +26,10 @@ import math
 import numpy as np
 from scipy import stats
 
+from specguard.decide import stats as stats_module
 from specguard.decide.consistency import consistent_launches
 from specguard.decide.gates import GateDesign, GateTest, launch_history_gate, relaunch_plan
+from specguard.decide.stats import UNCHECKED_PRIOR_FACTOR
 from specguard.labels import THROUGHPUT, GateLabel, Level, Verdict
 
 ALPHA_CELL = 0.01 / 38
@@ -113,11 +116,15 @@ def main() -> None:
     p.add_argument("--cases", default="0.01:0.01,0.01:0.005,0.024:0.012,0.024:0.024",
                    help="true spread:prior pairs, comma-separated")
     p.add_argument("--drop", type=float, default=0.0, help="every cell's tok/s this much lower (0.1: -10 %%)")
+    p.add_argument("--unchecked-factor", type=float, default=UNCHECKED_PRIOR_FACTOR,
+                   help="what a prior too few sessions check counts as (decide/stats.py; 1: the gate before 6 Dec 2026)")
     args = p.parse_args()
+    stats_module.UNCHECKED_PRIOR_FACTOR = args.unchecked_factor
     bound = _lower if args.drop else _upper
     failed = "false fails (95% upper)" if args.drop == 0 else f"failed at -{args.drop:.0%} (95% lower)"
     print(f"12 tok/s cells, runs {RUN_SD:.1%}, stalls {STALL_RATE:g} at {STALL_FACTOR}x, alpha {ALPHA_CELL:.3g} per "
-          f"cell; {args.sessions} sessions per row; seed {args.seed}")
+          f"cell; {args.sessions} sessions per row; seed {args.seed}; a prior too few sessions check counts "
+          f"x{args.unchecked_factor:g}")
     print(f"{'spread':>6} {'prior':>6} {'K':>2} {'mode':<7} {failed:>24} {'not measured (95% upper)':>25}")
     for case in args.cases.split(","):
         truth, prior = (float(x) for x in case.split(":"))
