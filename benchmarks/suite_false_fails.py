@@ -22,14 +22,15 @@ from __future__ import annotations
 
 import argparse
 import math
+from dataclasses import replace
 
 import numpy as np
 from scipy import stats
 
-from specguard.decide import stats as stats_module
+from specguard.decide import prior as prior_module
 from specguard.decide.consistency import consistent_launches
-from specguard.decide.gates import GateDesign, GateTest, launch_history_gate, relaunch_plan
-from specguard.decide.stats import UNCHECKED_PRIOR_FACTOR
+from specguard.decide.gates import GateDesign, GateTest, launch_history_gate, relaunch_plan, session_spread
+from specguard.decide.prior import UNCHECKED_PRIOR_FACTOR, Prior
 from specguard.labels import THROUGHPUT, GateLabel, Level, Verdict
 
 ALPHA_CELL = 0.01 / 38
@@ -71,31 +72,34 @@ class _Config:
         self.launches[c].append(self._current(self.offset))
 
 
-def _decide(cfg: _Config, name: str, prior: float, design: GateDesign):
+def _decide(cfg: _Config, name: str, prior: Prior, design: GateDesign):
     test = {c: GateTest(GateLabel(THROUGHPUT), name, Level(c), ALPHA_CELL) for c in LEVELS}
-    return [launch_history_gate(test[c], cfg.launches[c], cfg.history[c], TOLERANCE, design.prior(prior),
+    return [launch_history_gate(test[c], cfg.launches[c], cfg.history[c], TOLERANCE, prior,
                                 design.rule("significant")) for c in LEVELS]
 
 
 def session(rng: np.random.Generator, truth: float, prior: float, k: int, mode: str,
-            drop: float = 0.0) -> tuple[bool, bool]:
+            drop: float = 0.0, session_check: bool = True) -> tuple[bool, bool]:
     """(a cell failed, a cell was not measured) in one session whose tok/s fell by ``drop`` (0:
     unchanged code)."""
     design = GateDesign(prior_day_sd=prior / 2)
     day = rng.normal(0, truth / 2)
     failed = unmeasured = False
-    for name in CONFIGS:
-        cfg = _Config(rng, truth, k, day, drop)
+    configs = {name: _Config(rng, truth, k, day, drop) for name in CONFIGS}
+    # the prior's second check, as session/history.py check_spread gives it: every configuration's history
+    check = session_spread({(n, c): cfg.history[c] for n, cfg in configs.items() for c in LEVELS}) if session_check else None
+    tok_prior = replace(design.prior(prior), session=check)
+    for name, cfg in configs.items():
         if mode == "attach":
             for c in LEVELS:
                 if not consistent_launches(cfg.launches[c], cfg.history[c])[0]:
                     cfg.measure_again(c)
-        results = _decide(cfg, name, prior, design)
+        results = _decide(cfg, name, tok_prior, design)
         while mode == "launch" and len(cfg.launches[LEVELS[0]]) < design.max_launches:
             if name not in relaunch_plan(results, {}, design.suspicion_p):
                 break
             cfg.launch()
-            results = _decide(cfg, name, prior, design)
+            results = _decide(cfg, name, tok_prior, design)
         failed |= any(r.verdict == Verdict.FAIL for r in results)
         unmeasured |= any(r.verdict == Verdict.ERROR for r in results)
     return failed, unmeasured
@@ -118,13 +122,15 @@ def main() -> None:
     p.add_argument("--drop", type=float, default=0.0, help="every cell's tok/s this much lower (0.1: -10 %%)")
     p.add_argument("--unchecked-factor", type=float, default=UNCHECKED_PRIOR_FACTOR,
                    help="what a prior too few sessions check counts as (decide/stats.py; 1: the gate before 6 Dec 2026)")
+    p.add_argument("--no-session-check", action="store_true",
+                   help="the gate without the session's second prior check (prior.SESSION_CHECK_P; before 6 Dec 2026)")
     args = p.parse_args()
-    stats_module.UNCHECKED_PRIOR_FACTOR = args.unchecked_factor
+    prior_module.UNCHECKED_PRIOR_FACTOR = args.unchecked_factor
     bound = _lower if args.drop else _upper
     failed = "false fails (95% upper)" if args.drop == 0 else f"failed at -{args.drop:.0%} (95% lower)"
     print(f"12 tok/s cells, runs {RUN_SD:.1%}, stalls {STALL_RATE:g} at {STALL_FACTOR}x, alpha {ALPHA_CELL:.3g} per "
           f"cell; {args.sessions} sessions per row; seed {args.seed}; a prior too few sessions check counts "
-          f"x{args.unchecked_factor:g}")
+          f"x{args.unchecked_factor:g}; the session's prior check {'off' if args.no_session_check else 'on'}")
     print(f"{'spread':>6} {'prior':>6} {'K':>2} {'mode':<7} {failed:>24} {'not measured (95% upper)':>25}")
     for case in args.cases.split(","):
         truth, prior = (float(x) for x in case.split(":"))
@@ -132,7 +138,8 @@ def main() -> None:
             for mode in ("launch", "attach"):
                 key = [args.seed, k, int(truth * 1e4), int(prior * 1e4), mode == "attach"]
                 rng = np.random.default_rng(key + [round(args.drop * 1e3)] if args.drop else key)
-                got = [session(rng, truth, prior, k, mode, args.drop) for _ in range(args.sessions)]
+                got = [session(rng, truth, prior, k, mode, args.drop, not args.no_session_check)
+                       for _ in range(args.sessions)]
                 f, u = sum(g[0] for g in got), sum(g[1] for g in got)
                 n = args.sessions
                 print(f"{truth:>6.1%} {prior:>6.1%} {k:>2} {mode:<7} {f / n:>10.2%} ({bound(f, n):>6.2%})      "

@@ -13,8 +13,9 @@ from specguard.decide.gates import (
     must_win_gate,
     step_time_gate,
 )
+from specguard.decide.prior import SpreadEstimate
 from specguard.decide.result import Against, GateResult, Versus
-from specguard.decide.stats import RatioEstimate, SpreadEstimate
+from specguard.decide.stats import RatioEstimate
 from specguard.labels import GateLabel, Level, Verdict
 
 DESIGN = GateDesign()  # the library's design

@@ -816,7 +816,7 @@ def test_the_constants_the_docs_quote_are_the_codes():
     from specguard.config import SweepConfig, load_suite
     from specguard.decide.consistency import OUTLIER_SDS, RUN_OUTLIER
     from specguard.decide.gates import ATTRIBUTION_CONFIDENCE, MIN_HALF_EFFECT, MIN_HALF_SHARE, GateDesign
-    from specguard.decide.stats import PRIOR_CHECK_P
+    from specguard.decide.prior import PRIOR_CHECK_P, SESSION_CHECK_P
     from specguard.session.options import RunOptions
     from specguard.session.plan import PlannedTest, Planner
 
@@ -826,6 +826,9 @@ def test_the_constants_the_docs_quote_are_the_codes():
     assert f"`relaunch_p = {design.suspicion_p:g}`, `max_launches = {design.max_launches}`" in stats_md
     check = f"chi-square at {PRIOR_CHECK_P:.0%}".replace("%", " %")
     assert check in ab_md and check in suite_toml
+    session_check = f"`SESSION_CHECK_P = {SESSION_CHECK_P:g}`"
+    assert session_check in stats_md and f"at {SESSION_CHECK_P:.0%}".replace("%", " %") in suite_toml
+    assert f"Above the {1 - SESSION_CHECK_P:.0%} quantile of chi^2".replace("%", " %") in stats_md
     assert f"at {POOLED_SHARE:g} of the group's alpha (`POOLED_SHARE`)" in ab_md
     suite = load_suite(ROOT / "perf_tests" / "suite.toml")
     plan = Planner(suite, RunOptions(), design).plan([PlannedTest(n, c, "throughput") for n in suite.servers

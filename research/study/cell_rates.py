@@ -16,7 +16,8 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from specguard.decide.gates import GateDesign, GateTest, launch_history_gate
-from specguard.decide.stats import PRIOR_CHECK_P, Criterion, Prior, Rule, checked_prior, compare_launches, history_spread
+from specguard.decide.prior import PRIOR_CHECK_P, Prior, checked_prior
+from specguard.decide.stats import Criterion, Rule, compare_launches, history_spread
 from specguard.labels import THROUGHPUT, GateLabel, Level, Verdict
 
 DAY_SHARE = 0.5  # the day's sd over the between-session sd (noise.GPU_DAY_SHARE)

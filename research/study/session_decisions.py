@@ -28,6 +28,7 @@ from specguard.decide.gates import (
     launch_history_gate,
     must_win_gate,
     relaunch_plan,
+    session_spread,
     step_time_gate,
 )
 from specguard.decide.result import Against, Attribution, GateResult, Half, Versus
@@ -155,6 +156,10 @@ def _decide_cells(state: _SessionState, launches: dict[str, list[Launch]], stage
     (``state.alpha``: "speculation" where it must win, "speculation, report only" elsewhere)."""
     tol, design, hist, alpha = state.settings.tolerances, state.design, state.hist, state.alpha
     out: list[GateResult] = []
+    # the session's second prior check (session/history.py check_spread): every configuration's history
+    check = session_spread({(n, c): [h[n][c][0] for h in hist] for n in state.suite.servers
+                            for c in state.suite.sweep.concurrency})
+    tok_prior = replace(design.prior(tol.prior_between_sd), session=check)
     for name, cfg in state.suite.servers.items():
         if name not in only:
             continue
@@ -162,7 +167,7 @@ def _decide_cells(state: _SessionState, launches: dict[str, list[Launch]], stage
             at = Level(c)
             tok = [launch[c][0] for launch in launches[name]]
             throughput = launch_history_gate(_test(THROUGHPUT, name, at, alpha, stage), tok, [h[name][c][0] for h in hist],
-                                             tol.throughput, design.prior(tol.prior_between_sd), design.rule(tol.fail_rule))
+                                             tol.throughput, tok_prior, design.rule(tol.fail_rule))
             if cfg.speculative and throughput.estimate is not None:
                 throughput = replace(throughput, attribution=_attribution(state, name, c, launches, throughput.estimate))
             out += [throughput, step_time_gate(_test(STEP_TIME, name, at, alpha, stage),

@@ -44,15 +44,8 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 from scipy import special
 
-from specguard.decide.stats import (
-    PRIOR_CHECK_P,
-    Criterion,
-    Prior,
-    RatioEstimate,
-    Rule,
-    SpreadEstimate,
-    compare_launch_sets,
-)
+from specguard.decide.prior import PRIOR_CHECK_P, Prior, SpreadEstimate
+from specguard.decide.stats import Criterion, RatioEstimate, Rule, compare_launch_sets
 
 DIFFERENT, SAME, UNDECIDED, ERROR = "different", "same", "undecided", "error"
 WORSE, BETTER = "worse", "better"
@@ -246,7 +239,7 @@ def run_spread(sets: Sequence[Sequence[Sequence[Sequence[float]]]], source: str)
 
 def prior_check(spread: SpreadEstimate | None, prior_sd: float, p: float = PRIOR_CHECK_P) -> bool | None:
     """Whether the run's launch spread contradicts the declared prior as too small (chi-square,
-    one-sided at ``p``, as ``stats.checked_prior``); None without an estimate or a prior."""
+    one-sided at ``p``, as ``prior.checked_prior``); None without an estimate or a prior."""
     if spread is None or spread.dof <= 0 or prior_sd <= 0:
         return None
     return bool(spread.dof * spread.var / prior_sd**2 > float(special.chdtri(spread.dof, p)))

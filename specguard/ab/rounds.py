@@ -32,7 +32,7 @@ from specguard.ab.decision import (
     run_spread,
     set_alphas,
 )
-from specguard.decide.stats import SpreadEstimate
+from specguard.decide.prior import SpreadEstimate
 from specguard.labels import ACCEPT_LENGTH, SPECULATION, STEP_TIME, THROUGHPUT, ExitCode, Level
 
 # The per-run series a launch reports for each level, by the gate that reads it.

@@ -13,11 +13,13 @@ test's final decision (``final_failures``), which can only add failures (``holm_
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from specguard.config import PRIOR_BETWEEN_DOF, Suite, Tolerances
 from specguard.decide.consistency import SetAside, consistent_launches
+from specguard.decide.prior import PRIOR_CHECK_P, Prior, SpreadEstimate, pool_spreads, unchecked_prior
 from specguard.decide.result import (
     Against,
     Attribution,
@@ -28,18 +30,13 @@ from specguard.decide.result import (
     Why,
 )
 from specguard.decide.stats import (
-    PRIOR_CHECK_P,
     Criterion,
-    Prior,
     RatioEstimate,
     Rule,
-    SpreadEstimate,
     compare_launch_sets,
     compare_launches,
     history_spread,
     holm_adjust,
-    pool_spreads,
-    unchecked_prior,
 )
 from specguard.labels import SPECULATION, STEP_TIME, THROUGHPUT, GateLabel, Level, TextEnum, Verdict
 
@@ -136,7 +133,7 @@ class GateDesign:
     gate_weights: tuple[tuple[str, float], ...] = (("throughput", 1.0), ("accept_length", 0.25), ("step_time", 1.0),
                                                    ("speculation", 2.0))
     pass_confidence: float | None = 0.95  # one-sided level of a pass (equivalence); None: the fail interval's
-    prior_check_p: float = PRIOR_CHECK_P  # level at which a cell's history contradicts the prior (stats.checked_prior)
+    prior_check_p: float = PRIOR_CHECK_P  # level at which a cell's history contradicts the prior (prior.checked_prior)
 
     @property
     def sequential(self) -> bool:
@@ -168,16 +165,18 @@ def design_of(suite: Suite) -> GateDesign:
 
 def session_spread(cell_histories: dict[tuple[str, int], Runs]) -> SpreadEstimate | None:
     """One metric's between-session spread pooled over the session's cells, (config, level) ->
-    stored sessions. Cells of one configuration share their launch, so the degrees of freedom
-    claimed are the sum over configurations of K - 1, not over cells."""
-    per_config: dict[str, int] = {}
-    ests = []
+    stored sessions. Cells of one configuration share their launches, so each configuration
+    counts once: the median of its cells' spreads (a stored session whose runs stalled at one
+    level moves that level's spread, not the median) with K - 1 dof; configurations pool."""
+    per_config: dict[str, list[SpreadEstimate]] = {}
     for (config, _c), hist in cell_histories.items():
         est = history_spread(hist)
         if est is not None:
-            ests.append(est)
-            per_config[config] = max(per_config.get(config, 0), int(est.dof))
-    return pool_spreads(ests, dof_cap=float(sum(per_config.values())))
+            per_config.setdefault(config, []).append(est)
+    medians = [SpreadEstimate(statistics.median(e.var for e in ests), min(e.dof for e in ests))
+               for ests in per_config.values()]
+    pooled = pool_spreads(medians)
+    return replace(pooled, source=f"{len(medians)} configurations' histories") if pooled is not None else None
 
 
 def pair_spread(spec_history: Runs, reference_history: Runs) -> SpreadEstimate | None:
@@ -208,7 +207,7 @@ def launch_history_gate(test: GateTest, launches: Runs, history: Runs, tolerance
     sessions. Fails iff current/baseline is significantly below 1 and estimated below
     1 - tolerance (rule "significant"), or its whole interval is below 1 - tolerance
     ("beyond-tolerance"). The cell's own history estimates the between-session spread (K - 1
-    dof, pooled with the prior) and drops a prior it contradicts (``stats.between_estimate``).
+    dof, pooled with the prior) and drops a prior it contradicts (``prior.between_estimate``).
     For a rate, a launch whose runs disagree (decide/consistency.py) is set aside; when every
     launch is, the cell is not measured (an error, never a regression)."""
     aside: tuple[SetAside, ...] = ()

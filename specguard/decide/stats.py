@@ -12,43 +12,14 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 from scipy import special
 
-from specguard.config import FAIL_RULES, PRIOR_BETWEEN_DOF
+from specguard.config import FAIL_RULES
+from specguard.decide.prior import Prior, SpreadEstimate, between_estimate, checking_history
 from specguard.labels import Verdict
-
-# A history whose spread exceeds the prior's at this level contradicts the prior. 1 %, not 5 %:
-# a contradicted prior is dropped (``between_estimate``) and a cell of K = 5 stored sessions then
-# has 4 dof, too few to fail anything at its alpha, so with a right prior the check disarms about
-# this share of cells. At 5 % that cost the engine-slowdown scenario 2-4 points of power per level;
-# at 1 % a prior at half the truth is caught in 51 % of cells instead of 67 % (docs/statistics.md).
-PRIOR_CHECK_P = 0.01
-
-# A history of fewer than this many dof (K <= 2 stored sessions) cannot tell a prior set too small:
-# at K = 1 nothing checks it, and at K = 2 the chi-square check on one dof catches a prior at half
-# the truth in about 1 cell of 5. Such a prior then failed unchanged code in 3.7-8.8 % of whole-suite
-# runs at K = 1 and up to 7 % at K = 2 (benchmarks/suite_false_fails.py), so below this depth the
-# prior counts at UNCHECKED_PRIOR_FACTOR times its value: the gate stays valid for a prior down to
-# half the truth, at the price of failing only larger drops until more sessions are recorded
-# (report/resolution.py ``few_sessions_lines`` says which cells and how many sessions fix it).
-UNCHECKED_BELOW_DOF = 2
-UNCHECKED_PRIOR_FACTOR = 2.0
-
-
-@dataclass(frozen=True)
-class Prior:
-    """The declared between-launch spread of a metric (log scale) and how much it counts: its
-    share common to every launch of one session (``day_sd``), its weight in pseudo degrees of
-    freedom, and the level at which a history's own spread contradicts it (``checked_prior``)."""
-
-    between_sd: float
-    day_sd: float = 0.0
-    dof: float = PRIOR_BETWEEN_DOF
-    check_p: float = PRIOR_CHECK_P
-    widened: float = 1.0  # the factor ``unchecked_prior`` applied to both sds (1: as declared)
 
 
 @dataclass(frozen=True)
@@ -196,17 +167,6 @@ def holm_adjust(p_values: Sequence[float], weights: Sequence[float] | None = Non
 
 
 # -- launches as the unit of replication -------------------------------------------------------
-@dataclass(frozen=True)
-class SpreadEstimate:
-    """A measured between-session variance of log values (one-launch sessions) with its degrees
-    of freedom: the history's K session means give K - 1. Estimates of several cells (the same
-    metric on the same machine) pool into one (``pool_spreads``)."""
-
-    var: float
-    dof: float
-    source: str = "history"
-
-
 class SessionRuns(list[float]):
     """A stored session's runs in order (a list of floats, as every gate reads a session), with
     the server launches they came from: ``launches`` holds each launch's runs. A session that was
@@ -260,74 +220,6 @@ def _history_spread(history: Sequence[Sequence[Sequence[float]]]) -> SpreadEstim
         sl2 = max(ss / sum(len(s) - 1 for s in relaunched) - c_n, 0.0)
         var += sl2 * (1 - inv_l)
     return SpreadEstimate(max(var, 0.0), float(len(sessions) - 1), f"history of {len(sessions)} sessions")
-
-
-def pool_spreads(estimates: Sequence[SpreadEstimate | None], dof_cap: float | None = None) -> SpreadEstimate | None:
-    """Pool cells' spread estimates (dof-weighted). ``dof_cap`` bounds the degrees of freedom
-    claimed: cells of one configuration share their launch, so they are not independent (the
-    caller passes the sum of K - 1 over configurations, not over cells)."""
-    est = [e for e in estimates if e is not None and e.dof > 0]
-    if not est:
-        return None
-    dof = sum(e.dof for e in est)
-    var = sum(e.var * e.dof for e in est) / dof
-    return SpreadEstimate(var, min(dof, dof_cap) if dof_cap is not None else dof,
-                          f"{len(est)} cells' histories")
-
-
-def between_variance(prior_sd: float, measured: SpreadEstimate | None, prior_dof: float) -> tuple[float, float, str]:
-    """Between-session variance (one-launch sessions) and its degrees of freedom.
-
-    The prior counts as ``prior_dof`` pseudo-observations of the variance, the history as its own
-    dof (a scaled-inverse-chi^2 update); the test uses t with the summed dof, so a history of K
-    sessions enters with K - 1 dof, not as known. An infinite ``prior_dof`` is a known prior.
-    """
-    p2 = prior_sd**2
-    if measured is None or measured.dof <= 0 or math.isinf(prior_dof):
-        return p2, prior_dof, "prior"
-    dof = prior_dof + measured.dof
-    return (prior_dof * p2 + measured.dof * measured.var) / dof, dof, f"prior + {measured.source}"
-
-
-def between_estimate(prior_sd: float, measured: SpreadEstimate | None, pool: SpreadEstimate | None,
-                     prior_dof: float, check_p: float = PRIOR_CHECK_P) -> tuple[float, float, str]:
-    """The between-session variance a comparison uses, its dof and its source: the prior pooled
-    with ``measured`` (``between_variance``), unless ``pool`` contradicts the prior
-    (``checked_prior``). Then the prior is dropped and the contradicting history stands alone,
-    with its own dof: raising the prior to the history's spread and still counting it as
-    ``prior_dof`` pseudo-observations would credit K - 1 sessions with prior_dof + K - 1 dof."""
-    raised_sd, _ = checked_prior(prior_sd, pool, check_p)
-    if raised_sd != prior_sd and pool is not None:
-        return pool.var, pool.dof, f"{pool.source} (the prior {prior_sd:.2%} contradicted, dropped)"
-    return between_variance(prior_sd, measured, prior_dof)
-
-
-def unchecked_prior(prior: Prior, pool: SpreadEstimate | None) -> Prior:
-    """``prior`` as a comparison against stored sessions uses it: widened by
-    UNCHECKED_PRIOR_FACTOR (both its sds, so the day share stays) where ``pool``, the history
-    that checks it, has fewer than UNCHECKED_BELOW_DOF degrees of freedom."""
-    checking_dof = pool.dof if pool is not None else 0.0
-    if checking_dof >= UNCHECKED_BELOW_DOF or prior.widened != 1.0:
-        return prior
-    f = UNCHECKED_PRIOR_FACTOR
-    return replace(prior, between_sd=prior.between_sd * f, day_sd=prior.day_sd * f, widened=f)
-
-
-def checked_prior(prior_sd: float, pool: SpreadEstimate | None, p: float = PRIOR_CHECK_P) -> tuple[float, str]:
-    """The prior between-session sd, unless the history ``pool`` (the cell's own, or the pair's
-    for a speculation cell) contradicts it.
-
-    A prior set too small (half the true spread, say) would otherwise pull every cell's estimate
-    down with its pseudo dof and fail unchanged code. Under "the prior is right" the history's
-    statistic dof * S^2 / prior^2 is chi^2 with dof degrees of freedom; above its 1 - p quantile
-    the prior is replaced by the history's estimate S (only ever raised, never lowered: the check
-    is one-sided; ``between_estimate`` then drops the prior's pseudo dof too). With a right prior
-    this happens in about p of the sessions and only widens their intervals."""
-    if pool is None or pool.dof <= 0 or not math.isfinite(pool.dof) or pool.var <= prior_sd**2:
-        return prior_sd, "prior"
-    if prior_sd <= 0 or pool.dof * pool.var / prior_sd**2 > float(special.chdtri(pool.dof, p)):
-        return math.sqrt(pool.var), f"prior raised to the history's spread ({pool.source})"
-    return prior_sd, "prior"
 
 
 STALL_MADS = 5.0  # a run this many robust sds below its launch's median is a stall: out of the within variance (not Gaussian)
@@ -427,7 +319,8 @@ def compare_launches(current: Sequence[Sequence[float]], history: Sequence[Seque
     sw2, dof_w = _robust_within_var([*cur, *(g for s in sessions for g in s)])
     measured = spread if spread is not None else history_spread(history)
     day_frac = _day_fraction(prior)
-    sb2, dof_b, source = between_estimate(prior.between_sd, measured, pool, prior.dof, prior.check_p)
+    check, check_p = checking_history(prior, pool)
+    sb2, dof_b, source = between_estimate(prior.between_sd, measured, check, prior.dof, check_p)
     sd2 = day_frac * sb2
     sl2, dof_l = _combine(((1 - day_frac) * sb2, dof_b), _launch_spread(cur, sw2))
     k, n_l = len(sessions), len(cur)

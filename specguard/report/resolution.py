@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from specguard.decide.stats import UNCHECKED_BELOW_DOF
+from specguard.decide.prior import UNCHECKED_BELOW_DOF
 from specguard.report.results import detectable_drop, tests_by_cell
 from specguard.report.schema import DecisionDoc, EstimateDoc, ResultsDoc
 
@@ -88,7 +88,7 @@ def attach_lines(doc: ResultsDoc) -> list[str]:
 def few_sessions_lines(doc: ResultsDoc) -> list[str]:
     """Throughput cells compared with one or two stored sessions, one line per count: with one the
     suite's prior spread stands unchecked, with two it is checked on one degree of freedom, so the
-    gate counts it double there (decide/stats.py ``unchecked_prior``: a prior set too small cannot
+    gate counts it double there (decide/prior.py ``unchecked_prior``: a prior set too small cannot
     fail unchanged code); the drops they still catch, and how many more sessions end the widening
     (K = 3) and reach the depth the guarantees were measured at."""
     rule = doc["tolerances"].get("fail_rule", "significant")

@@ -168,7 +168,8 @@ class CellGates:
         if test.gate.gate == ACCEPT_LENGTH:
             return launch_history_gate(test, launches, history, tol.accept_length,
                                        design.prior(tol.prior_between_sd_accept, day_sd=0.0), rule)
-        result = launch_history_gate(test, launches, history, tol.throughput, design.prior(tol.prior_between_sd), rule)
+        prior = replace(design.prior(tol.prior_between_sd), session=self._parts.histories.check_spread(THROUGHPUTS))
+        result = launch_history_gate(test, launches, history, tol.throughput, prior, rule)
         if self._parts.suite.servers[test.config].speculative and result.estimate is not None:
             return self._attribute(result, test, rule)
         return result

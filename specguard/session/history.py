@@ -12,8 +12,9 @@ from typing import Any
 
 from specguard.config import ServerConfig, Suite
 from specguard.decide.gates import session_spread
+from specguard.decide.prior import SpreadEstimate
 from specguard.decide.result import Why
-from specguard.decide.stats import SessionRuns, SpreadEstimate
+from specguard.decide.stats import SessionRuns
 from specguard.labels import GateLabel
 from specguard.session.cells import metric_values
 from specguard.session.hints import exact_k, record_command_line
@@ -101,6 +102,7 @@ class Histories:
         self._levels = levels
         self.gpu = gpu
         self.store = BaselineStore(options.baseline_dir)
+        self._checks: dict[tuple[str, tuple[str, ...]], SpreadEstimate | None] = {}
 
     def _session_fields(self, cfg: ServerConfig) -> dict[str, Any]:
         sweep, opts = self._suite.sweep, self._options
@@ -227,3 +229,38 @@ class Histories:
             if hist:
                 histories[(name, level)] = hist
         return session_spread(histories) if histories else None
+
+    def check_spread(self, metric: str) -> SpreadEstimate | None:
+        """The metric's between-session spread over every configuration of the suite, every level
+        (``session_spread``), the second check of a prior (``prior.checking_history``): a started
+        configuration's stored sessions of its fingerprint, another's newest entry from this engine
+        and GPU (its fingerprint is read from its server once started). None without two stored
+        sessions anywhere; an unreadable file counts as none here (its own cells say it)."""
+        started = tuple(n for n in self._suite.servers if self._pool.state(n).handle is not None)
+        key = (metric, started)
+        if key not in self._checks:
+            histories: dict[tuple[str, int], Sequence[Sequence[float]]] = {}
+            for name in self._suite.servers:
+                for level in self._levels.values:
+                    hist = self.stored(name, level, metric) if name in started else self._newest(name, level, metric)
+                    if hist:
+                        histories[(name, level)] = hist
+            self._checks[key] = session_spread(histories) if histories else None
+        return self._checks[key]
+
+    def _newest(self, name: str, level: int, metric: str) -> list[list[float]]:
+        """A configuration not started yet: its newest stored entry's sessions of a metric at a level
+        from this session's engine and GPU ([] when none)."""
+        cfg = self._pool.config(name)
+        try:
+            doc = self.store.load_file(name)
+        except BaselineError:
+            return []
+        gpu = self.gpu if cfg.engine == "sglang" else "n/a"
+        for entry in entries_newest_first(doc) if doc is not None else []:
+            if entry["fingerprint"].get("engine") != cfg.engine or entry["fingerprint"].get("gpu") != gpu:
+                continue
+            cell = entry["cells"].get(cell_key(self._levels.store_key(level)))
+            sessions = [_by_launch(stored_session_from_json(s), metric) for s in cell["sessions"]] if cell else []
+            return [s for s in sessions if s]
+        return []

@@ -43,7 +43,8 @@ from specguard.ab.report import AB, render_text, results_doc
 from specguard.ab.rounds import STEP_RATE, Comparison, LaunchResult, Selection
 from specguard.cli import main
 from specguard.config import load_suite
-from specguard.decide.stats import RatioEstimate, SpreadEstimate
+from specguard.decide.prior import SpreadEstimate
+from specguard.decide.stats import RatioEstimate
 from specguard.labels import ACCEPT_LENGTH, SPECULATION, STEP_TIME, THROUGHPUT
 from specguard.store.documents import DocumentError
 

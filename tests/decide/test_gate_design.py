@@ -19,16 +19,8 @@ from specguard.decide.gates import (
     relaunch_plan,
     session_spread,
 )
-from specguard.decide.stats import (
-    Criterion,
-    Prior,
-    RatioEstimate,
-    SpreadEstimate,
-    between_variance,
-    compare_launch_sets,
-    compare_launches,
-    history_spread,
-)
+from specguard.decide.prior import Prior, SpreadEstimate, between_variance
+from specguard.decide.stats import Criterion, RatioEstimate, compare_launch_sets, compare_launches, history_spread
 from specguard.labels import Verdict
 from specguard.report.verdict_text import message, relaunch_reason
 
@@ -79,6 +71,36 @@ def test_history_spread_is_the_variance_of_session_locations():
     assert history_spread([[1.0, 1.0]]) is None
     pooled = session_spread({("a", 1): hist[:5], ("a", 4): hist[5:10], ("b", 1): hist[10:15]})
     assert pooled.dof == 8  # K - 1 per configuration, not per cell: a configuration's cells share its launch
+
+
+def test_a_configuration_counts_in_the_session_spread_by_its_median_level():
+    """decide/gates.py session_spread: a stored session whose runs stalled at one level moves that
+    level's spread, not the configuration's; a mean over levels would have doubled the estimate."""
+    offsets = (0.0, 0.01, -0.01, 0.005, -0.005)
+    at = {level: [[100 * math.exp(o) * f for f in (1.0, 1.001, 0.999)] for o in offsets] for level in (1, 4, 16)}
+    quiet = session_spread({("a", c): h for c, h in at.items()})
+    at[4][2] = [v * (0.7 if i else 1.0) for i, v in enumerate(at[4][2])]  # two of three runs stalled at 0.7x
+    stalled = session_spread({("a", c): h for c, h in at.items()})
+    assert math.sqrt(stalled.var) == pytest.approx(math.sqrt(quiet.var), rel=0.2) and stalled.dof == quiet.dof == 4
+    assert history_spread(at[4]).var > 4 * quiet.var  # what that level alone would have said
+    assert "2 configurations" in session_spread({("a", 1): at[1], ("b", 1): at[16]}).source
+
+
+def test_the_session_s_history_checks_a_prior_the_cell_s_own_history_lets_through():
+    """decide/stats.py checking_history: K = 3 cells' own 2 dof let a prior at half the truth
+    through; the session's pooled history (12 dof here) contradicts it at SESSION_CHECK_P, and the
+    comparison then uses the session's spread with its dof. A session that agrees leaves the prior."""
+    own = [[100.0, 100.1, 99.9], [100.2, 100.3, 100.1], [99.9, 100.0, 99.8]]  # 0.15 %: no contradiction
+    crit = Criterion(0.97, 0.999)
+    wide = SpreadEstimate(0.02**2, 12.0, "3 configurations' histories")
+    alone = compare_launches([[100.0, 100.1, 99.9]], own, crit, Prior(0.01, day_sd=0.005))
+    checked = compare_launches([[100.0, 100.1, 99.9]], own, crit, Prior(0.01, day_sd=0.005, session=wide))
+    agreeing = compare_launches([[100.0, 100.1, 99.9]], own, crit,
+                                Prior(0.01, day_sd=0.005, session=SpreadEstimate(0.011**2, 12.0, "pooled")))
+    assert "contradicted" not in alone.between_source and alone.between_sd < 0.01
+    assert checked.between_sd == pytest.approx(0.02) and checked.dof < alone.dof  # 12 dof, not the prior's 16 + 2
+    assert checked.between_source == "3 configurations' histories (the prior 1.00% contradicted, dropped)"
+    assert agreeing.between_sd == pytest.approx(alone.between_sd) and "contradicted" not in agreeing.between_source
 
 
 def test_a_stalled_run_does_not_fail_an_unchanged_cell():
@@ -316,7 +338,7 @@ def test_the_history_reader_groups_a_stored_sessions_runs_by_launch():
 def test_a_contradicted_prior_is_dropped_not_credited_with_its_pseudo_dof():
     # Before: the prior raised to the history's S and still counted as 16 pseudo dof, so 5 stored
     # sessions (4 dof) entered with 20. Now the contradicting history stands alone, with its 4.
-    from specguard.decide.stats import between_estimate
+    from specguard.decide.prior import between_estimate
 
     hist = SpreadEstimate(0.024**2, 4.0, "history of 5 sessions")
     var, dof, source = between_estimate(0.012 / 2, hist, hist, 16.0)  # 4 * 16 = 64 > chi2(4) 95 % = 9.49

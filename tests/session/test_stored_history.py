@@ -1,0 +1,53 @@
+"""The stored history a session reads (session/history.py): here the session's second check of a
+prior, over every configuration's stored sessions, the ones not started yet included."""
+
+from __future__ import annotations
+
+from session_support import fake_cell, fake_server, make_session, stored_session
+
+from specguard.session.cells import THROUGHPUTS
+from specguard.store.baseline_file import Fingerprint
+from specguard.store.baselines import BaselineStore
+
+QUIET = [[100.0, 100.1, 99.9], [100.2, 100.3, 100.1], [99.9, 100.0, 99.8]]  # 0.15 % between sessions
+NOISY = [[100.0, 100.1, 99.9], [115.0, 115.1, 114.9], [85.0, 85.1, 84.9]]  # 15 %: the e2e suite's prior is 5 %
+
+
+def _record(store: BaselineStore, name: str, fields: dict, sessions: list[list[float]]) -> None:
+    for i, tok in enumerate(sessions):
+        store.record_sessions(name, Fingerprint(fields), {1: stored_session(f"{name}{i}", tok)}, keep=5)
+
+
+def test_a_configuration_not_started_yet_checks_the_prior_with_its_newest_stored_entry(tmp_path):
+    """The baseline's own three sessions (2 dof) agree with the suite's 5 % prior; eagle3's, not
+    started in this session, spread 15 %: the pooled check drops the prior for the baseline's cell too."""
+    sg = make_session(tmp_path)
+    fake_server(sg, "baseline")
+    fields = dict(sg.histories.fingerprint("baseline").fields)
+    store = BaselineStore(tmp_path / "baselines")
+    _record(store, "baseline", fields, QUIET)
+    fake_cell(sg, "baseline", 1, [100.0, 100.1, 99.9])
+    alone = sg.throughput_result("baseline", 1).estimate
+    assert "contradicted" not in alone.between_source, alone.between_source
+
+    sg = make_session(tmp_path)
+    fake_server(sg, "baseline")
+    _record(store, "eagle3", {**fields, "speculative_algorithm": "EAGLE3"}, NOISY)
+    fake_cell(sg, "baseline", 1, [100.0, 100.1, 99.9])
+    check = sg.histories.check_spread(THROUGHPUTS)
+    assert check is not None and check.dof == 4 and check.source == "2 configurations' histories"
+    checked = sg.throughput_result("baseline", 1).estimate
+    assert checked.between_source == "2 configurations' histories (the prior 5.00% contradicted, dropped)"
+    assert checked.between_sd > 2 * alone.between_sd
+
+
+def test_another_environment_s_entry_does_not_check_the_prior(tmp_path):
+    sg = make_session(tmp_path)
+    fake_server(sg, "baseline")
+    fields = dict(sg.histories.fingerprint("baseline").fields)
+    store = BaselineStore(tmp_path / "baselines")
+    _record(store, "baseline", fields, QUIET)
+    _record(store, "eagle3", {**fields, "engine": "sglang", "gpu": "H100"}, NOISY)
+    fake_cell(sg, "baseline", 1, [100.0, 100.1, 99.9])
+    assert sg.histories.check_spread(THROUGHPUTS).source == "1 configurations' histories"
+    assert "contradicted" not in sg.throughput_result("baseline", 1).estimate.between_source
