@@ -124,8 +124,12 @@ def main() -> None:
                    help="what a prior too few sessions check counts as (decide/stats.py; 1: the gate before 6 Dec 2026)")
     p.add_argument("--no-session-check", action="store_true",
                    help="the gate without the session's second prior check (prior.SESSION_CHECK_P; before 6 Dec 2026)")
+    p.add_argument("--session-check-p", type=float, default=prior_module.SESSION_CHECK_P,
+                   help="the level of the session's prior check (prior.SESSION_CHECK_P)")
+    p.add_argument("--ks", default="1,2,3,5,10", help="stored sessions per configuration, comma-separated")
     args = p.parse_args()
     prior_module.UNCHECKED_PRIOR_FACTOR = args.unchecked_factor
+    prior_module.SESSION_CHECK_P = args.session_check_p
     bound = _lower if args.drop else _upper
     failed = "false fails (95% upper)" if args.drop == 0 else f"failed at -{args.drop:.0%} (95% lower)"
     print(f"12 tok/s cells, runs {RUN_SD:.1%}, stalls {STALL_RATE:g} at {STALL_FACTOR}x, alpha {ALPHA_CELL:.3g} per "
@@ -134,7 +138,7 @@ def main() -> None:
     print(f"{'spread':>6} {'prior':>6} {'K':>2} {'mode':<7} {failed:>24} {'not measured (95% upper)':>25}")
     for case in args.cases.split(","):
         truth, prior = (float(x) for x in case.split(":"))
-        for k in (1, 2, 3, 5, 10):
+        for k in (int(x) for x in args.ks.split(",")):
             for mode in ("launch", "attach"):
                 key = [args.seed, k, int(truth * 1e4), int(prior * 1e4), mode == "attach"]
                 rng = np.random.default_rng(key + [round(args.drop * 1e3)] if args.drop else key)

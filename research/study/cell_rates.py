@@ -57,7 +57,7 @@ def _decide(case: CellCase, current: list[list[float]], history: list[list[float
     design = GateDesign(prior_day_sd=case.prior * DAY_SHARE, prior_check_p=case.prior_check_p)
     if case.contradicted_prior == "raised":
         own = history_spread(history)
-        raised, _ = checked_prior(case.prior, own, case.prior_check_p)
+        raised = checked_prior(case.prior, own, case.prior_check_p)
         factor = raised / case.prior
         criterion = Criterion(1 - case.tolerance, 1 - 2 * ALPHA_CELL, Rule(case.rule, design.pass_confidence))
         prior = Prior(raised, day_sd=case.prior * DAY_SHARE * factor, dof=design.prior_dof)

@@ -44,7 +44,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 from scipy import special
 
-from specguard.decide.prior import PRIOR_CHECK_P, Prior, SpreadEstimate
+from specguard.decide.prior import PRIOR_CHECK_P, HistoryOf, Origin, Prior, SpreadEstimate, SpreadSource
 from specguard.decide.stats import Criterion, RatioEstimate, Rule, compare_launch_sets
 
 DIFFERENT, SAME, UNDECIDED, ERROR = "different", "same", "undecided", "error"
@@ -218,14 +218,14 @@ def pooled_launches(levels: Sequence[Sequence[Sequence[float]]]) -> list[list[fl
     return [x for x in pooled if x]
 
 
-def run_spread(sets: Sequence[Sequence[Sequence[Sequence[float]]]], source: str) -> SpreadEstimate | None:
+def run_spread(sets: Sequence[Sequence[Sequence[Sequence[float]]]], names: Sequence[str]) -> SpreadEstimate | None:
     """A gate's launch-to-launch spread in this run: ``sets`` holds, per configuration and build,
     per level, its launches' run values (one list per launch). Per configuration and build, the
     variance of a launch's location (median of its log runs) between its launches, averaged over
     the levels (which share each launch's offset, so together they count as one: L - 1 dof); pooled
     over configurations and builds. It keeps the run-to-run part of a location's variance, which
     ``compare_launch_sets`` counts again: a little conservative."""
-    total, dof = 0.0, 0.0
+    total, dof, launches = 0.0, 0.0, 0
     for levels in sets:
         variances = [float(np.var([np.median(np.log(runs)) for runs in launches], ddof=1))
                      for launches in levels if len(launches) >= 2 and all(len(r) for r in launches)]
@@ -234,7 +234,8 @@ def run_spread(sets: Sequence[Sequence[Sequence[Sequence[float]]]], source: str)
             continue
         total += float(np.mean(variances)) * (min(counts) - 1)
         dof += min(counts) - 1
-    return SpreadEstimate(total / dof, dof, source) if dof > 0 else None
+        launches += min(counts)
+    return SpreadEstimate(total / dof, dof, Origin(HistoryOf.LAUNCHES, launches, tuple(names))) if dof > 0 else None
 
 
 def prior_check(spread: SpreadEstimate | None, prior_sd: float, p: float = PRIOR_CHECK_P) -> bool | None:
@@ -257,8 +258,7 @@ def look_estimate(a: Sequence[Sequence[float]], b: Sequence[Sequence[float]], sp
     nothing (0 pseudo dof). The interval shown is at 1 - ``alpha_look`` two-sided."""
     est = compare_launch_sets(b, a, Criterion(1 - spec.tolerance, 1 - alpha_look, Rule("significant", pass_confidence)),
                               Prior(spec.prior_sd, dof=PRIOR_DOF), spread=spread)
-    source = f"{spread.source} and both builds' own launches" if spread else "both builds' own launches"
-    return replace(est, between_source=source)
+    return replace(est, between_source=replace(est.between_source, prior=False))
 
 
 def shown_ratio(look: Look, spec: GateSpec) -> tuple[float, float, float]:
@@ -394,8 +394,8 @@ def pooled_estimate(a: Sequence[Sequence[float]], b: Sequence[Sequence[float]], 
     if se <= 0:
         return None
     q_look, q_pass = float(special.stdtrit(dof, 1 - alpha_look / 2)), float(special.stdtrit(dof, pass_confidence))
-    source = f"{spread.source} (pooled over the levels) and both builds' own launches" if spread else \
-        "both builds' own launches"
+    source = SpreadSource(prior=False, history=spread.origin if spread else None, launches=(len(la), len(lb)),
+                          levels_pooled=True)
     return RatioEstimate(ratio=math.exp(diff), low=math.exp(diff - q_look * se), high=math.exp(diff + q_look * se),
                          threshold=1 - spec.tolerance, p_value=float(special.stdtr(dof, diff / se)), dof=dof,
                          confidence=1 - alpha_look, between_sd=math.sqrt(squares / dof), between_source=source,

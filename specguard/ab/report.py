@@ -27,6 +27,7 @@ from specguard.ab.rounds import Comparison
 from specguard.ab.schema import AbCellDoc, AbDoc, AbGroupDoc, AbLookDoc, AbSpreadDoc, BisectDoc
 from specguard.labels import ACCEPT_LENGTH, SPECULATION, STEP_TIME, THROUGHPUT
 from specguard.report.terminal import fmt_num
+from specguard.report.verdict_text import spread_source_text
 from specguard.store.documents import Document
 
 SCHEMA: Final[Literal["specguard-ab"]] = "specguard-ab"
@@ -84,7 +85,7 @@ def _look_doc(seen: Look) -> AbLookDoc:
             "confidence": est.confidence, "p_worse": seen.p_worse, "pass_low": est.pass_low,
             "pass_high": seen.pass_high,
             "dof": est.dof if math.isfinite(est.dof) else None,  # inf: no variance at all
-            "between_sd": est.between_sd, "between_source": est.between_source}
+            "between_sd": est.between_sd, "between_source": spread_source_text(est.between_source)}
 
 
 def rows(cmp: Comparison) -> list[AbCellDoc]:

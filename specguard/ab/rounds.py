@@ -196,7 +196,7 @@ class Comparison:
         configs = sorted({c.config for c in self.cells if c.gate == gate})
         sets = [[self.values(build, config, level, gate) for level in self.selection.levels]
                 for config in configs for build in (BUILD_A, BUILD_B)]
-        return run_spread(sets, "this run's launches")
+        return run_spread(sets, configs)
 
     def spread_without(self, config: str, gate: str, *, pooled: bool = False) -> SpreadEstimate | None:
         """The run's launch spread at ``gate`` from both builds' launches of every other
@@ -208,7 +208,7 @@ class Comparison:
                 for other in others for build in (BUILD_A, BUILD_B)]
         if pooled:
             sets = [[pooled_launches(levels)] for levels in sets]
-        found = run_spread(sets, f"this run's launches of {', '.join(others)}" if others else "")
+        found = run_spread(sets, others)
         if found is None or gate != SPECULATION:
             return found
         # Speculation ratios share their reference's launches: the others' deviations are correlated
@@ -216,7 +216,7 @@ class Comparison:
         # fewer independent degrees of freedom than they count. At face value eagle3's speculation
         # group was called worse in 9 of 2000 unchanged simulated runs (2 % spread) at a group alpha
         # of 0.19 % (3.8 allowed); halved, eagle3 3 and mtp 7 (docs/ab.md: still above it for mtp).
-        return replace(found, dof=found.dof / 2, source=f"{found.source} (dof halved: they share the reference)")
+        return replace(found, dof=found.dof / 2, origin=replace(found.origin, dof_halved=True))
 
     # -- what the reports read ------------------------------------------------------------------
     def sorted_cells(self) -> list[GateCell]:

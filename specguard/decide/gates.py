@@ -19,7 +19,15 @@ from dataclasses import dataclass, replace
 
 from specguard.config import PRIOR_BETWEEN_DOF, Suite, Tolerances
 from specguard.decide.consistency import SetAside, consistent_launches
-from specguard.decide.prior import PRIOR_CHECK_P, Prior, SpreadEstimate, pool_spreads, unchecked_prior
+from specguard.decide.prior import (
+    PRIOR_CHECK_P,
+    HistoryOf,
+    Origin,
+    Prior,
+    SpreadEstimate,
+    pool_spreads,
+    unchecked_prior,
+)
 from specguard.decide.result import (
     Against,
     Attribution,
@@ -176,7 +184,7 @@ def session_spread(cell_histories: dict[tuple[str, int], Runs]) -> SpreadEstimat
     medians = [SpreadEstimate(statistics.median(e.var for e in ests), min(e.dof for e in ests))
                for ests in per_config.values()]
     pooled = pool_spreads(medians)
-    return replace(pooled, source=f"{len(medians)} configurations' histories") if pooled is not None else None
+    return replace(pooled, origin=Origin(HistoryOf.CONFIGURATIONS, len(medians))) if pooled is not None else None
 
 
 def pair_spread(spec_history: Runs, reference_history: Runs) -> SpreadEstimate | None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from enum import Enum
 
 from scipy import special
 
@@ -34,11 +35,12 @@ UNCHECKED_PRIOR_FACTOR = 2.0
 # (``Prior.session``: every configuration's stored sessions, 3 (K - 1) dof for three
 # configurations) checks it once more, at this level. One cell's K - 1 dof let a prior at half the
 # truth fail unchanged code in 1.2-7.2 % of attach-mode runs at K = 3-10; with the pooled check it
-# is 0.1-1.3 % (benchmarks/suite_false_fails.py, docs/guarantees.md). 20 %, not 1 %: with 6 dof
-# (K = 3) a check at 5 % still passes a half prior in about 1 session of 5. With a right prior the
-# check disarms about 1 session in 5, which only widens its intervals (the pooled spread, its own
-# dof): -5 % at K = 5 in attach mode is caught 0.951 instead of 0.991.
-SESSION_CHECK_P = 0.2
+# is 0.0-0.8 % (benchmarks/suite_false_fails.py, docs/guarantees.md). 30 %, not 1 %: with 6 dof
+# (K = 3) a check at 5 % still passes a half prior in about 1 session of 5, and at 20 % K = 3 at a
+# 2.4 % spread kept 1.0-1.2 % false fails. With a right prior the check disarms about 3 sessions in
+# 10, which only widens their intervals (the pooled spread, its own dof): -5 % at K = 5 in attach
+# mode is caught 0.946 instead of 0.991.
+SESSION_CHECK_P = 0.3
 
 
 @dataclass(frozen=True)
@@ -55,6 +57,28 @@ class Prior:
     session: SpreadEstimate | None = None  # the session's pooled history, a second check (SESSION_CHECK_P)
 
 
+class HistoryOf(Enum):
+    """Whose values a measured spread comes from."""
+
+    SESSIONS = "sessions"  # one cell's stored sessions
+    CELLS = "cells"  # several cells' histories, pooled
+    CONFIGURATIONS = "configurations"  # every configuration's histories, each counted once
+    LAUNCHES = "launches"  # this session's own launches (or an A/B run's, of the configurations named)
+
+
+@dataclass(frozen=True)
+class Origin:
+    """Where a measured spread comes from: ``count`` sessions, cells, configurations or launches
+    (0: not recorded, a results file of schema 4 or older), the configurations by name where the
+    launches are another run's, and whether its dof were halved (A/B speculation ratios share
+    their reference's launches)."""
+
+    of: HistoryOf = HistoryOf.SESSIONS
+    count: int = 0
+    names: tuple[str, ...] = ()
+    dof_halved: bool = False
+
+
 @dataclass(frozen=True)
 class SpreadEstimate:
     """A measured between-session variance of log values (one-launch sessions) with its degrees
@@ -63,7 +87,25 @@ class SpreadEstimate:
 
     var: float
     dof: float
-    source: str = "history"
+    origin: Origin = Origin()
+
+
+@dataclass(frozen=True)
+class SpreadSource:
+    """Where a comparison's between-launch spread comes from, as data (report/verdict_text.py
+    ``spread_source_text`` words it): the declared prior (``prior``: it counts; ``widened``: the
+    factor ``unchecked_prior`` applied), a measured spread (``history``), a prior that history
+    contradicted and so dropped (``dropped_prior_sd``), and the launches of this comparison pooled
+    in, one count per side (``launches``: (L,) against stored sessions, (La, Lb) for two sides).
+    ``legacy_text``: a results file of schema 4 or older, the source as specguard worded it then."""
+
+    prior: bool = True
+    history: Origin | None = None
+    dropped_prior_sd: float | None = None
+    widened: float = 1.0
+    launches: tuple[int, ...] = ()
+    levels_pooled: bool = False  # A/B: one test pooled over a configuration's levels
+    legacy_text: str = ""
 
 
 def pool_spreads(estimates: Sequence[SpreadEstimate | None]) -> SpreadEstimate | None:
@@ -75,10 +117,11 @@ def pool_spreads(estimates: Sequence[SpreadEstimate | None]) -> SpreadEstimate |
         return None
     dof = sum(e.dof for e in est)
     var = sum(e.var * e.dof for e in est) / dof
-    return SpreadEstimate(var, dof, f"{len(est)} cells' histories")
+    return SpreadEstimate(var, dof, Origin(HistoryOf.CELLS, len(est)))
 
 
-def between_variance(prior_sd: float, measured: SpreadEstimate | None, prior_dof: float) -> tuple[float, float, str]:
+def between_variance(prior_sd: float, measured: SpreadEstimate | None,
+                     prior_dof: float) -> tuple[float, float, SpreadSource]:
     """Between-session variance (one-launch sessions) and its degrees of freedom.
 
     The prior counts as ``prior_dof`` pseudo-observations of the variance, the history as its own
@@ -87,21 +130,20 @@ def between_variance(prior_sd: float, measured: SpreadEstimate | None, prior_dof
     """
     p2 = prior_sd**2
     if measured is None or measured.dof <= 0 or math.isinf(prior_dof):
-        return p2, prior_dof, "prior"
+        return p2, prior_dof, SpreadSource()
     dof = prior_dof + measured.dof
-    return (prior_dof * p2 + measured.dof * measured.var) / dof, dof, f"prior + {measured.source}"
+    return (prior_dof * p2 + measured.dof * measured.var) / dof, dof, SpreadSource(history=measured.origin)
 
 
 def between_estimate(prior_sd: float, measured: SpreadEstimate | None, pool: SpreadEstimate | None,
-                     prior_dof: float, check_p: float = PRIOR_CHECK_P) -> tuple[float, float, str]:
+                     prior_dof: float, check_p: float = PRIOR_CHECK_P) -> tuple[float, float, SpreadSource]:
     """The between-session variance a comparison uses, its dof and its source: the prior pooled
     with ``measured`` (``between_variance``), unless ``pool`` contradicts the prior
     (``checked_prior``). Then the prior is dropped and the contradicting history stands alone,
     with its own dof: raising the prior to the history's spread and still counting it as
     ``prior_dof`` pseudo-observations would credit K - 1 sessions with prior_dof + K - 1 dof."""
-    raised_sd, _ = checked_prior(prior_sd, pool, check_p)
-    if raised_sd != prior_sd and pool is not None:
-        return pool.var, pool.dof, f"{pool.source} (the prior {prior_sd:.2%} contradicted, dropped)"
+    if pool is not None and checked_prior(prior_sd, pool, check_p) != prior_sd:
+        return pool.var, pool.dof, SpreadSource(prior=False, history=pool.origin, dropped_prior_sd=prior_sd)
     return between_variance(prior_sd, measured, prior_dof)
 
 
@@ -120,12 +162,12 @@ def checking_history(prior: Prior, pool: SpreadEstimate | None) -> tuple[SpreadE
     """The history that checks ``prior`` and the level it checks at: the cell's own (``pool``) at
     ``prior.check_p``; where that does not contradict it, the session's pooled history
     (``prior.session``) at SESSION_CHECK_P."""
-    if prior.session is None or checked_prior(prior.between_sd, pool, prior.check_p)[0] != prior.between_sd:
+    if prior.session is None or checked_prior(prior.between_sd, pool, prior.check_p) != prior.between_sd:
         return pool, prior.check_p
     return prior.session, SESSION_CHECK_P
 
 
-def checked_prior(prior_sd: float, pool: SpreadEstimate | None, p: float = PRIOR_CHECK_P) -> tuple[float, str]:
+def checked_prior(prior_sd: float, pool: SpreadEstimate | None, p: float = PRIOR_CHECK_P) -> float:
     """The prior between-session sd, unless the history ``pool`` (the cell's own, or the pair's
     for a speculation cell) contradicts it.
 
@@ -136,7 +178,7 @@ def checked_prior(prior_sd: float, pool: SpreadEstimate | None, p: float = PRIOR
     is one-sided; ``between_estimate`` then drops the prior's pseudo dof too). With a right prior
     this happens in about p of the sessions and only widens their intervals."""
     if pool is None or pool.dof <= 0 or not math.isfinite(pool.dof) or pool.var <= prior_sd**2:
-        return prior_sd, "prior"
+        return prior_sd
     if prior_sd <= 0 or pool.dof * pool.var / prior_sd**2 > float(special.chdtri(pool.dof, p)):
-        return math.sqrt(pool.var), f"prior raised to the history's spread ({pool.source})"
-    return prior_sd, "prior"
+        return math.sqrt(pool.var)
+    return prior_sd

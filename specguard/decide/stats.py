@@ -12,13 +12,21 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from scipy import special
 
 from specguard.config import FAIL_RULES
-from specguard.decide.prior import Prior, SpreadEstimate, between_estimate, checking_history
+from specguard.decide.prior import (
+    HistoryOf,
+    Origin,
+    Prior,
+    SpreadEstimate,
+    SpreadSource,
+    between_estimate,
+    checking_history,
+)
 from specguard.labels import Verdict
 
 
@@ -56,7 +64,7 @@ class RatioEstimate:
     dof: float
     confidence: float
     between_sd: float  # the between-session spread used (log scale)
-    between_source: str  # "prior" or "history of K sessions"
+    between_source: SpreadSource
     test_at: float | None = None  # None (older results files): the threshold
     # "pass" is a non-inferiority claim (a one-sided test that the ratio is above the threshold: one
     # side of a TOST, since a speed-up never fails),
@@ -100,7 +108,7 @@ def null_ratio(threshold: float, rule: str) -> float:
 
 
 def _finish(diff: float, var_parts: list[tuple[float, float]], criterion: Criterion, between_sd: float,
-            between_source: str) -> RatioEstimate:
+            between_source: SpreadSource) -> RatioEstimate:
     """CI and p-value from a log difference and (variance, dof) parts (Welch-Satterthwaite), and
     with the rule's pass confidence the one-sided lower bound a pass needs."""
     threshold, confidence, pass_confidence = criterion.threshold, criterion.confidence, criterion.rule.pass_confidence
@@ -143,7 +151,7 @@ def compare_sessions(a: Sequence[float], b: Sequence[float], *, threshold: float
     vb = float(lb.var(ddof=1)) if lb.size > 1 else 0.0
     parts = [(va / la.size, la.size - 1.0), (vb / lb.size, lb.size - 1.0), (2 * launch_sd**2, math.inf)]
     return _finish(float(la.mean() - lb.mean()), parts, Criterion(threshold, confidence, Rule(rule, None)), launch_sd,
-                   "prior")
+                   SpreadSource())
 
 
 def holm_adjust(p_values: Sequence[float], weights: Sequence[float] | None = None) -> list[float]:
@@ -219,7 +227,7 @@ def _history_spread(history: Sequence[Sequence[Sequence[float]]]) -> SpreadEstim
         ss = sum(float(((np.array([_loc(g) for g in s]) - _session_loc(s)) ** 2).sum()) for s in relaunched)
         sl2 = max(ss / sum(len(s) - 1 for s in relaunched) - c_n, 0.0)
         var += sl2 * (1 - inv_l)
-    return SpreadEstimate(max(var, 0.0), float(len(sessions) - 1), f"history of {len(sessions)} sessions")
+    return SpreadEstimate(max(var, 0.0), float(len(sessions) - 1), Origin(HistoryOf.SESSIONS, len(sessions)))
 
 
 STALL_MADS = 5.0  # a run this many robust sds below its launch's median is a stall: out of the within variance (not Gaussian)
@@ -280,7 +288,7 @@ def _launch_spread(groups: Sequence[np.ndarray], sw2: float) -> SpreadEstimate |
     means = np.array([_loc(g) for g in groups])
     n = float(np.mean([g.size for g in groups]))
     return SpreadEstimate(max(float(means.var(ddof=1)) - _loc_var_factor(n) * sw2 / n, 0.0), float(len(groups) - 1),
-                          "this session's launches")
+                          Origin(HistoryOf.LAUNCHES, len(groups)))
 
 
 def _day_fraction(prior: Prior) -> float:
@@ -331,9 +339,7 @@ def compare_launches(current: Sequence[Sequence[float]], history: Sequence[Seque
     within = _loc_var_factor(n_r) * sw2 / (n_r * n_l) + _loc_var_factor(n_h) * sw2 * inv_l / (n_h * k)
     parts = [(within, dof_w), (sd2 * (1 + 1 / k) + sb2 * (1 - day_frac) * inv_l / k, dof_b),
              (sl2 / n_l, dof_l)]
-    if prior.widened != 1.0:
-        source = f"{source} (x{prior.widened:g}: too few stored sessions to check it)"
-    src = source if n_l == 1 else f"{source}, {n_l} launches"
+    src = replace(source, widened=prior.widened if source.prior else 1.0, launches=(n_l,))
     return _finish(diff, parts, criterion, math.sqrt(sb2), src)
 
 
@@ -359,8 +365,7 @@ def compare_launch_sets(a: Sequence[Sequence[float]], b: Sequence[Sequence[float
     diff = float(np.mean([_loc(g) for g in la]) - np.mean([_loc(g) for g in lb]))
     parts = [(_loc_var_factor(ra) * sw2a / (ra * len(la)), max(dofa, 1.0)),
              (_loc_var_factor(rb) * sw2b / (rb * len(lb)), max(dofb, 1.0)), (sl2 * (1 / len(la) + 1 / len(lb)), dof_l)]
-    src = f"{source}; {len(la)}+{len(lb)} launches"
-    return _finish(diff, parts, criterion, math.sqrt(sl2), src)
+    return _finish(diff, parts, criterion, math.sqrt(sl2), replace(source, launches=(len(la), len(lb))))
 
 
 @dataclass(frozen=True)

@@ -7,8 +7,9 @@ from __future__ import annotations
 from typing import Any
 
 from specguard.decide.prior import UNCHECKED_BELOW_DOF
-from specguard.report.results import detectable_drop, tests_by_cell
+from specguard.report.results import detectable_drop, spread_source, tests_by_cell
 from specguard.report.schema import DecisionDoc, EstimateDoc, ResultsDoc
+from specguard.report.verdict_text import spread_source_text
 
 FULL_HISTORY = 5  # stored sessions the gate study measures the guarantees at (docs/guarantees.md)
 CHECKED_FROM = UNCHECKED_BELOW_DOF + 1  # stored sessions from which the prior is used as declared
@@ -27,8 +28,9 @@ def resolution_note(doc: ResultsDoc) -> str | None:
     sds = [e["between_sd"] for _, e in inconclusive]
     rule = tol.get("fail_rule", "significant")
     drops = [x for x in (detectable_drop(e, rule) for _, e in inconclusive) if x is not None]
-    sources = sorted({str(e["between_source"]) for _, e in inconclusive})
-    from_history = any("history" in s for s in sources)
+    used = [spread_source(e) for _, e in inconclusive]
+    sources = sorted({spread_source_text(s) for s in used})
+    from_history = any(s.history is not None for s in used)
     what = (f"baseline history spread up to {max(sds):.1%} ({', '.join(sources)})" if from_history
             else f"between-launch spread {max(sds):.1%} (the suite's prior_between_sd)")
     fix = _resolution_fix(inconclusive, tol, from_history)

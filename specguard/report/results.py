@@ -15,6 +15,7 @@ from typing import Any, cast
 from scipy import special
 
 from specguard.decide.consistency import SetAside
+from specguard.decide.prior import HistoryOf, Origin, SpreadSource
 from specguard.decide.result import (
     Against,
     Attribution,
@@ -41,6 +42,7 @@ from specguard.report.schema import (
     ProblemDoc,
     ResultsDoc,
     SoakDoc,
+    SpreadSourceDoc,
     TestDoc,
 )
 from specguard.report.upgrade import upgrade
@@ -52,7 +54,7 @@ from specguard.store.gaps import GapKind, HistoryGap
 from specguard.store.refresh import BaselineOutcome
 
 SCHEMA = "specguard-results"
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 CONFIG_FIELDS = ("engine", "model_path", "draft_model_path", "speculative_algorithm", "num_steps", "eagle_topk",
                  "num_draft_tokens", "max_running_requests", "reference", "speculation_must_win_up_to")
 
@@ -63,7 +65,7 @@ class ResultsError(DocumentError):
 
 RESULTS: Document[ResultsDoc] = Document(
     SCHEMA, SCHEMA_VERSION, ResultsDoc, what="results file", make="write one with: pytest perf_tests --results-json FILE",
-    readable=(1, 2, 3), upgrade=upgrade, error=ResultsError)  # every version specguard ever wrote (report/upgrade.py)
+    readable=(1, 2, 3, 4), upgrade=upgrade, error=ResultsError)  # every version specguard ever wrote (report/upgrade.py)
 
 
 CellKey = tuple[str, str]  # (configuration, level name)
@@ -103,11 +105,32 @@ def detectable_drop(estimate: EstimateDoc | None, rule: str = "significant") -> 
 
 
 def _estimate_doc(e: RatioEstimate | None) -> EstimateDoc | None:
-    return cast(EstimateDoc, asdict(e)) if e is not None else None
+    if e is None:
+        return None
+    return cast(EstimateDoc, {**asdict(e), "between_source": spread_source_doc(e.between_source)})
+
+
+def spread_source_doc(s: SpreadSource) -> SpreadSourceDoc:
+    h = s.history
+    return {"prior": s.prior, "dropped_prior_sd": s.dropped_prior_sd, "widened": s.widened,
+            "launches": list(s.launches), "levels_pooled": s.levels_pooled, "legacy_text": s.legacy_text,
+            "history": {"of": h.of.value, "count": h.count, "names": list(h.names), "dof_halved": h.dof_halved}
+            if h else None}
+
+
+def spread_source(d: EstimateDoc) -> SpreadSource:
+    """A stored estimate's ``between_source`` as data."""
+    s, h = d["between_source"], d["between_source"]["history"]
+    return SpreadSource(prior=s["prior"], dropped_prior_sd=s["dropped_prior_sd"], widened=s["widened"],
+                        launches=tuple(s["launches"]), levels_pooled=s["levels_pooled"], legacy_text=s["legacy_text"],
+                        history=Origin(HistoryOf(h["of"]), h["count"], tuple(h["names"]), h["dof_halved"]) if h else None)
 
 
 def _estimate(d: EstimateDoc | None) -> RatioEstimate | None:
-    return RatioEstimate(**d) if d else None
+    if not d:
+        return None
+    figures: dict[str, Any] = {**d, "between_source": spread_source(d)}
+    return RatioEstimate(**figures)
 
 
 def decision_dict(r: GateResult) -> DecisionDoc:

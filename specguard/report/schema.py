@@ -80,6 +80,27 @@ class CellDoc(TypedDict):
     warmup_runs: list[dict[str, Any]]
 
 
+class OriginDoc(TypedDict):
+    """decide.prior.Origin: whose values a measured spread comes from."""
+
+    of: str  # decide.prior.HistoryOf
+    count: int  # 0: not recorded
+    names: list[str]
+    dof_halved: bool
+
+
+class SpreadSourceDoc(TypedDict):
+    """decide.prior.SpreadSource: where a comparison's between-launch spread comes from."""
+
+    prior: bool
+    history: OriginDoc | None
+    dropped_prior_sd: float | None
+    widened: float
+    launches: list[int]
+    levels_pooled: bool
+    legacy_text: str  # schema 4 and older: the source as specguard worded it then ("" since)
+
+
 class _EstimateFigures(TypedDict):
     ratio: float
     low: float
@@ -89,7 +110,7 @@ class _EstimateFigures(TypedDict):
     dof: float
     confidence: float
     between_sd: float
-    between_source: str
+    between_source: SpreadSourceDoc
 
 
 class EstimateDoc(_EstimateFigures, total=False):

@@ -9,6 +9,9 @@ its decisions keep the line that specguard worded then (`legacy_message`).
 - 2 -> 3: levels by name (`"level": "r8"`, not `"concurrency": 8` in a request-rate sweep);
   decisions as data (no `message`); relaunches as data.
 - 3 -> 4: crossovers as data (no `text`): each keeps its line as `legacy_text`.
+- 4 -> 5: an estimate's `between_source` as data (decide.prior.SpreadSource), not a phrase: the
+  phrase stays as `legacy_text`, and only what it plainly said is read from it (whether the prior
+  counted, whether a history did).
 """
 
 from __future__ import annotations
@@ -20,13 +23,15 @@ from specguard.report.summary import cell_summary
 
 
 def upgrade(doc: dict[str, Any], version: int) -> dict[str, Any]:
-    """The document as the current schema (4), from `version` (1, 2 or 3)."""
+    """The document as the current schema (5), from `version` (1, 2, 3 or 4)."""
     if version == 1:
         doc, version = _v1_to_v2(doc), 2
     if version == 2:
         doc, version = _v2_to_v3(doc), 3
     if version == 3:
-        doc = _v3_to_v4(doc)
+        doc, version = _v3_to_v4(doc), 4
+    if version == 4:
+        doc = _v4_to_v5(doc)
     return doc
 
 
@@ -75,6 +80,37 @@ def _v3_to_v4(doc: dict[str, Any]) -> dict[str, Any]:
     out["crossovers"] = {name: {**{k: v for k, v in x.items() if k != "text"}, "reference": None, "below_range": False,
                                 "measured": [], "legacy_text": x.get("text", "")}
                          for name, x in (doc.get("crossovers") or {}).items()}
+    return out
+
+
+def _v4_to_v5(doc: dict[str, Any]) -> dict[str, Any]:
+    out = dict(doc)
+    out["schema_version"] = 5
+    out["decisions"] = [_sources_as_data(d) for d in doc.get("decisions") or []]
+    out["holm_failures"] = [_sources_as_data(d) for d in doc.get("holm_failures") or []]
+    return out
+
+
+def _sources_as_data(d: dict[str, Any]) -> dict[str, Any]:
+    """A schema-4 decision with each of its estimates' `between_source` phrase kept as worded."""
+    def estimate(e: Any) -> Any:
+        if not isinstance(e, dict) or not isinstance(e.get("between_source"), str):
+            return e
+        text = e["between_source"]
+        # the phrases schema 4 wrote: "prior", "prior + history of 5 sessions", "history of 5
+        # sessions (the prior 0.50% contradicted, dropped)", each perhaps with ", 2 launches"
+        history = {"of": "sessions", "count": 0, "names": [], "dof_halved": False} if "histor" in text else None
+        return {**e, "between_source": {"prior": text.startswith("prior"), "history": history, "dropped_prior_sd": None,
+                                        "widened": 1.0, "launches": [], "levels_pooled": False, "legacy_text": text}}
+
+    out = dict(d)
+    out["estimate"] = estimate(d.get("estimate"))
+    if isinstance(d.get("attribution"), dict):
+        a = d["attribution"]
+        out["attribution"] = {**a, "step_rate": estimate(a.get("step_rate")), "accept": estimate(a.get("accept"))}
+    if isinstance(d.get("positions"), list):
+        out["positions"] = [{**p, "estimate": estimate(p.get("estimate"))} if isinstance(p, dict) else p
+                            for p in d["positions"]]
     return out
 
 

@@ -8,6 +8,7 @@ from typing import Any
 
 from specguard.decide.consistency import SetAside
 from specguard.decide.gates import RelaunchReason, RelaunchWhy
+from specguard.decide.prior import HistoryOf, Origin, SpreadSource
 from specguard.decide.result import (
     HISTORY_MISSING,
     Against,
@@ -78,7 +79,36 @@ def versus_text(v: Versus | None) -> str:
 
 
 def _interval(e: RatioEstimate) -> str:
-    return f"({e.confidence * 100:.2f}% CI, between-launch sd {e.between_sd:.1%} from {e.between_source})"
+    return f"({e.confidence * 100:.2f}% CI, between-launch sd {e.between_sd:.1%} from {spread_source_text(e.between_source)})"
+
+
+def origin_text(o: Origin) -> str:
+    """"history of 5 sessions", "3 configurations' histories", "this run's launches of eagle3"."""
+    text = {HistoryOf.SESSIONS: f"history of {o.count} sessions" if o.count else "history",
+            HistoryOf.CELLS: f"{o.count} cells' histories",
+            HistoryOf.CONFIGURATIONS: f"{o.count} configurations' histories",
+            HistoryOf.LAUNCHES: f"this run's launches of {', '.join(o.names)}" if o.names else "this session's launches",
+            }[o.of]
+    return text + (" (dof halved: they share the reference)" if o.dof_halved else "")
+
+
+def spread_source_text(s: SpreadSource) -> str:
+    """Where a between-launch spread came from: "prior + history of 5 sessions, 2 launches",
+    "3 configurations' histories (the prior 1.50% contradicted, dropped)"."""
+    if s.legacy_text:
+        return s.legacy_text
+    history = origin_text(s.history) + (" (pooled over the levels)" if s.levels_pooled else "") if s.history else ""
+    if s.prior:
+        text = f"prior + {history}" if history else "prior"
+        if s.widened != 1.0:
+            text += f" (x{s.widened:g}: too few stored sessions to check it)"
+    elif s.dropped_prior_sd is not None:
+        text = f"{history} (the prior {s.dropped_prior_sd:.2%} contradicted, dropped)"
+    else:  # an A/B run: no prior, its own launches (and perhaps the other configurations')
+        return " and ".join([*([history] if history else []), "both builds' own launches"])
+    if len(s.launches) == 2:
+        return f"{text}; {s.launches[0]}+{s.launches[1]} launches"
+    return f"{text}, {s.launches[0]} launches" if s.launches and s.launches[0] > 1 else text
 
 
 def _outcome(r: GateResult, e: RatioEstimate) -> str:

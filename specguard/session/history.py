@@ -200,10 +200,7 @@ class Histories:
             if diffs:
                 mismatches.append(diffs)
                 continue
-            cell = entry["cells"].get(cell_key(self._levels.store_key(level)))
-            sessions: list[list[float]] = [_by_launch(stored_session_from_json(s), metric)
-                                           for s in cell["sessions"]] if cell else []
-            sessions = [s for s in sessions if s]
+            sessions = self._entry_sessions(entry, level, metric)
             if sessions:
                 return sessions, "", None
             return self._gap(GapKind.NO_CELL, ref, level)
@@ -260,7 +257,11 @@ class Histories:
         for entry in entries_newest_first(doc) if doc is not None else []:
             if entry["fingerprint"].get("engine") != cfg.engine or entry["fingerprint"].get("gpu") != gpu:
                 continue
-            cell = entry["cells"].get(cell_key(self._levels.store_key(level)))
-            sessions = [_by_launch(stored_session_from_json(s), metric) for s in cell["sessions"]] if cell else []
-            return [s for s in sessions if s]
+            return self._entry_sessions(entry, level, metric)
         return []
+
+    def _entry_sessions(self, entry: dict[str, Any], level: int, metric: str) -> list[list[float]]:
+        """One stored entry's sessions of a metric at a level, per launch ([] when it has none)."""
+        cell = entry["cells"].get(cell_key(self._levels.store_key(level)))
+        sessions = [_by_launch(stored_session_from_json(s), metric) for s in cell["sessions"]] if cell else []
+        return [s for s in sessions if s]

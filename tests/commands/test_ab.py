@@ -10,6 +10,7 @@ import re
 import socket
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -43,9 +44,10 @@ from specguard.ab.report import AB, render_text, results_doc
 from specguard.ab.rounds import STEP_RATE, Comparison, LaunchResult, Selection
 from specguard.cli import main
 from specguard.config import load_suite
-from specguard.decide.prior import SpreadEstimate
+from specguard.decide.prior import HistoryOf, Origin, SpreadEstimate, SpreadSource
 from specguard.decide.stats import RatioEstimate
 from specguard.labels import ACCEPT_LENGTH, SPECULATION, STEP_TIME, THROUGHPUT
+from specguard.report.verdict_text import spread_source_text
 from specguard.store.documents import DocumentError
 
 REPO = Path(__file__).resolve().parents[2]
@@ -201,7 +203,7 @@ def test_a_decided_cell_is_not_looked_at_again_while_its_configuration_continues
 
 def _look(p_worse: float, ratio: float = 0.9, launches: int = 1) -> Look:
     est = RatioEstimate(ratio=ratio, low=ratio * 0.9, high=ratio * 1.1, threshold=0.95, p_value=p_worse, dof=20,
-                        confidence=0.99, between_sd=0.01, between_source="prior", test_at=1.0, pass_low=ratio * 0.95,
+                        confidence=0.99, between_sd=0.01, between_source=SpreadSource(), test_at=1.0, pass_low=ratio * 0.95,
                         pass_confidence=0.95)
     return Look(1, launches, est, p_worse)
 
@@ -367,13 +369,14 @@ def test_the_launch_spread_is_the_runs_own_and_the_prior_is_only_checked():
     calm = look_estimate(steady, steady, SPECS[THROUGHPUT], alpha_look=0.001, pass_confidence=0.95)
     wild = look_estimate(steady, jumpy, SPECS[THROUGHPUT], alpha_look=0.001, pass_confidence=0.95)
     assert calm.between_sd < 0.005 < SPECS[THROUGHPUT].prior_sd  # the prior weighs nothing
-    assert wild.between_source == "both builds' own launches" and wild.between_sd > 0.03
-    others = run_spread([[jumpy], [steady]], "this run's launches of x")  # one configuration, two builds
+    assert wild.between_source == SpreadSource(prior=False, launches=(2, 2)) and wild.between_sd > 0.03
+    others = run_spread([[jumpy], [steady]], ["x"])  # one configuration, two builds
     assert others is not None and others.dof == 2 and prior_check(others, SPECS[THROUGHPUT].prior_sd) is True
-    assert prior_check(run_spread([[steady], [steady]], "x"), SPECS[THROUGHPUT].prior_sd) is False
+    assert prior_check(run_spread([[steady], [steady]], ["x"]), SPECS[THROUGHPUT].prior_sd) is False
     with_others = look_estimate(steady, steady, SPECS[THROUGHPUT], alpha_look=0.001, pass_confidence=0.95,
                                 spread=others)
-    assert with_others.between_source.startswith("this run's launches of x") and with_others.between_sd > 0.03
+    assert with_others.between_source.history == Origin(HistoryOf.LAUNCHES, 4, ("x",)) and with_others.between_sd > 0.03
+    assert spread_source_text(with_others.between_source) == "this run's launches of x and both builds' own launches"
 
 
 # -- builds and selection -----------------------------------------------------------------------
@@ -557,7 +560,7 @@ def test_the_pooled_test_is_a_two_sample_t_on_the_launches_locations():
     assert est is not None and est.dof == 2 and est.ratio == pytest.approx(math.sqrt(98 * 100 / (100 * 102)), rel=1e-6)
     assert est.low < est.pass_low < est.ratio < est.high and 0.05 < est.p_value < 0.5  # 2 dof: far from decided
     sharp = pooled_estimate(a, b, SPECS[THROUGHPUT], alpha_look=0.01, pass_confidence=0.95,
-                            spread=SpreadEstimate((0.014**2), 40.0, "others"))
+                            spread=SpreadEstimate((0.014**2), 40.0))
     assert sharp is not None and sharp.dof == 42 and sharp.p_value < est.p_value
     assert pooled_estimate([[100.0]], [[99.0]], SPECS[THROUGHPUT], alpha_look=0.01, pass_confidence=0.95) is None
 
@@ -565,8 +568,8 @@ def test_the_pooled_test_is_a_two_sample_t_on_the_launches_locations():
 def test_a_speculation_ratios_spread_from_other_configurations_counts_half_its_dof():
     sel = Selection(["ref", "one", "two"], [4], frozenset({"one", "two"}), {"one": "ref", "two": "ref"})
     cmp = run(sel, FakeLauncher({}, launch_sd=0.01, seed=2), budget=Budget(0.01, 0.95, max_rounds=3, min_rounds=3))
-    full = run_spread([[cmp.values(b, "two", 4, SPECULATION)] for b in ("A", "B")], "x")
+    full = run_spread([[cmp.values(b, "two", 4, SPECULATION)] for b in ("A", "B")], ["two"])
     halved = cmp.spread_without("one", SPECULATION)
     assert full is not None and halved is not None and halved.dof == full.dof / 2 == 2
-    assert halved.var == full.var and "dof halved: they share the reference" in halved.source
+    assert halved.var == full.var and halved.origin == replace(full.origin, dof_halved=True)
     assert cmp.spread_without("one", THROUGHPUT).dof == 2 * 2 * 2  # ref and two, both builds, 3 launches each

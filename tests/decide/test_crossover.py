@@ -11,13 +11,14 @@ import math
 import pytest
 
 from specguard.decide.crossover import CrossoverEstimate, estimate_crossover, first_crossing
+from specguard.decide.prior import SpreadSource
 from specguard.decide.stats import RatioEstimate
 
 
 def est(ratio: float, low: float | None = None, high: float | None = None) -> RatioEstimate:
     """A hand-made speculation estimate: only ratio and interval matter here."""
     return RatioEstimate(ratio=ratio, low=ratio * 0.98 if low is None else low, high=ratio * 1.02 if high is None else high,
-                         threshold=1.0, p_value=0.5, dof=10.0, confidence=0.95, between_sd=0.01, between_source="prior")
+                         threshold=1.0, p_value=0.5, dof=10.0, confidence=0.95, between_sd=0.01, between_source=SpreadSource())
 
 
 def between(c0: float, c1: float, v0: float, v1: float) -> float:

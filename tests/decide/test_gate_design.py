@@ -19,7 +19,7 @@ from specguard.decide.gates import (
     relaunch_plan,
     session_spread,
 )
-from specguard.decide.prior import Prior, SpreadEstimate, between_variance
+from specguard.decide.prior import HistoryOf, Origin, Prior, SpreadEstimate, SpreadSource, between_variance
 from specguard.decide.stats import Criterion, RatioEstimate, compare_launch_sets, compare_launches, history_spread
 from specguard.labels import Verdict
 from specguard.report.verdict_text import message, relaunch_reason
@@ -30,7 +30,7 @@ TOL = Tolerances()  # prior 1 %, day share 0.5 %
 
 
 def _est(ratio, low, high, p=0.5):
-    return RatioEstimate(ratio, low, high, 1.0, p, 10.0, 0.95, 0.01, "prior")
+    return RatioEstimate(ratio, low, high, 1.0, p, 10.0, 0.95, 0.01, SpreadSource())
 
 
 def _width(e):
@@ -83,7 +83,7 @@ def test_a_configuration_counts_in_the_session_spread_by_its_median_level():
     stalled = session_spread({("a", c): h for c, h in at.items()})
     assert math.sqrt(stalled.var) == pytest.approx(math.sqrt(quiet.var), rel=0.2) and stalled.dof == quiet.dof == 4
     assert history_spread(at[4]).var > 4 * quiet.var  # what that level alone would have said
-    assert "2 configurations" in session_spread({("a", 1): at[1], ("b", 1): at[16]}).source
+    assert session_spread({("a", 1): at[1], ("b", 1): at[16]}).origin == Origin(HistoryOf.CONFIGURATIONS, 2)
 
 
 def test_the_session_s_history_checks_a_prior_the_cell_s_own_history_lets_through():
@@ -92,15 +92,16 @@ def test_the_session_s_history_checks_a_prior_the_cell_s_own_history_lets_throug
     comparison then uses the session's spread with its dof. A session that agrees leaves the prior."""
     own = [[100.0, 100.1, 99.9], [100.2, 100.3, 100.1], [99.9, 100.0, 99.8]]  # 0.15 %: no contradiction
     crit = Criterion(0.97, 0.999)
-    wide = SpreadEstimate(0.02**2, 12.0, "3 configurations' histories")
+    wide = SpreadEstimate(0.02**2, 12.0, Origin(HistoryOf.CONFIGURATIONS, 3))
     alone = compare_launches([[100.0, 100.1, 99.9]], own, crit, Prior(0.01, day_sd=0.005))
     checked = compare_launches([[100.0, 100.1, 99.9]], own, crit, Prior(0.01, day_sd=0.005, session=wide))
     agreeing = compare_launches([[100.0, 100.1, 99.9]], own, crit,
-                                Prior(0.01, day_sd=0.005, session=SpreadEstimate(0.011**2, 12.0, "pooled")))
-    assert "contradicted" not in alone.between_source and alone.between_sd < 0.01
+                                Prior(0.01, day_sd=0.005, session=SpreadEstimate(0.0105**2, 12.0)))
+    assert alone.between_source.dropped_prior_sd is None and alone.between_sd < 0.01
     assert checked.between_sd == pytest.approx(0.02) and checked.dof < alone.dof  # 12 dof, not the prior's 16 + 2
-    assert checked.between_source == "3 configurations' histories (the prior 1.00% contradicted, dropped)"
-    assert agreeing.between_sd == pytest.approx(alone.between_sd) and "contradicted" not in agreeing.between_source
+    assert checked.between_source == SpreadSource(prior=False, history=Origin(HistoryOf.CONFIGURATIONS, 3),
+                                                   dropped_prior_sd=0.01, launches=(1,))
+    assert agreeing.between_sd == pytest.approx(alone.between_sd) and agreeing.between_source.prior
 
 
 def test_a_stalled_run_does_not_fail_an_unchanged_cell():
@@ -245,13 +246,13 @@ def test_family_alphas_split_the_family_by_gate_weight_and_skip_report_only_test
 def test_must_win_gate_falls_back_to_the_sessions_spread_without_stored_sessions_at_its_level():
     """No stored session of either configuration at this level: the spread pooled over the
     session's cells (``spread``) is the estimate; with the pair's histories, theirs is."""
-    loud = SpreadEstimate(4e-4, 12.0, "4 cells' histories")  # the session's other cells spread 2 %
+    loud = SpreadEstimate(4e-4, 12.0, Origin(HistoryOf.CELLS, 4))  # the session's other cells spread 2 %
     args = ("eagle3", 16, [[104.0, 104.2, 103.9]], [[100.0, 100.1, 99.9]], "baseline")
     kw = dict(must_win=True, tol=Tolerances(), alpha_cell=0.001, spread=loud)
     empty = speculation_gate(*args, pair_histories=([], []), **kw)
     quiet = [[100.0, 100.1, 99.9], [100.2, 100.3, 100.1], [99.9, 100.0, 99.8]]
     own = speculation_gate(*args, pair_histories=(quiet, quiet), **kw)
-    assert "4 cells' histories" in empty.estimate.between_source and "4 cells'" not in own.estimate.between_source
+    assert empty.estimate.between_source.history == loud.origin != own.estimate.between_source.history
     assert empty.estimate.between_sd > own.estimate.between_sd
 
 
@@ -274,10 +275,11 @@ def test_the_cell_prior_check_raises_a_prior_its_history_contradicts_and_names_i
     kw = dict(tolerance=0.03, prior_between_sd=0.005, alpha_cell=0.001, rule="significant")
     checked = history_gate("throughput", "b", 4, [[99.0, 99.1, 98.9]], hist, **kw)
     off = history_gate("throughput", "b", 4, [[99.0, 99.1, 98.9]], hist, design=GateDesign(prior_check_p=0.0), **kw)
-    assert checked.estimate.between_source == "history of 5 sessions (the prior 0.50% contradicted, dropped)"
+    assert checked.estimate.between_source == SpreadSource(prior=False, history=Origin(HistoryOf.SESSIONS, 5),
+                                                            dropped_prior_sd=0.005, launches=(1,))
     assert checked.estimate.between_sd > 2 * off.estimate.between_sd  # 16 pseudo dof at 0.5 % no longer drown 3 %
     right = history_gate("throughput", "b", 4, [[99.0, 99.1, 98.9]], hist, **{**kw, "prior_between_sd": 0.03})
-    assert "raised" not in right.estimate.between_source  # a prior the history agrees with stands
+    assert right.estimate.between_source.prior  # a prior the history agrees with stands
 
 
 # -- the statistics audit (issue 23) -------------------------------------------------------------
@@ -340,12 +342,12 @@ def test_a_contradicted_prior_is_dropped_not_credited_with_its_pseudo_dof():
     # sessions (4 dof) entered with 20. Now the contradicting history stands alone, with its 4.
     from specguard.decide.prior import between_estimate
 
-    hist = SpreadEstimate(0.024**2, 4.0, "history of 5 sessions")
+    hist = SpreadEstimate(0.024**2, 4.0, Origin(HistoryOf.SESSIONS, 5))
     var, dof, source = between_estimate(0.012 / 2, hist, hist, 16.0)  # 4 * 16 = 64 > chi2(4) 95 % = 9.49
-    assert (var, dof) == (pytest.approx(0.024**2), 4.0) and "contradicted" in source
-    agrees = SpreadEstimate(0.011**2, 4.0, "history of 5 sessions")
+    assert (var, dof) == (pytest.approx(0.024**2), 4.0) and source.dropped_prior_sd == 0.006 and not source.prior
+    agrees = SpreadEstimate(0.011**2, 4.0, Origin(HistoryOf.SESSIONS, 5))
     var, dof, source = between_estimate(0.01, agrees, agrees, 16.0)
-    assert dof == 20.0 and var == pytest.approx((16 * 0.01**2 + 4 * 0.011**2) / 20) and source.startswith("prior + ")
+    assert dof == 20.0 and var == pytest.approx((16 * 0.01**2 + 4 * 0.011**2) / 20) and source == SpreadSource(history=agrees.origin)
 
 
 def test_the_prior_weight_has_one_default():
@@ -383,5 +385,5 @@ def test_the_prior_check_level_is_a_design_parameter():
     kw = dict(tolerance=0.03, prior_between_sd=0.01, alpha_cell=0.001, rule="significant")
     default = history_gate("throughput", "b", 4, [[99.0, 99.1, 98.9]], hist, **kw)
     looser = history_gate("throughput", "b", 4, [[99.0, 99.1, 98.9]], hist, design=GateDesign(prior_check_p=0.05), **kw)
-    assert "contradicted" not in default.estimate.between_source and default.estimate.dof > 16
-    assert "contradicted" in looser.estimate.between_source and looser.estimate.dof < default.estimate.dof
+    assert default.estimate.between_source.dropped_prior_sd is None and default.estimate.dof > 16
+    assert looser.estimate.between_source.dropped_prior_sd == 0.01 and looser.estimate.dof < default.estimate.dof

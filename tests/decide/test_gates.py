@@ -25,6 +25,7 @@ from specguard.decide.gates import (
     gate_confidence,
     holm_failures,
 )
+from specguard.decide.prior import SpreadSource
 from specguard.decide.result import GateResult
 from specguard.decide.stats import RatioEstimate
 from specguard.labels import Level, Verdict
@@ -40,7 +41,7 @@ def est(ratio: float, low: float | None = None, high: float | None = None, *, th
     """A hand-made estimate: only the fields a test names matter."""
     return RatioEstimate(ratio=ratio, low=ratio * 0.98 if low is None else low, high=ratio * 1.02 if high is None else high,
                          threshold=threshold, p_value=p_value, dof=10.0, confidence=0.98, between_sd=0.01,
-                         between_source="prior", test_at=test_at)
+                         between_source=SpreadSource(), test_at=test_at)
 
 
 # -- interval level --------------------------------------------------------------------------
@@ -213,9 +214,9 @@ def test_a_prior_that_too_few_stored_sessions_check_counts_double_until_three_ar
     current = [[1000.0, 1004.0, 996.0]]
     used = {k: history_gate("throughput", "eagle3", 4, current, sessions[:k], tolerance=0.03, prior_between_sd=0.01,
                             alpha_cell=0.01 / 38).estimate for k in (1, 2, 3)}
-    assert used[1].between_sd == pytest.approx(0.02) and "x2: too few stored sessions" in used[1].between_source
-    assert used[2].between_sd > 0.015 and "x2" in used[2].between_source
-    assert used[3].between_sd < 0.011 and "x2" not in used[3].between_source
+    assert used[1].between_sd == pytest.approx(0.02) and used[1].between_source.widened == 2.0
+    assert used[2].between_sd > 0.015 and used[2].between_source.widened == 2.0
+    assert used[3].between_sd < 0.011 and used[3].between_source.widened == 1.0
     dropped = history_gate("throughput", "eagle3", 4, [[850.0, 853.0, 847.0]], sessions[:1], tolerance=0.03,
                            prior_between_sd=0.01, alpha_cell=0.01 / 38)
     assert dropped.verdict == FAIL

@@ -5,6 +5,7 @@ import math
 import numpy as np
 import pytest
 
+from specguard.decide.prior import SpreadSource
 from specguard.decide.stats import compare_sessions, holm_adjust
 from specguard.labels import Verdict
 from specguard.measure.metrics import outliers
@@ -56,7 +57,7 @@ def test_compare_sessions_matches_welch_plus_two_launch_offsets():
     assert e.dof == pytest.approx(dof, rel=1e-9)
     assert e.test_at == 1.05  # significant: max(threshold, 1)
     assert e.p_value == pytest.approx(sps.t.cdf((diff - math.log(1.05)) / math.sqrt(var), dof), rel=1e-7)
-    assert (e.between_sd, e.between_source) == (0.015, "prior")
+    assert (e.between_sd, e.between_source) == (0.015, SpreadSource())
 
 
 def test_compare_sessions_with_single_runs_uses_the_launch_prior_and_the_normal():
@@ -83,7 +84,7 @@ def test_null_ratio(threshold, rule, expected):
 
 
 def _e(ratio, low, high, threshold=0.97, test_at=None):
-    return RatioEstimate(ratio, low, high, threshold, 0.5, 10.0, 0.98, 0.01, "prior", test_at)
+    return RatioEstimate(ratio, low, high, threshold, 0.5, 10.0, 0.98, 0.01, SpreadSource(), test_at)
 
 
 @pytest.mark.parametrize("estimate, outcome", [
@@ -133,26 +134,33 @@ def test_unknown_rule_message_lists_the_rules():
 
 
 # -- the launch-level helpers (issue 14; their statistics are tested in tests/decide/test_gate_design.py)
-from specguard.decide.prior import SpreadEstimate, between_variance, pool_spreads  # noqa: E402
+from specguard.decide.prior import (  # noqa: E402
+    HistoryOf,
+    Origin,
+    SpreadEstimate,
+    between_variance,
+    pool_spreads,
+)
 
 
 def test_between_variance_without_a_measurement_is_the_prior():
-    assert between_variance(0.01, None, 8.0) == (pytest.approx(1e-4), 8.0, "prior")
-    assert between_variance(0.01, None, math.inf) == (pytest.approx(1e-4), math.inf, "prior")
-    assert between_variance(0.01, SpreadEstimate(4e-4, 0.0), 8.0)[1:] == (8.0, "prior")
+    assert between_variance(0.01, None, 8.0) == (pytest.approx(1e-4), 8.0, SpreadSource())
+    assert between_variance(0.01, None, math.inf) == (pytest.approx(1e-4), math.inf, SpreadSource())
+    assert between_variance(0.01, SpreadEstimate(4e-4, 0.0), 8.0)[1:] == (8.0, SpreadSource())
 
 
 def test_between_variance_pools_prior_and_history_by_their_degrees_of_freedom():
     """8 pseudo-dof of (1 %)^2 and 4 dof of (2 %)^2: (8e-4 + 16e-4) / 12 with 12 dof; an infinite
     prior dof is a known prior, which no history moves."""
-    var, dof, source = between_variance(0.01, SpreadEstimate(4e-4, 4.0, "history of 5 sessions"), 8.0)
-    assert var == pytest.approx(2.4e-3 / 12) and dof == 12.0 and source == "prior + history of 5 sessions"
-    assert between_variance(0.01, SpreadEstimate(4e-4, 4.0), math.inf) == (pytest.approx(1e-4), math.inf, "prior")
+    five = Origin(HistoryOf.SESSIONS, 5)
+    var, dof, source = between_variance(0.01, SpreadEstimate(4e-4, 4.0, five), 8.0)
+    assert var == pytest.approx(2.4e-3 / 12) and dof == 12.0 and source == SpreadSource(history=five)
+    assert between_variance(0.01, SpreadEstimate(4e-4, 4.0), math.inf) == (pytest.approx(1e-4), math.inf, SpreadSource())
 
 
 def test_pool_spreads_weights_by_dof_and_skips_empty_estimates():
     pooled = pool_spreads([SpreadEstimate(1e-4, 2.0), SpreadEstimate(4e-4, 1.0), None, SpreadEstimate(9.0, 0.0)])
-    assert pooled == SpreadEstimate(pytest.approx(2e-4), 3.0, "2 cells' histories")
+    assert pooled == SpreadEstimate(pytest.approx(2e-4), 3.0, Origin(HistoryOf.CELLS, 2))
     assert pool_spreads([None]) is None
 
 
@@ -198,7 +206,7 @@ def test_pass_confidence_outside_a_one_sided_level_is_refused():
 
 def test_results_without_a_pass_bound_keep_the_fail_interval_rule():
     est = RatioEstimate(ratio=0.99, low=0.96, high=1.02, threshold=0.97, p_value=0.2, dof=10, confidence=0.99,
-                        between_sd=0.01, between_source="prior")
+                        between_sd=0.01, between_source=SpreadSource())
     assert est.outcome() == INCONCLUSIVE
     assert RatioEstimate(**{**est.__dict__, "pass_low": 0.975, "pass_confidence": 0.95}).outcome() == PASS
 
@@ -227,22 +235,21 @@ def test_weighted_holm_keeps_the_family_error_under_the_global_null():
 
 
 def test_checked_prior_is_raised_only_when_the_pooled_history_contradicts_it():
-    assert checked_prior(0.01, None) == (0.01, "prior")
-    assert checked_prior(0.01, SpreadEstimate(0.8e-4, 12.0)) == (0.01, "prior")  # quieter: never lowered
-    assert checked_prior(0.01, SpreadEstimate(2.1e-4, 12.0))[0] == 0.01  # 12 * 2.1 = 25.2 < chi2(12) 99 % = 26.2
-    sd, source = checked_prior(0.005, SpreadEstimate(1e-4, 12.0))  # prior at half: 12 * 4 = 48 > 26.2
-    assert sd == pytest.approx(0.01) and "raised to the history's spread" in source
+    assert checked_prior(0.01, None) == 0.01
+    assert checked_prior(0.01, SpreadEstimate(0.8e-4, 12.0)) == 0.01  # quieter: never lowered
+    assert checked_prior(0.01, SpreadEstimate(2.1e-4, 12.0)) == 0.01  # 12 * 2.1 = 25.2 < chi2(12) 99 % = 26.2
+    assert checked_prior(0.005, SpreadEstimate(1e-4, 12.0)) == pytest.approx(0.01)  # prior at half: 12 * 4 = 48 > 26.2
     # one dof: the statistic 1 * S^2 / prior^2 against chi2(1) 99 % = 6.63
-    assert checked_prior(0.005, SpreadEstimate(1.65e-4, 1.0))[0] == 0.005  # 6.6 < 6.63
-    assert checked_prior(0.005, SpreadEstimate(1.67e-4, 1.0))[0] == pytest.approx(math.sqrt(1.67e-4))  # 6.68 > 6.63
-    assert checked_prior(0.005, SpreadEstimate(0.97e-4, 1.0), p=0.05)[0] == pytest.approx(math.sqrt(0.97e-4))  # 3.84
+    assert checked_prior(0.005, SpreadEstimate(1.65e-4, 1.0)) == 0.005  # 6.6 < 6.63
+    assert checked_prior(0.005, SpreadEstimate(1.67e-4, 1.0)) == pytest.approx(math.sqrt(1.67e-4))  # 6.68 > 6.63
+    assert checked_prior(0.005, SpreadEstimate(0.97e-4, 1.0), p=0.05) == pytest.approx(math.sqrt(0.97e-4))  # 3.84
 
 
 def test_checked_prior_false_alarm_rate_is_its_level_when_the_prior_is_right():
     rng = np.random.default_rng(9)
     draws = [SpreadEstimate(1e-4 * rng.chisquare(12) / 12, 12.0) for _ in range(8000)]
     for p in (PRIOR_CHECK_P, 0.05):
-        raised = sum(checked_prior(0.01, d, p)[0] > 0.01 for d in draws)
+        raised = sum(checked_prior(0.01, d, p) > 0.01 for d in draws)
         assert abs(raised / 8000 - p) < 3 * math.sqrt(p * (1 - p) / 8000)
     assert PRIOR_CHECK_P == 0.01
 
@@ -275,7 +282,7 @@ def test_history_spread_subtracts_the_runs_share_and_never_goes_below_zero():
     want = float(means.var(ddof=1)) - 1.35 * sw2 / 3
     one_launch = [[h] for h in hist]  # _history_spread reads sessions of launches
     for est in (_st.history_spread(hist), _st._history_spread(one_launch)):
-        assert est.var == pytest.approx(want, rel=1e-12) and est.dof == 2 and est.source == "history of 3 sessions"
+        assert est.var == pytest.approx(want, rel=1e-12) and est.dof == 2 and est.origin == Origin(HistoryOf.SESSIONS, 3)
     same = [[100.0, 101.0, 99.0]] * 3  # identical sessions: all the spread is the runs' own
     assert _st._history_spread([[h] for h in same]).var == 0.0 and _st.history_spread(same).var == 0.0
     assert _st._history_spread([[[100.0]]]) is None
@@ -300,11 +307,11 @@ def test_robust_within_var_sets_a_stalled_run_aside():
 
 
 def test_checked_prior_raises_a_contradicted_prior_and_keeps_a_zero_dof_pool_out():
-    big = SpreadEstimate(0.03**2, 10.0, "pool")
-    assert checked_prior(0.01, big)[0] == pytest.approx(0.03)
-    assert checked_prior(0.0, big) == (pytest.approx(0.03), "prior raised to the history's spread (pool)")
-    assert checked_prior(0.01, SpreadEstimate(0.03**2, 0.0, "pool")) == (0.01, "prior")
-    assert checked_prior(0.01, SpreadEstimate(0.0105**2, 10.0, "pool")) == (0.01, "prior")  # not contradicted
+    big = SpreadEstimate(0.03**2, 10.0)
+    assert checked_prior(0.01, big) == pytest.approx(0.03)
+    assert checked_prior(0.0, big) == pytest.approx(0.03)
+    assert checked_prior(0.01, SpreadEstimate(0.03**2, 0.0)) == 0.01
+    assert checked_prior(0.01, SpreadEstimate(0.0105**2, 10.0)) == 0.01  # not contradicted
 
 
 def test_compare_launches_pools_launches_exactly():
@@ -312,8 +319,9 @@ def test_compare_launches_pools_launches_exactly():
     crit = _st.Criterion(0.97, 0.99)
     one = _st.compare_launches([[99.0, 99.2, 98.8]], history, crit, Prior(0.01))
     two = _st.compare_launches([[99.0, 99.2, 98.8], [99.5, 99.7, 99.3]], history, crit, Prior(0.01))
-    assert one.between_source == "prior + history of 3 sessions"
-    assert two.between_source == "prior + history of 3 sessions, 2 launches"
+    three = Origin(HistoryOf.SESSIONS, 3)
+    assert one.between_source == SpreadSource(history=three, launches=(1,))
+    assert two.between_source == SpreadSource(history=three, launches=(2,))
     assert two.ratio == pytest.approx(math.exp((math.log(99.0) + math.log(99.5)) / 2
                                                - np.mean([np.median(np.log(h)) for h in history])), rel=1e-12)
     # a zero prior (no declared spread) is allowed: the day share is then 0

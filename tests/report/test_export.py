@@ -8,14 +8,15 @@ import pytest
 from synthetic_results import as_rate_sweep, seed_a_doc
 
 from specguard.cli import main
+from specguard.decide.prior import SpreadSource
 from specguard.report import export
 from specguard.report.markdown import render_markdown
-from specguard.report.results import validate
+from specguard.report.results import spread_source_doc, validate
 
 
 def _speculation(config: str, level: int, ratio: float, low: float, high: float) -> dict:
     estimate = {"ratio": ratio, "low": low, "high": high, "threshold": 1.0, "p_value": 0.5, "dof": 4.0,
-                "confidence": 0.95, "between_sd": 0.01, "between_source": "prior"}
+                "confidence": 0.95, "between_sd": 0.01, "between_source": spread_source_doc(SpreadSource())}
     return {"gate": "speculation", "config": config, "level": f"c{level}", "verdict": "pass",
             "estimate": estimate, "current": None, "reference": None, "versus": None, "tolerance": 0.0,
             "rule": "significant", "enforced": True, "alpha": 0.01, "launches": 1, "stage": 1, "attribution": None,

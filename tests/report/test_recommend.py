@@ -213,6 +213,7 @@ def test_attention_dp_results_get_no_adaptive_table():
 # Curves are built by hand (RatioEstimate values given, not computed), so these tests pin the
 # recommendation logic itself, independent of the gate statistics in decide/stats.py.
 from specguard.decide.crossover import CrossoverEstimate  # noqa: E402
+from specguard.decide.prior import SpreadSource  # noqa: E402
 from specguard.decide.stats import RatioEstimate  # noqa: E402
 from specguard.report import recommend as rm  # noqa: E402
 from specguard.report.recommend import Band, LevelRatio, Recommendation  # noqa: E402
@@ -233,7 +234,7 @@ def loglog(c0: float, c1: float, v0: float, v1: float) -> float:
 
 def est(ratio: float, low: float, high: float) -> RatioEstimate:
     return RatioEstimate(ratio=ratio, low=low, high=high, threshold=1.0, p_value=0.5, dof=4.0, confidence=0.95,
-                         between_sd=0.01, between_source="prior")
+                         between_sd=0.01, between_source=SpreadSource())
 
 
 def curve(*points: tuple[int, float, float, float]) -> list[LevelRatio]:

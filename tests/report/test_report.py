@@ -14,6 +14,7 @@ from synthetic_results import as_rate_sweep, seed_a_doc
 
 from specguard import cli
 from specguard.config import parse_suite
+from specguard.decide.prior import HistoryOf, Origin, SpreadSource
 from specguard.decide.result import Against, Versus
 from specguard.decide.stats import RatioEstimate
 from specguard.measure.metrics import RunMetrics
@@ -29,6 +30,8 @@ from specguard.report.results import (
     ResultsError,
     decision_dict,
     load,
+    spread_source,
+    spread_source_doc,
     validate,
     write_results,
 )
@@ -57,7 +60,7 @@ def _run(tok_s: float, accept: float | None) -> RunMetrics:
 
 
 def _estimate(ratio: float) -> RatioEstimate:
-    return RatioEstimate(ratio, ratio * 0.95, ratio * 1.05, 0.97, 0.5, 4.0, 0.99, 0.01, "prior", pass_low=ratio * 0.97,
+    return RatioEstimate(ratio, ratio * 0.95, ratio * 1.05, 0.97, 0.5, 4.0, 0.99, 0.01, SpreadSource(), pass_low=ratio * 0.97,
                          pass_confidence=0.95)
 
 
@@ -80,7 +83,7 @@ def session(tmp_path: Path) -> GateSession:
 
 def test_document_has_every_documented_key_and_round_trips(session, tmp_path):
     doc = build_results(session)
-    assert doc["schema"] == SCHEMA == "specguard-results" and doc["schema_version"] == SCHEMA_VERSION == 4
+    assert doc["schema"] == SCHEMA == "specguard-results" and doc["schema_version"] == SCHEMA_VERSION == 5
     assert set(ResultsDoc.__required_keys__) <= set(doc) and validate(doc) is doc
     assert [c["name"] for c in doc["configs"]] == ["baseline", "mtp"]
     mtp = doc["configs"][1]
@@ -191,7 +194,7 @@ def test_report_command_rebuilds_the_directory_from_a_results_file(tmp_path, mon
 def _decision(gate: str, config: str, c: int, verdict: str, ratio: float, low: float, high: float,
               enforced: bool = True, p: float = 0.2) -> dict:
     est = {"ratio": ratio, "low": low, "high": high, "threshold": 0.97, "p_value": p, "dof": 4.0, "confidence": 0.998,
-           "between_sd": 0.022, "between_source": "history of 5 sessions", "test_at": 1.0}
+           "between_sd": 0.022, "between_source": SpreadSource(history=Origin(HistoryOf.SESSIONS, 5)), "test_at": 1.0}
     return decision_dict(result(gate, config, c, verdict, RatioEstimate(**est), current=1.0, reference=1.0,
                                 versus=Versus(Against.BASELINE, sessions=5), tolerance=0.03, rule="significant",
                                 enforced=enforced, alpha=0.001))
@@ -267,7 +270,7 @@ def test_every_output_counts_the_same(tmp_path):
     # The Holm test and its row say the same cell.
     assert "family_holm FAILED" in term and "FAIL: baseline-c4 tput" in term
     # Why cells are inconclusive, and what they can resolve.
-    assert "2 gate(s) inconclusive: baseline history spread up to 2.2% (history of 5 sessions)" in term
+    assert "2 gate(s) inconclusive: baseline history spread up to 2.2% (prior + history of 5 sessions)" in term
     assert "re-record the baselines on a quiet machine or add sessions" in term
     # The HTML headline has no emoji (headless Chromium draws a box without an emoji font).
     assert "❌" not in render_html(doc, {}) and "❌" in md
@@ -313,7 +316,7 @@ def test_the_inconclusive_line_advises_re_recording_only_when_the_history_is_noi
 
     def doc(between_sd: float, gate: str = "throughput") -> dict:
         est = {"ratio": 0.99, "low": 0.95, "high": 1.03, "threshold": 0.97, "between_sd": between_sd,
-               "between_source": "prior + history of 5 sessions"}
+               "between_source": spread_source_doc(SpreadSource(history=Origin(HistoryOf.SESSIONS, 5)))}
         return {"tolerances": {"fail_rule": "significant", "prior_between_sd": 0.012, "prior_between_sd_accept": 0.003},
                 "decisions": [{"verdict": "inconclusive", "enforced": True, "estimate": est, "gate": gate,
                                "config": "eagle3", "level": "c16"}], "tests": []}
@@ -397,3 +400,34 @@ def test_the_crossover_line_is_rendered_from_its_fields_and_an_older_file_keeps_
     old = {"schema_version": 3, "crossovers": {"eagle3": {**base, "text": "crossover vs baseline at c~20.0 (worded then)"}}}
     (x,) = upgrade(old, 3)["crossovers"].values()
     assert "text" not in x and crossover_line(x) == "crossover vs baseline at c~20.0 (worded then)"
+
+
+def test_a_spread_source_is_worded_from_its_fields_and_an_older_file_keeps_its_phrase():
+    # report/verdict_text.py spread_source_text: decide/prior.py returns where a spread came from as
+    # data (SpreadSource, schema 5); a schema-4 file's phrase comes back as legacy_text (_v4_to_v5)
+    from specguard.report.upgrade import upgrade
+    from specguard.report.verdict_text import spread_source_text
+
+    five, three = Origin(HistoryOf.SESSIONS, 5), Origin(HistoryOf.CONFIGURATIONS, 3)
+    assert spread_source_text(SpreadSource()) == "prior"
+    assert spread_source_text(SpreadSource(history=five, launches=(2,))) == "prior + history of 5 sessions, 2 launches"
+    assert spread_source_text(SpreadSource(widened=2.0, launches=(1,))) == "prior (x2: too few stored sessions to check it)"
+    assert spread_source_text(SpreadSource(prior=False, history=three, dropped_prior_sd=0.015)) == \
+        "3 configurations' histories (the prior 1.50% contradicted, dropped)"
+    assert spread_source_text(SpreadSource(history=Origin(HistoryOf.CELLS, 4), launches=(1, 2))) == \
+        "prior + 4 cells' histories; 1+2 launches"
+    others = Origin(HistoryOf.LAUNCHES, 6, ("mtp", "ref"), dof_halved=True)
+    assert spread_source_text(SpreadSource(prior=False, history=others, launches=(3, 3), levels_pooled=True)) == (
+        "this run's launches of mtp, ref (dof halved: they share the reference) (pooled over the levels) "
+        "and both builds' own launches")
+    est = {"ratio": 1.0, "low": 0.9, "high": 1.1, "threshold": 0.97, "p_value": 0.5, "dof": 4.0, "confidence": 0.99,
+           "between_sd": 0.02}
+    old = {"schema_version": 4, "decisions": [{"estimate": {**est, "between_source": "prior + history of 5 sessions"},
+                                               "attribution": {"half": "engine", "accept": None,
+                                                               "step_rate": {**est, "between_source": "prior"}}}]}
+    (d,) = upgrade(old, 4)["decisions"]
+    source, step = d["estimate"]["between_source"], d["attribution"]["step_rate"]["between_source"]
+    assert source["legacy_text"] == "prior + history of 5 sessions" and source["history"] is not None
+    assert step["legacy_text"] == "prior" and step["history"] is None
+    stored = SpreadSource(prior=False, history=others, dropped_prior_sd=0.01, widened=2.0, launches=(3, 3))
+    assert spread_source({**est, "between_source": spread_source_doc(stored)}) == stored  # round trip

@@ -10,11 +10,12 @@ import pytest
 from gate_support import result
 from synthetic_results import seed_a_doc
 
+from specguard.decide.prior import SpreadSource
 from specguard.decide.result import Against, Attribution, Drift, Factors, GateResult, Half, Problem, Versus, Why
 from specguard.decide.stats import RatioEstimate
 from specguard.report import plots, resolution, results, schema, terminal
 from specguard.report.merge import merged_servers
-from specguard.report.results import decision_dict, decision_result
+from specguard.report.results import decision_dict, decision_result, spread_source_doc
 from specguard.report.summary import category_medians, cell_summary, combined_load_model
 
 
@@ -24,7 +25,7 @@ def _keys(typed_dict: type) -> set[str]:
 
 def _estimate(**kw: object) -> RatioEstimate:
     fields = dict(ratio=0.98, low=0.95, high=1.01, threshold=0.97, p_value=0.2, dof=4.0, confidence=0.998,
-                  between_sd=0.01, between_source="prior")
+                  between_sd=0.01, between_source=SpreadSource())
     return RatioEstimate(**{**fields, **kw})
 
 
@@ -161,7 +162,8 @@ def test_cells_are_keyed_by_their_tests_and_the_family_test_is_apart():
 
 # -- the notes under the table ------------------------------------------------------------------------
 def test_the_inconclusive_cells_are_those_whose_test_passed_and_whose_gate_is_enforced():
-    est = {"ratio": 0.99, "low": 0.95, "high": 1.03, "threshold": 0.97, "between_sd": 0.01, "between_source": "prior"}
+    est = {"ratio": 0.99, "low": 0.95, "high": 1.03, "threshold": 0.97, "between_sd": 0.01,
+           "between_source": spread_source_doc(SpreadSource())}
     kept = {**_decision("throughput", "inconclusive"), "estimate": est}
     doc = {"decisions": [kept,
                          {**kept, "gate": "accept_length"},  # its test failed: the table says so already

@@ -3,11 +3,12 @@ stored sessions say that the prior stands (nearly) unchecked and how many sessio
 
 from __future__ import annotations
 
+from specguard.decide.prior import SpreadSource
 from specguard.report.resolution import FULL_HISTORY, few_sessions_lines
-from specguard.report.results import detectable_drop
+from specguard.report.results import detectable_drop, spread_source_doc
 
 EST = {"ratio": 1.0, "low": 0.96, "high": 1.04, "threshold": 0.97, "p_value": 0.5, "dof": 16.0, "confidence": 0.9995,
-       "between_sd": 0.012, "between_source": "prior"}
+       "between_sd": 0.012, "between_source": spread_source_doc(SpreadSource())}
 
 
 def _decision(config: str, level: str, sessions: int, gate: str = "throughput", against: str = "baseline") -> dict:

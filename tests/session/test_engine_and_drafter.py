@@ -14,6 +14,7 @@ from session_support import fake_server, make_suite
 
 from specguard.config import ConfigError, load_suite
 from specguard.decide.gates import attribution
+from specguard.decide.prior import SpreadSource
 from specguard.decide.result import Why
 from specguard.decide.stats import RatioEstimate, downward_trend
 from specguard.labels import Verdict
@@ -80,7 +81,7 @@ def test_a_slower_engine_fails_the_step_time_gate_in_milliseconds():
 
 
 def est(ratio: float, low: float, high: float) -> RatioEstimate:
-    return RatioEstimate(ratio, low, high, 1.0, 0.5, 10.0, 0.95, 0.01, "prior")
+    return RatioEstimate(ratio, low, high, 1.0, 0.5, 10.0, 0.95, 0.01, SpreadSource())
 
 
 @pytest.mark.parametrize("step,accept,half", [

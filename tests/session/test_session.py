@@ -25,6 +25,7 @@ from gate_support import result
 from process_support import kill_tree
 from session_support import fake_cell, fake_server, make_session, make_suite, run, stored_session
 
+from specguard.decide.prior import SpreadSource
 from specguard.decide.result import GateResult, Why
 from specguard.decide.stats import RatioEstimate
 from specguard.engines import EffectiveArgs
@@ -423,7 +424,7 @@ def test_a_suspicious_speculation_cell_relaunches_both_configurations_and_decide
 
 def _decision(gate: str, config: str, c: int, p: float, verdict: str, stage: int) -> GateResult:
     est = RatioEstimate(ratio=0.95, low=0.90, high=1.002, threshold=0.97, p_value=p, dof=10.0, confidence=0.99,
-                        between_sd=0.01, between_source="prior", test_at=1.0)
+                        between_sd=0.01, between_source=SpreadSource(), test_at=1.0)
     return result(gate, config, c, verdict, est, stage=stage)
 
 

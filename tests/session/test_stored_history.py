@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from session_support import fake_cell, fake_server, make_session, stored_session
 
+from specguard.decide.prior import HistoryOf, Origin, SpreadSource
 from specguard.session.cells import THROUGHPUTS
 from specguard.store.baseline_file import Fingerprint
 from specguard.store.baselines import BaselineStore
@@ -28,16 +29,16 @@ def test_a_configuration_not_started_yet_checks_the_prior_with_its_newest_stored
     _record(store, "baseline", fields, QUIET)
     fake_cell(sg, "baseline", 1, [100.0, 100.1, 99.9])
     alone = sg.throughput_result("baseline", 1).estimate
-    assert "contradicted" not in alone.between_source, alone.between_source
+    assert alone.between_source.dropped_prior_sd is None, alone.between_source
 
     sg = make_session(tmp_path)
     fake_server(sg, "baseline")
     _record(store, "eagle3", {**fields, "speculative_algorithm": "EAGLE3"}, NOISY)
     fake_cell(sg, "baseline", 1, [100.0, 100.1, 99.9])
     check = sg.histories.check_spread(THROUGHPUTS)
-    assert check is not None and check.dof == 4 and check.source == "2 configurations' histories"
+    assert check is not None and check.dof == 4 and check.origin == Origin(HistoryOf.CONFIGURATIONS, 2)
     checked = sg.throughput_result("baseline", 1).estimate
-    assert checked.between_source == "2 configurations' histories (the prior 5.00% contradicted, dropped)"
+    assert checked.between_source == SpreadSource(prior=False, history=check.origin, dropped_prior_sd=0.05, launches=(1,))
     assert checked.between_sd > 2 * alone.between_sd
 
 
@@ -49,5 +50,5 @@ def test_another_environment_s_entry_does_not_check_the_prior(tmp_path):
     _record(store, "baseline", fields, QUIET)
     _record(store, "eagle3", {**fields, "engine": "sglang", "gpu": "H100"}, NOISY)
     fake_cell(sg, "baseline", 1, [100.0, 100.1, 99.9])
-    assert sg.histories.check_spread(THROUGHPUTS).source == "1 configurations' histories"
-    assert "contradicted" not in sg.throughput_result("baseline", 1).estimate.between_source
+    assert sg.histories.check_spread(THROUGHPUTS).origin == Origin(HistoryOf.CONFIGURATIONS, 1)
+    assert sg.throughput_result("baseline", 1).estimate.between_source.dropped_prior_sd is None
