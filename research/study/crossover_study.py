@@ -20,12 +20,12 @@ from specguard.decide.gates import GateTest, ReferenceSide, must_win_gate
 from specguard.decide.result import Against, Versus
 from specguard.decide.stats import RatioEstimate
 from specguard.labels import SPECULATION, GateLabel, Level
-from specguard.report.verdict_text import message
 
 
 def _stage1_ratio(g: GateSettings, spec: list[Launch], ref: list[Launch], spec_name: str, ref_name: str, c: int,
-                  alpha: float) -> RatioEstimate:
-    """The speculation estimate at level c a design reads the crossover from: its stage 1."""
+                  alpha: float) -> RatioEstimate | None:
+    """The speculation estimate at level c a design reads the crossover from: its stage 1; None
+    where that cell ended "not measured" (its runs disagree: a stall, decide/consistency.py)."""
     d = g.gate_design()
     n_l = 1 if d.sequential else d.launches
     tol = g.tolerances
@@ -33,8 +33,6 @@ def _stage1_ratio(g: GateSettings, spec: list[Launch], ref: list[Launch], spec_n
     result = must_win_gate(GateTest(GateLabel(SPECULATION), spec_name, Level(c), alpha, enforced=False),
                            [launch[c][0] for launch in spec[:n_l]], side, tol.speculation_min_gain,
                            d.prior(tol.prior_between_sd), d.rule(tol.fail_rule))
-    if result.estimate is None:
-        raise ValueError(f"{message(result)}: no estimate to read the crossover from")
     return result.estimate
 
 
@@ -47,8 +45,13 @@ def _crossover_session(suite: Suite, noise: Noise, designs: Sequence[GateSetting
     runs = {n: [simulate_launch(suite, n, seed_of(seed, index, 5, k, j), designs[0].repeats, noise, None, day)
                 for k in range(max_l)] for j, n in enumerate(names) if n in (spec_name, ref)}
     alpha = suite.tolerances.family_alpha / gate_tests(suite)
-    return [estimate_crossover({c: _stage1_ratio(g, runs[spec_name], runs[ref], spec_name, ref, c, alpha)
-                                for c in suite.sweep.concurrency}).estimate for g in designs]
+    out: list[float | None] = []
+    for g in designs:
+        ratios = {c: _stage1_ratio(g, runs[spec_name], runs[ref], spec_name, ref, c, alpha) for c in suite.sweep.concurrency}
+        measured = {c: r for c, r in ratios.items() if r is not None}
+        # a level not measured leaves no crossover to read: the session counts as a miss
+        out.append(estimate_crossover(measured).estimate if len(measured) == len(ratios) else None)
+    return out
 
 
 def crossover_study(suite: Suite, noise: Noise, designs: Sequence[GateSettings], sessions: int, seed: int,
@@ -72,6 +75,7 @@ def crossover_study(suite: Suite, noise: Noise, designs: Sequence[GateSettings],
         hits = sum(within_factor(e, truth, CROSSOVER_FACTOR) for e in est)
         known = [e for e in est if e is not None]
         rows.append({"design": g.design, "within_1_25x": hits / sessions, "ci95": wilson(hits, sessions),
-                     "median_estimate": float(np.median(known)) if known else None})
+                     "median_estimate": float(np.median(known)) if known else None,
+                     "without_estimate": len(est) - len(known)})
     return {"suite": str(suite.path), "config": spec_name, "true_crossover_c": truth, "sessions": sessions,
             "rows": rows, "elapsed_s": round(time.monotonic() - started, 1)}
