@@ -26,12 +26,13 @@ from specguard.ab.decision import (
 from specguard.ab.rounds import Comparison
 from specguard.ab.schema import AbCellDoc, AbDoc, AbGroupDoc, AbLookDoc, AbSpreadDoc, BisectDoc
 from specguard.labels import ACCEPT_LENGTH, SPECULATION, STEP_TIME, THROUGHPUT
+from specguard.report.results import spread_source_doc
 from specguard.report.terminal import fmt_num
-from specguard.report.verdict_text import spread_source_text
 from specguard.store.documents import Document
 
 SCHEMA: Final[Literal["specguard-ab"]] = "specguard-ab"
-SCHEMA_VERSION = 3  # 2: one-sided p_worse per look, O'Brien-Fleming shares; 3: closed testing, groups[]
+SCHEMA_VERSION = 4  # 2: one-sided p_worse per look, O'Brien-Fleming shares; 3: closed testing, groups[];
+# 4: a look's between_source as data (report/schema.py SpreadSourceDoc), not a phrase
 AB: Document[AbDoc] = Document(SCHEMA, SCHEMA_VERSION, AbDoc, what="A/B results file",
                                make="write one with: specguard ab ... --results-json FILE")
 BISECT: Document[BisectDoc] = Document("specguard-bisect", 1, BisectDoc, what="bisect results file",
@@ -85,7 +86,7 @@ def _look_doc(seen: Look) -> AbLookDoc:
             "confidence": est.confidence, "p_worse": seen.p_worse, "pass_low": est.pass_low,
             "pass_high": seen.pass_high,
             "dof": est.dof if math.isfinite(est.dof) else None,  # inf: no variance at all
-            "between_sd": est.between_sd, "between_source": spread_source_text(est.between_source)}
+            "between_sd": est.between_sd, "between_source": spread_source_doc(est.between_source)}
 
 
 def rows(cmp: Comparison) -> list[AbCellDoc]:

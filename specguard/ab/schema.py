@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Literal, TypedDict
 
+from specguard.report.schema import SpreadSourceDoc
+
 
 class AbBuildDoc(TypedDict):
     name: str  # "A" or "B"
@@ -56,7 +58,7 @@ class AbLookDoc(TypedDict):
     pass_high: float | None
     dof: float | None  # None: no variance at all
     between_sd: float
-    between_source: str
+    between_source: SpreadSourceDoc  # where between_sd comes from, as the results file stores it
 
 
 class AbCellDoc(TypedDict):

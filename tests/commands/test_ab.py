@@ -350,6 +350,9 @@ def test_the_ab_document_is_checked_before_it_is_written_and_round_trips(tmp_pat
     doc = results_doc(cmp, [Build("A"), Build("B")], suite_path="s.toml", mode="launch", argv=["ab"])
     AB.save(doc, tmp_path / "ab.json")
     assert AB.load(tmp_path / "ab.json") == json.loads(json.dumps(doc))
+    # where a look's spread comes from is data (the run's own launches, the prior only checked), not a phrase
+    source = doc["cells"][0]["looks"][0]["between_source"]
+    assert source["prior"] is False and source["launches"] and source["history"] is None, source
     doc["cells"][0]["looks"][0]["ratio"] = "0.9"
     with pytest.raises(DocumentError, match=r"cells\[0\]\.looks\[0\]\.ratio is \"0.9\"; expected float") as err:
         AB.save(doc, tmp_path / "bad.json")
