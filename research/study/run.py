@@ -9,7 +9,7 @@ from typing import Any, cast
 
 from research.study.cache import cached_trial
 from research.study.plan import StudyPlan, max_launches
-from research.study.session_decisions import decide_session
+from research.study.session_decisions import decide_session, remeasures
 from research.study.simulate import ACCEPTANCE_DROP, ENGINE_SLOWDOWN, Change, Trial
 from research.study.truth import CROSSOVER_FACTOR, level_distance, true_crossover_c, true_crossovers, within_factor
 from research.study.verdict import SessionVerdict
@@ -20,7 +20,8 @@ Outcome = dict[str, Any]  # one session's outcome at one grid point and scenario
 
 def _trial_outcomes(plan: StudyPlan, index: int) -> list[list[Outcome]]:
     """Simulate one trial and decide it at every grid point and scenario: [grid][scenario]."""
-    max_r = max(s.repeats for s in plan.grid)
+    # a grid point that re-measures a disagreeing cell on the same server reads that launch's next runs
+    max_r = max(s.repeats * (2 if remeasures(s) else 1) for s in plan.grid)
     max_k = max(s.tolerances.history_sessions for s in plan.grid)
     return decide_trial(plan, cached_trial(plan, index, max_k, max_r, max_launches(plan.grid)))
 

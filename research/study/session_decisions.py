@@ -13,8 +13,9 @@ from dataclasses import dataclass, field, replace
 
 from research.study.plan import GateSettings, suite_alphas
 from research.study.simulate import Launch, reference_of
-from research.study.verdict import SessionVerdict, cut_repeats, speculation_ratios
+from research.study.verdict import SessionVerdict, cut_repeats, later_runs, speculation_ratios
 from specguard.config import ServerConfig, Suite
+from specguard.decide.consistency import consistent_launches
 from specguard.decide.crossover import estimate_crossover
 from specguard.decide.gates import (
     ATTRIBUTION_CONFIDENCE,
@@ -60,11 +61,23 @@ class _SessionState:
     relaunched: dict[str, list[str]] = field(default_factory=dict)
     stage1: list[GateResult] = field(default_factory=list)
     later: list[GateResult] = field(default_factory=list)
+    # Where a configuration is not relaunched: its first launch measured once more at each level
+    # (the runs after the grid point's repeats), and the cells that took it (``_remeasure``)
+    again: dict[str, Launch] = field(default_factory=dict)
+    remeasured: set[tuple[str, int]] = field(default_factory=set)
 
     def decide(self, name: str, stage: int) -> list[GateResult]:
         """The cells of ``name`` on every launch each configuration has used so far."""
         pooled = {n: ls[: self.used[n]] for n, ls in self.cut.items()}
         return _decide_cells(self, pooled, stage, {name})
+
+    def runs(self, launches: dict[str, list[Launch]], name: str, c: int, index: int) -> list[list[float]]:
+        """One metric's runs of a cell (0 tok/s, 1 accept length, 2 step rate) per measurement:
+        one per launch, and a re-measurement on the same server where it took one."""
+        out = [launch[c][index] for launch in launches[name]]
+        if (name, c) in self.remeasured:
+            out.append(self.again[name][c][index])
+        return out
 
 
 def _start(suite: Suite, settings: GateSettings, launches: dict[str, list[Launch]],
@@ -77,7 +90,35 @@ def _start(suite: Suite, settings: GateSettings, launches: dict[str, list[Launch
     most = max(design.launches, design.max_launches) if design.sequential else design.launches
     cut = {n: [cut_repeats(launch, r) for launch in ls[:most]] for n, ls in launches.items()}
     used = {n: min(design.launches, len(ls)) for n, ls in cut.items()}
-    return _SessionState(suite, settings, design, cut, hist, alpha, used)
+    state = _SessionState(suite, settings, design, cut, hist, alpha, used)
+    if remeasures(settings):
+        state.again = {n: later_runs(ls[0], r) for n, ls in launches.items()}
+        _remeasure(state)
+    return state
+
+
+def remeasures(settings: GateSettings) -> bool:
+    """Whether the session measures a cell once more on the same server when its runs disagree:
+    where the configuration is not relaunched and one launch is planned (session/campaign.py
+    ``_again_if_runs_disagree``; with launches > 1 or relaunching, a new launch replaces it)."""
+    design = settings.gate_design()
+    return not design.sequential and design.launches == 1
+
+
+def _remeasure(state: _SessionState) -> None:
+    """The cells whose first measurement's tok/s or step rates disagree, each measured again, as
+    ``CellGates.runs_disagree`` picks them (the limit pooled with the cell's stored sessions).
+    Without the extra runs (a trial simulated with the grid point's repeats only) nothing is."""
+    for name, ls in state.cut.items():
+        for c in state.suite.sweep.concurrency:
+            again = state.again.get(name, {}).get(c)
+            if again is None or not again[0]:
+                continue
+            for index in (0, 2):  # tok/s, step rate: what a stall slows
+                runs = ls[0][c][index]
+                history = [h[name][c][index] for h in state.hist if h[name][c][index]]
+                if runs and consistent_launches([runs], history)[1]:
+                    state.remeasured.add((name, c))
 
 
 def decide_design(suite: Suite, settings: GateSettings, launches: dict[str, list[Launch]],
@@ -165,19 +206,19 @@ def _decide_cells(state: _SessionState, launches: dict[str, list[Launch]], stage
             continue
         for c in state.suite.sweep.concurrency:
             at = Level(c)
-            tok = [launch[c][0] for launch in launches[name]]
+            tok = state.runs(launches, name, c, 0)
             throughput = launch_history_gate(_test(THROUGHPUT, name, at, alpha, stage), tok, [h[name][c][0] for h in hist],
                                              tol.throughput, tok_prior, design.rule(tol.fail_rule))
             if cfg.speculative and throughput.estimate is not None:
                 throughput = replace(throughput, attribution=_attribution(state, name, c, launches, throughput.estimate))
             out += [throughput, step_time_gate(_test(STEP_TIME, name, at, alpha, stage),
-                                               [launch[c][2] for launch in launches[name]], [h[name][c][2] for h in hist],
+                                               state.runs(launches, name, c, 2), [h[name][c][2] for h in hist],
                                                tol.step_time, design.prior(tol.prior_between_sd),
                                                design.rule(tol.fail_rule))]
             if not cfg.speculative:
                 continue
             out.append(launch_history_gate(_test(ACCEPT_LENGTH, name, at, alpha, stage),
-                                           [launch[c][1] for launch in launches[name]], [h[name][c][1] for h in hist],
+                                           state.runs(launches, name, c, 1), [h[name][c][1] for h in hist],
                                            tol.accept_length, design.prior(tol.prior_between_sd_accept, day_sd=0.0),
                                            design.rule(tol.fail_rule)))
             out.append(_must_win(state, name, cfg, c, tok, launches, stage))
@@ -197,7 +238,7 @@ def _attribution(state: _SessionState, name: str, c: int, launches: dict[str, li
     one_sided = (1 - ATTRIBUTION_CONFIDENCE) / 2
 
     def estimate(index: int, gate: str, sd: float, day: float | None) -> RatioEstimate | None:
-        runs = [launch[c][index] for launch in launches[name]]
+        runs = state.runs(launches, name, c, index)
         history = [s for s in (h[name][c][index] for h in hist) if s]
         if not history or sum(len(r) for r in runs) < 2:
             return None
@@ -220,7 +261,7 @@ def _must_win(state: _SessionState, name: str, cfg: ServerConfig, c: int, tok: l
     tol, design = state.settings.tolerances, state.design
     test = GateTest(GateLabel(SPECULATION), name, Level(c),
                     state.alpha["speculation" if must_win else "speculation, report only"], enforced=must_win, stage=stage)
-    side = ReferenceSide(Versus(Against.REFERENCE, ref), launches=[launch[c][0] for launch in launches[ref]],
+    side = ReferenceSide(Versus(Against.REFERENCE, ref), launches=state.runs(launches, ref, c, 0),
                          pair_histories=pair)
     return must_win_gate(test, tok, side, tol.speculation_min_gain, design.prior(tol.prior_between_sd),
                          design.rule(tol.fail_rule))

@@ -33,6 +33,13 @@ def cut_repeats(launch: Launch, repeats: int) -> Launch:
     return {c: (tok[:repeats], acc[:repeats], rate[:repeats]) for c, (tok, acc, rate) in launch.items()}
 
 
+def later_runs(launch: Launch, repeats: int) -> Launch:
+    """A launch's runs after its first ``repeats`` per level, up to ``repeats`` more: the same
+    server measured again (session_decisions ``_remeasure``); empty where none were simulated."""
+    return {c: (tok[repeats:2 * repeats], acc[repeats:2 * repeats], rate[repeats:2 * repeats])
+            for c, (tok, acc, rate) in launch.items()}
+
+
 def speculation_ratios(results: Sequence[GateResult]) -> dict[str, dict[int, RatioEstimate]]:
     """Speculative configuration -> level -> its speculation gate's estimate."""
     out: dict[str, dict[int, RatioEstimate]] = {}

@@ -8,10 +8,13 @@ import numpy as np
 import pytest
 
 from research import study
+from research.study.session_decisions import remeasures
+from research.study.verdict import cut_repeats
 from specguard.config import load_suite
 from specguard.emulator.model import ClosedLoop, SimLaunch, simulate_closed_loop
 from specguard.emulator.profile import load_profile
 from specguard.emulator.spec import SpecRequest
+from specguard.labels import Verdict
 
 TINY = """
 [sweep]
@@ -84,6 +87,33 @@ def test_a_session_fails_on_a_large_drop_and_passes_unchanged(tiny):
     assert not same.failed and same.enforced == 12  # throughput, step time x4, accept length x2, speculation x2
     assert dropped.failed and {"throughput", "speculation"} <= {str(g.gate) for g in dropped.failing}
     assert same.crossovers == {"eagle3": None}  # speculation wins at both levels of the tiny sweep
+
+
+def _stalled(launch, c, runs, factor=0.7):
+    """``launch`` with the given runs (0-based) of level c slowed by ``factor``, tok/s and step rate alike."""
+    tok, acc, rate = launch[c]
+    slow = [factor if i in runs else 1.0 for i in range(len(tok))]
+    return {**launch, c: ([t * f for t, f in zip(tok, slow)], acc, [r * f for r, f in zip(rate, slow)])}
+
+
+def test_attach_mode_measures_a_disagreeing_cell_again_on_the_same_server_as_the_session_does(tiny):
+    # session/campaign.py _again_if_runs_disagree: where a configuration is not relaunched, a cell
+    # whose runs disagree is measured once more on the same server, and its gates set the
+    # disagreeing measurement aside; a cell whose second measurement disagrees too is not measured.
+    noise = study.Noise(within={}, between={}, stall_rate=0.0)
+    trial = study.simulate_trial(tiny, 0, 3, 5, 6, noise, [])  # 6 runs: 3 measured, 3 for the re-measurement
+    attach = study.GateSettings(3, tiny.tolerances, "attach")
+    assert remeasures(attach) and not remeasures(study.GateSettings(3, tiny.tolerances, "on-suspicion"))
+    two_stalled = {**trial.current, "eagle3": _stalled(trial.current["eagle3"], 4, {0, 1})}
+    cleared = study.decide_session(tiny, attach, two_stalled, trial.history)
+    assert not cleared.failed, [(str(g.gate), g.verdict) for g in cleared.failing]
+    still = {**trial.current, "eagle3": _stalled(trial.current["eagle3"], 4, {0, 1, 3, 4})}  # the second measurement too
+    stuck = study.decide_session(tiny, attach, still, trial.history)
+    assert stuck.failed and {g.verdict for g in stuck.failing} == {Verdict.ERROR}
+    assert {(g.config, g.level.value) for g in stuck.failing} == {("eagle3", 4)}
+    # without runs to measure again (a trial of 3 runs), the first measurement stands: not measured
+    short = {n: cut_repeats(launch, 3) for n, launch in two_stalled.items()}
+    assert study.decide_session(tiny, attach, short, trial.history).failed
 
 
 def test_spreads_recover_known_within_and_between_sd_and_set_stalls_apart():
