@@ -26,7 +26,7 @@ import math
 import numpy as np
 
 from specguard.decide.consistency import consistent_launches
-from specguard.decide.gates import GateDesign, GateTest, launch_history_gate, runs_disagree
+from specguard.decide.gates import CellRuns, GateDesign, GateTest, launch_history_gate, runs_disagree
 from specguard.labels import THROUGHPUT, GateLabel, Level, Verdict
 
 ALPHA_CELL = 0.01 / 38
@@ -57,7 +57,8 @@ def session(rng: np.random.Generator, k: int, spread: float, prior: float, chang
         measurements.append(_launch(rng, server, change))
     design = GateDesign(prior_day_sd=prior / 2)
     test = GateTest(GateLabel(THROUGHPUT), "eagle3", Level(16), ALPHA_CELL)
-    result = launch_history_gate(test, measurements, history, TOLERANCE, design.prior(prior), design.rule("significant"))
+    result = launch_history_gate(test, CellRuns(measurements, history), TOLERANCE, design.prior(prior),
+                                 design.rule("significant"))
     assert result.verdict != Verdict.ERROR or runs_disagree(result.problem), result
     return result.verdict, len(measurements)
 

@@ -29,7 +29,7 @@ from scipy import stats
 
 from specguard.decide import prior as prior_module
 from specguard.decide.consistency import consistent_launches
-from specguard.decide.gates import GateDesign, GateTest, launch_history_gate, relaunch_plan, session_spread
+from specguard.decide.gates import CellRuns, GateDesign, GateTest, launch_history_gate, relaunch_plan, session_spread
 from specguard.decide.prior import UNCHECKED_PRIOR_FACTOR, Prior
 from specguard.labels import THROUGHPUT, GateLabel, Level, Verdict
 
@@ -74,7 +74,7 @@ class _Config:
 
 def _decide(cfg: _Config, name: str, prior: Prior, design: GateDesign):
     test = {c: GateTest(GateLabel(THROUGHPUT), name, Level(c), ALPHA_CELL) for c in LEVELS}
-    return [launch_history_gate(test[c], cfg.launches[c], cfg.history[c], TOLERANCE, prior,
+    return [launch_history_gate(test[c], CellRuns(cfg.launches[c], cfg.history[c]), TOLERANCE, prior,
                                 design.rule("significant")) for c in LEVELS]
 
 

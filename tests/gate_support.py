@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from specguard.config import Tolerances
 from specguard.decide.gates import (
+    CellRuns,
     GateDesign,
     GateTest,
     ReferenceSide,
@@ -29,13 +30,13 @@ def gate_test(gate: str, config: str, c: int, alpha: float, *, stage: int = 1, e
 def history_gate(gate: str, config: str, c: int, launches, history, *, tolerance: float, prior_between_sd: float,
                  alpha_cell: float, rule: str = "significant", design: GateDesign = DESIGN,
                  prior_day_sd: float | None = None, stage: int = 1) -> GateResult:
-    return launch_history_gate(gate_test(gate, config, c, alpha_cell, stage=stage), launches, history, tolerance,
+    return launch_history_gate(gate_test(gate, config, c, alpha_cell, stage=stage), CellRuns(launches, history), tolerance,
                                design.prior(prior_between_sd, prior_day_sd), design.rule(rule))
 
 
 def step_gate(config: str, c: int, launches, history, *, tolerance: float, prior_between_sd: float, alpha_cell: float,
               rule: str = "significant", design: GateDesign = DESIGN, stage: int = 1) -> GateResult:
-    return step_time_gate(gate_test("step_time", config, c, alpha_cell, stage=stage), launches, history, tolerance,
+    return step_time_gate(gate_test("step_time", config, c, alpha_cell, stage=stage), CellRuns(launches, history), tolerance,
                           design.prior(prior_between_sd), design.rule(rule))
 
 
@@ -51,7 +52,8 @@ def speculation_gate(config: str, c: int, spec, reference, reference_name: str, 
     side = ReferenceSide(versus, launches=reference or None, history=reference_history,
                          pair_histories=pair_histories, session_spread=spread)
     test = gate_test("speculation", config, c, alpha_cell, stage=stage, enforced=must_win)
-    return must_win_gate(test, spec, side, tol.speculation_min_gain, design.prior(tol.prior_between_sd),
+    spec_history = pair_histories[0] if pair_histories else ()
+    return must_win_gate(test, CellRuns(spec, spec_history), side, tol.speculation_min_gain, design.prior(tol.prior_between_sd),
                          design.rule(tol.fail_rule))
 
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from specguard.decide.gates import GateDesign, GateTest, launch_history_gate
+from specguard.decide.gates import CellRuns, GateDesign, GateTest, launch_history_gate
 from specguard.decide.prior import PRIOR_CHECK_P, Prior, checked_prior
 from specguard.decide.stats import Criterion, Rule, compare_launches, history_spread
 from specguard.labels import THROUGHPUT, GateLabel, Level, Verdict
@@ -64,7 +64,7 @@ def _decide(case: CellCase, current: list[list[float]], history: list[list[float
         est = compare_launches(current, history, criterion, prior, spread=own)
         return est.outcome()
     test = GateTest(GateLabel(THROUGHPUT), "cell", Level(1), ALPHA_CELL)
-    return launch_history_gate(test, current, history, case.tolerance, design.prior(case.prior),
+    return launch_history_gate(test, CellRuns(current, history), case.tolerance, design.prior(case.prior),
                                design.rule(case.rule)).verdict
 
 

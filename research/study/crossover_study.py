@@ -16,7 +16,7 @@ from research.study.simulate import Launch, reference_of, seed_of, simulate_laun
 from research.study.truth import CROSSOVER_FACTOR, true_crossover_c, within_factor
 from specguard.config import Suite
 from specguard.decide.crossover import estimate_crossover
-from specguard.decide.gates import GateTest, ReferenceSide, must_win_gate
+from specguard.decide.gates import CellRuns, GateTest, ReferenceSide, must_win_gate
 from specguard.decide.result import Against, Versus
 from specguard.decide.stats import RatioEstimate
 from specguard.labels import SPECULATION, GateLabel, Level
@@ -31,7 +31,7 @@ def _stage1_ratio(g: GateSettings, spec: list[Launch], ref: list[Launch], spec_n
     tol = g.tolerances
     side = ReferenceSide(Versus(Against.REFERENCE, ref_name), launches=[launch[c][0] for launch in ref[:n_l]])
     result = must_win_gate(GateTest(GateLabel(SPECULATION), spec_name, Level(c), alpha, enforced=False),
-                           [launch[c][0] for launch in spec[:n_l]], side, tol.speculation_min_gain,
+                           CellRuns([launch[c][0] for launch in spec[:n_l]]), side, tol.speculation_min_gain,
                            d.prior(tol.prior_between_sd), d.rule(tol.fail_rule))
     return result.estimate
 

@@ -15,10 +15,11 @@ from research.study.plan import GateSettings, suite_alphas
 from research.study.simulate import Launch, reference_of
 from research.study.verdict import SessionVerdict, cut_repeats, later_runs, speculation_ratios
 from specguard.config import ServerConfig, Suite
-from specguard.decide.consistency import consistent_launches
+from specguard.decide.consistency import StallBasis
 from specguard.decide.crossover import estimate_crossover
 from specguard.decide.gates import (
     ATTRIBUTION_CONFIDENCE,
+    CellRuns,
     GateDesign,
     GateTest,
     ReferenceSide,
@@ -32,6 +33,7 @@ from specguard.decide.gates import (
     session_spread,
     step_time_gate,
 )
+from specguard.decide.prior import SpreadEstimate
 from specguard.decide.result import Against, Attribution, GateResult, Half, Versus
 from specguard.decide.stats import RatioEstimate
 from specguard.labels import ACCEPT_LENGTH, SPECULATION, STEP_TIME, THROUGHPUT, GateLabel, Level, Verdict
@@ -79,6 +81,22 @@ class _SessionState:
             out.append(self.again[name][c][index])
         return out
 
+    def tok_s(self, launches: dict[str, list[Launch]], name: str, c: int) -> CellRuns:
+        """A cell's tok/s against its stored sessions, a speculative cell's stalls judged on its
+        decode steps per second as the session judges them (``CellGates.stall_basis``)."""
+        history = [h[name][c][0] for h in self.hist]
+        if not self.suite.servers[name].speculative:
+            return CellRuns(self.runs(launches, name, c, 0), history)
+        basis = StallBasis([_steps_per_s(t, a) for t, a in zip(self.runs(launches, name, c, 0),
+                                                                self.runs(launches, name, c, 1), strict=True)],
+                           [_steps_per_s(h[name][c][0], h[name][c][1]) for h in self.hist])
+        return CellRuns(self.runs(launches, name, c, 0), history, basis)
+
+
+def _steps_per_s(tok_s: list[float], accept: list[float]) -> list[float]:
+    """Per run, tok/s ÷ accept length (``RunSeries.steps_per_s``); tok/s where runs lack one."""
+    return [t / a for t, a in zip(tok_s, accept, strict=True)] if len(accept) == len(tok_s) else list(tok_s)
+
 
 def _start(suite: Suite, settings: GateSettings, launches: dict[str, list[Launch]],
            history: Sequence[dict[str, Launch]]) -> _SessionState:
@@ -106,7 +124,8 @@ def remeasures(settings: GateSettings) -> bool:
 
 
 def _remeasure(state: _SessionState) -> None:
-    """The cells whose first measurement's tok/s or step rates disagree, each measured again, as
+    """The cells whose first measurement's tok/s (a speculative cell's judged on its decode steps per
+    second) or step rates disagree, each measured again, as
     ``CellGates.runs_disagree`` picks them (the limit pooled with the cell's stored sessions).
     Without the extra runs (a trial simulated with the grid point's repeats only) nothing is."""
     for name, ls in state.cut.items():
@@ -114,10 +133,10 @@ def _remeasure(state: _SessionState) -> None:
             again = state.again.get(name, {}).get(c)
             if again is None or not again[0]:
                 continue
-            for index in (0, 2):  # tok/s, step rate: what a stall slows
-                runs = ls[0][c][index]
-                history = [h[name][c][index] for h in state.hist if h[name][c][index]]
-                if runs and consistent_launches([runs], history)[1]:
+            first = {name: ls[:1]}
+            rates = [h[name][c][2] for h in state.hist if h[name][c][2]]
+            for cell in (state.tok_s(first, name, c), CellRuns([ls[0][c][2]], rates)):  # what a stall slows
+                if cell.launches[0] and cell.consistent()[1]:
                     state.remeasured.add((name, c))
 
 
@@ -197,32 +216,36 @@ def _decide_cells(state: _SessionState, launches: dict[str, list[Launch]], stage
     (``state.alpha``: "speculation" where it must win, "speculation, report only" elsewhere)."""
     tol, design, hist, alpha = state.settings.tolerances, state.design, state.hist, state.alpha
     out: list[GateResult] = []
-    # the session's second prior check (session/history.py check_spread): every configuration's history
-    check = session_spread({(n, c): [h[n][c][0] for h in hist] for n in state.suite.servers
-                            for c in state.suite.sweep.concurrency})
-    tok_prior = replace(design.prior(tol.prior_between_sd), session=check)
+    tok_prior = replace(design.prior(tol.prior_between_sd), session=_session_check(state, 0))
+    step_prior = replace(design.prior(tol.prior_between_sd), session=_session_check(state, 2))
     for name, cfg in state.suite.servers.items():
         if name not in only:
             continue
         for c in state.suite.sweep.concurrency:
             at = Level(c)
-            tok = state.runs(launches, name, c, 0)
-            throughput = launch_history_gate(_test(THROUGHPUT, name, at, alpha, stage), tok, [h[name][c][0] for h in hist],
-                                             tol.throughput, tok_prior, design.rule(tol.fail_rule))
+            tok = state.tok_s(launches, name, c)
+            throughput = launch_history_gate(_test(THROUGHPUT, name, at, alpha, stage), tok, tol.throughput, tok_prior,
+                                             design.rule(tol.fail_rule))
             if cfg.speculative and throughput.estimate is not None:
                 throughput = replace(throughput, attribution=_attribution(state, name, c, launches, throughput.estimate))
             out += [throughput, step_time_gate(_test(STEP_TIME, name, at, alpha, stage),
-                                               state.runs(launches, name, c, 2), [h[name][c][2] for h in hist],
-                                               tol.step_time, design.prior(tol.prior_between_sd),
-                                               design.rule(tol.fail_rule))]
+                                               CellRuns(state.runs(launches, name, c, 2), [h[name][c][2] for h in hist]),
+                                               tol.step_time, step_prior, design.rule(tol.fail_rule))]
             if not cfg.speculative:
                 continue
             out.append(launch_history_gate(_test(ACCEPT_LENGTH, name, at, alpha, stage),
-                                           state.runs(launches, name, c, 1), [h[name][c][1] for h in hist],
+                                           CellRuns(state.runs(launches, name, c, 1), [h[name][c][1] for h in hist]),
                                            tol.accept_length, design.prior(tol.prior_between_sd_accept, day_sd=0.0),
                                            design.rule(tol.fail_rule)))
             out.append(_must_win(state, name, cfg, c, tok, launches, stage))
     return out
+
+
+def _session_check(state: _SessionState, index: int) -> SpreadEstimate | None:
+    """The session's second prior check of a metric (0 tok/s, 2 step rate; session/history.py
+    ``check_spread``): every configuration's stored sessions at every level."""
+    return session_spread({(n, c): [h[n][c][index] for h in state.hist] for n in state.suite.servers
+                           for c in state.suite.sweep.concurrency if all(h[n][c][index] for h in state.hist)})
 
 
 def _test(gate: str, name: str, level: Level, alpha: dict[str, float], stage: int) -> GateTest:
@@ -243,14 +266,14 @@ def _attribution(state: _SessionState, name: str, c: int, launches: dict[str, li
         if not history or sum(len(r) for r in runs) < 2:
             return None
         at = GateTest(GateLabel(gate), name, Level(c), one_sided)
-        return launch_history_gate(at, runs, history, 0.0, design.prior(sd, day), design.rule(tol.fail_rule)).estimate
+        return launch_history_gate(at, CellRuns(runs, history), 0.0, design.prior(sd, day), design.rule(tol.fail_rule)).estimate
 
     step = estimate(2, STEP_TIME, tol.prior_between_sd, None)
     accept = estimate(1, ACCEPT_LENGTH, tol.prior_between_sd_accept, 0.0)
     return attribution(step, accept, tok_s) if step is not None or accept is not None else None
 
 
-def _must_win(state: _SessionState, name: str, cfg: ServerConfig, c: int, tok: list[list[float]],
+def _must_win(state: _SessionState, name: str, cfg: ServerConfig, c: int, tok: CellRuns,
               launches: dict[str, list[Launch]], stage: int) -> GateResult:
     """The speculation gate of one cell, called as the session calls it."""
     limit = cfg.speculation_must_win_up_to
@@ -263,7 +286,9 @@ def _must_win(state: _SessionState, name: str, cfg: ServerConfig, c: int, tok: l
                     state.alpha["speculation" if must_win else "speculation, report only"], enforced=must_win, stage=stage)
     side = ReferenceSide(Versus(Against.REFERENCE, ref), launches=state.runs(launches, ref, c, 0),
                          pair_histories=pair)
-    return must_win_gate(test, tok, side, tol.speculation_min_gain, design.prior(tol.prior_between_sd),
+    # without the pair's histories the speculative side's limit pools nothing stored either
+    spec = tok if pair else CellRuns(tok.launches, (), tok.stalls and replace(tok.stalls, history=()))
+    return must_win_gate(test, spec, side, tol.speculation_min_gain, design.prior(tol.prior_between_sd),
                          design.rule(tol.fail_rule))
 
 

@@ -18,7 +18,12 @@ side (two distances of four) the scatter is still the quiet runs'. A median woul
 it is half a stall, and the limit would open to 70 %.
 
 Only rates are checked (tok/s, good requests/s, step rates): a stall slows them; an accept length
-does not move with the machine.
+does not move with the machine. A speculative cell's tok/s moves with its runs' acceptance too: a
+run whose requests happen to accept more is the fastest by 30 % (tok/s [718, 546, 533] at accept
+lengths [3.61, 2.72, 2.64], the study's per-run acceptance), and the two ordinary runs would read as
+stalled. So its stalls are judged on a ``StallBasis``: the server's decode steps per second (tok/s
+÷ accept length), which a stall slows as it slows tok/s and acceptance does not move ([199, 201,
+202] for those runs).
 """
 
 from __future__ import annotations
@@ -43,6 +48,21 @@ class SetAside:
     gap: float  # the slowest of them, as a fraction below the fastest run
     limit: float  # the gap beyond which a run is outside the fastest run's cluster
     config: str = ""  # whose launch, where not the gate's own (the speculation gate's reference)
+
+
+@dataclass(frozen=True)
+class StallBasis:
+    """The per-run values a series' stalls are judged on where they are not its own, shaped like its
+    launches (one list per launch, run for run) and its stored sessions: a speculative cell's
+    decode steps per second (``RunSeries.steps_per_s``). Where the shapes differ (a run without an
+    accept length left out of one series) the series is judged on its own values."""
+
+    launches: Sequence[Sequence[float]]
+    history: Sequence[Sequence[float]] = ()
+
+
+def _same_shape(a: Sequence[Sequence[float]], b: Sequence[Sequence[float]]) -> bool:
+    return len(a) == len(b) and all(len(x) == len(y) for x, y in zip(a, b, strict=True))
 
 
 def robust_log_sd(groups: Sequence[Sequence[float]]) -> float:
@@ -82,16 +102,21 @@ def disagreement(runs: Sequence[float], limit: float, launch: int = 1) -> SetAsi
     return SetAside(launch, tuple(i + 1 for i in slow), 1 - min(runs) / fastest, limit)
 
 
-def consistent_launches(launches: Sequence[Sequence[float]],
-                        pooled_with: Sequence[Sequence[float]] = ()) -> tuple[list[Sequence[float]], tuple[SetAside, ...]]:
+def consistent_launches(launches: Sequence[Sequence[float]], pooled_with: Sequence[Sequence[float]] = (),
+                        basis: StallBasis | None = None) -> tuple[list[Sequence[float]], tuple[SetAside, ...]]:
     """The launches whose medians hold, and those set aside; the limit is pooled over the
-    launches and ``pooled_with`` (the cell's stored sessions). A launch with a value that is not
-    a positive number is kept: it is not a stall, and the statistics reject it by name."""
-    limit = outlier_limit([*launches, *pooled_with])
+    launches and ``pooled_with`` (the cell's stored sessions). With a ``basis`` of the same shape
+    the runs are judged on it (its launches, the limit pooled with its history) and the launches
+    kept are still ``launches``. A launch with a value that is not a positive number is kept: it
+    is not a stall, and the statistics reject it by name."""
+    judged, pool = launches, pooled_with
+    if basis is not None and _same_shape(basis.launches, launches) and _same_shape(basis.history, pooled_with):
+        judged, pool = basis.launches, basis.history
+    limit = outlier_limit([*judged, *pool])
     kept: list[Sequence[float]] = []
     aside: list[SetAside] = []
-    for i, runs in enumerate(launches):
-        found = disagreement(runs, limit, i + 1) if all(x > 0 and math.isfinite(x) for x in runs) else None
+    for i, (runs, seen) in enumerate(zip(launches, judged, strict=True)):
+        found = disagreement(seen, limit, i + 1) if all(x > 0 and math.isfinite(x) for x in seen) else None
         if found is None:
             kept.append(runs)
         else:

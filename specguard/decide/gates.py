@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from specguard.config import PRIOR_BETWEEN_DOF, Suite, Tolerances
-from specguard.decide.consistency import SetAside, consistent_launches
+from specguard.decide.consistency import SetAside, StallBasis, consistent_launches
 from specguard.decide.prior import (
     PRIOR_CHECK_P,
     HistoryOf,
@@ -49,6 +49,21 @@ from specguard.decide.stats import (
 from specguard.labels import SPECULATION, STEP_TIME, THROUGHPUT, GateLabel, Level, TextEnum, Verdict
 
 Runs = Sequence[Sequence[float]]  # one list of run values per server launch (or per stored session)
+
+
+@dataclass(frozen=True)
+class CellRuns:
+    """One series of a cell as a gate reads it: this session's launches and the cell's stored
+    sessions (one list of run values each), and where its stalls are judged on other values than
+    its own (a speculative cell's tok/s, decide/consistency.py), those."""
+
+    launches: Runs
+    history: Runs = ()
+    stalls: StallBasis | None = None
+
+    def consistent(self) -> tuple[Runs, tuple[SetAside, ...]]:
+        """The launches whose runs agree, and those set aside (decide/consistency.py)."""
+        return consistent_launches(self.launches, self.history, self.stalls)
 
 
 @dataclass(frozen=True)
@@ -209,8 +224,7 @@ def _disagreeing(test: GateTest, aside: tuple[SetAside, ...]) -> GateResult:
     return replace(result, set_aside=aside)
 
 
-def launch_history_gate(test: GateTest, launches: Runs, history: Runs, tolerance: float, prior: Prior,
-                        rule: Rule) -> GateResult:
+def launch_history_gate(test: GateTest, cell: CellRuns, tolerance: float, prior: Prior, rule: Rule) -> GateResult:
     """This session's launches of a cell (one list of runs per server launch) against its stored
     sessions. Fails iff current/baseline is significantly below 1 and estimated below
     1 - tolerance (rule "significant"), or its whole interval is below 1 - tolerance
@@ -218,12 +232,12 @@ def launch_history_gate(test: GateTest, launches: Runs, history: Runs, tolerance
     dof, pooled with the prior) and drops a prior it contradicts (``prior.between_estimate``).
     For a rate, a launch whose runs disagree (decide/consistency.py) is set aside; when every
     launch is, the cell is not measured (an error, never a regression)."""
+    launches, history = cell.launches, cell.history
     aside: tuple[SetAside, ...] = ()
     if test.gate.gate in RATE_GATES:
-        kept, aside = consistent_launches(launches, history)
-        if aside and not kept:
+        launches, aside = cell.consistent()
+        if aside and not launches:
             return _disagreeing(test, aside)
-        launches = kept
     runs = _flat(launches)
     if len(runs) < 2:
         return test.problem(Verdict.ERROR, Problem(Why.TOO_FEW_RUNS, count=len(runs)))
@@ -235,14 +249,13 @@ def launch_history_gate(test: GateTest, launches: Runs, history: Runs, tolerance
                        launches=_launch_count(launches), set_aside=aside)
 
 
-def step_time_gate(test: GateTest, launches: Runs, history: Runs, tolerance: float, prior: Prior,
-                   rule: Rule) -> GateResult:
-    """The engine's time per decode step of a request against its stored sessions. ``launches``
-    and ``history`` hold step rates (1000 / step ms: lower is worse, as tok/s), so the gate is
+def step_time_gate(test: GateTest, cell: CellRuns, tolerance: float, prior: Prior, rule: Rule) -> GateResult:
+    """The engine's time per decode step of a request against its stored sessions. ``cell``
+    holds step rates (1000 / step ms: lower is worse, as tok/s), so the gate is
     the history gate's; a step-time increase of ``tolerance`` is the rate ratio 1 / (1 +
     tolerance). The result's estimate is the rate ratio (what Holm and the summary compare);
     its figures are step times in ms and its tolerance the slowdown."""
-    result = launch_history_gate(test, launches, history, 1 - 1 / (1 + tolerance), prior, rule)
+    result = launch_history_gate(test, cell, 1 - 1 / (1 + tolerance), prior, rule)
     if result.estimate is None or result.current is None or result.reference is None:
         return result
     return replace(result, current=1e3 / result.current, reference=1e3 / result.reference, tolerance=tolerance)
@@ -294,11 +307,14 @@ class ReferenceSide:
     history: Runs | None = None
     pair_histories: tuple[Runs, Runs] | None = None
     session_spread: SpreadEstimate | None = None
+    stalls: StallBasis | None = None  # what its launches' stalls are judged on (a speculative reference's)
 
 
-def must_win_gate(test: GateTest, spec: Runs, reference: ReferenceSide, min_gain: float, prior: Prior,
+def must_win_gate(test: GateTest, spec: CellRuns, reference: ReferenceSide, min_gain: float, prior: Prior,
                   rule: Rule) -> GateResult:
-    """Speculation vs its reference at one level, launches as units.
+    """Speculation vs its reference at one level, launches as units. ``spec``: the speculative
+    configuration's launches, its stored sessions at this level and its stall basis (its runs'
+    consistency is judged on them, decide/consistency.py).
 
     Hypothesis tested where speculation must win (``test.enforced``): H0 "spec/reference >= 1 +
     min_gain" (speculation wins as declared). The cell fails when the data reject H0 at the
@@ -308,37 +324,37 @@ def must_win_gate(test: GateTest, spec: Runs, reference: ReferenceSide, min_gain
     profile: 2.3 %) no affordable number of launches resolves it, and every healthy run would fail.
     The fail rule is always "significant" here (``rule`` gives the pass level).
     """
-    spec, reference, aside = _consistent_sides(spec, reference)
-    if aside and (not spec or reference.launches == []):
+    spec_kept, reference, aside = _consistent_sides(spec, reference)
+    if aside and (not spec_kept or reference.launches == []):
         return _disagreeing(test, aside)
     threshold = 1 + min_gain
     own = pair_spread(*reference.pair_histories) if reference.pair_histories is not None else None
     estimate = own if own is not None else reference.session_spread
     criterion = Criterion(threshold, gate_confidence(test.alpha), replace(rule, fail_rule="significant"))
     if reference.launches:
-        est = compare_launch_sets(spec, reference.launches, criterion, prior, spread=estimate, pool=own)
+        est = compare_launch_sets(spec_kept, reference.launches, criterion, prior, spread=estimate, pool=own)
         ref_runs = _flat(reference.launches)
     elif reference.history:
         # the reference's stored sessions check the prior where the pair has no history at this level
         pool = own if own is not None else history_spread(reference.history)
-        est = compare_launches(spec, reference.history, criterion, prior, spread=estimate, pool=pool)
+        est = compare_launches(spec_kept, reference.history, criterion, prior, spread=estimate, pool=pool)
         ref_runs = _flat(reference.history)
     else:
         raise ValueError("must_win_gate needs the reference's launches or its stored sessions")
-    return test.result(est.outcome(), estimate=est, current=_mean(_flat(spec)), reference=_mean(ref_runs),
-                       versus=reference.versus, tolerance=min_gain, rule="significant", launches=_launch_count(spec),
+    return test.result(est.outcome(), estimate=est, current=_mean(_flat(spec_kept)), reference=_mean(ref_runs),
+                       versus=reference.versus, tolerance=min_gain, rule="significant", launches=_launch_count(spec_kept),
                        set_aside=aside)
 
 
-def _consistent_sides(spec: Runs, reference: ReferenceSide) -> tuple[Runs, ReferenceSide, tuple[SetAside, ...]]:
+def _consistent_sides(spec: CellRuns, reference: ReferenceSide) -> tuple[Runs, ReferenceSide, tuple[SetAside, ...]]:
     """Both sides' launches whose runs agree (decide/consistency.py), each side's limit pooled with
     its own stored sessions at this level, as the session's check before a re-measure pools it
     (``CellGates.runs_disagree``); the reference's launches become [] when none agrees."""
-    spec_history, ref_history = reference.pair_histories or ((), ())
-    spec_kept, spec_aside = consistent_launches(spec, spec_history)
+    ref_history = reference.pair_histories[1] if reference.pair_histories else ()
+    spec_kept, spec_aside = spec.consistent()
     if not reference.launches:
         return spec_kept, reference, spec_aside
-    ref_kept, ref_aside = consistent_launches(reference.launches, ref_history)
+    ref_kept, ref_aside = consistent_launches(reference.launches, ref_history, reference.stalls)
     ref_aside = tuple(replace(a, config=reference.versus.name) for a in ref_aside)
     return spec_kept, replace(reference, launches=ref_kept), spec_aside + ref_aside
 

@@ -427,6 +427,14 @@ class RunSeries:
     def accept_lengths(self) -> list[float]:
         return [r.accept_length for r in self.runs if r.accept_length is not None]
 
+    @property
+    def steps_per_s(self) -> list[float]:
+        """Per run, the server's decode steps per second: tok/s ÷ accept length (a verify step
+        makes accept-length tokens), tok/s for a run without one (a plain decode step makes one).
+        A stall slows it as it slows tok/s; a run's acceptance does not move it
+        (decide/consistency.py judges a speculative cell's stalls on it)."""
+        return [r.output_throughput / r.accept_length if r.accept_length else r.output_throughput for r in self.runs]
+
     def position_shares(self, k: int) -> list[float]:
         """Per run, the share of its verify steps that accepted at least k drafts (acceptance at
         draft position k, from the correct-drafts histogram); runs without the histogram, or whose

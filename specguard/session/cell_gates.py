@@ -7,9 +7,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from specguard.decide.consistency import consistent_launches
+from specguard.decide.consistency import StallBasis
 from specguard.decide.gates import (
     ATTRIBUTION_CONFIDENCE,
+    CellRuns,
     GateTest,
     attribution,
     launch_history_gate,
@@ -18,7 +19,7 @@ from specguard.decide.gates import (
 from specguard.decide.result import Attribution, Drift, GateResult, Half, PositionShare, Problem, Why
 from specguard.decide.stats import RatioEstimate, Rule, downward_trend
 from specguard.labels import ACCEPT_LENGTH, STEP_TIME, THROUGHPUT, GateLabel, Verdict
-from specguard.session.cells import ACCEPT_LENGTHS, STEP_RATES, THROUGHPUTS, position_metric
+from specguard.session.cells import ACCEPT_LENGTHS, STEP_RATES, STEPS_PER_S, THROUGHPUTS, position_metric
 from specguard.session.parts import SessionParts
 
 DRIFT_P = 0.01  # one-sided p below which a cell's falling accept length is reported
@@ -56,22 +57,32 @@ class CellGates:
             verdict = Verdict.ERROR if missing == Why.HISTORY_UNREADABLE else Verdict.SKIP
             result = test.problem(verdict, Problem(missing, reason), current=_mean(current))
         else:
-            result = self._against_history(test, launches, history)
+            result = self._against_history(test, CellRuns(launches, history, self.stall_basis(name, level, metric)))
         if gate == ACCEPT_LENGTH and not category:
             result = self._drift(self._positions(result, test), name, level)
         return result
 
     def runs_disagree(self, name: str, level: int) -> bool:
-        """The cell's last measurement (launch) of tok/s or step rate has runs that disagree, with
-        the limit pooled as the gate pools it (its launches and stored sessions)."""
+        """The cell's last measurement (launch) of tok/s or step rate has runs that disagree, judged
+        as the gate judges them (its stall basis, the limit pooled with its stored sessions)."""
         for metric in (THROUGHPUTS, STEP_RATES):
             launches = self._parts.cells.launch_values(name, level, metric)
             if not launches:
                 continue
             history = self._parts.histories.cell(name, level, metric)[0] or []
-            if any(a.launch == len(launches) for a in consistent_launches(launches, history)[1]):
+            cell = CellRuns(launches, history, self.stall_basis(name, level, metric))
+            if any(a.launch == len(launches) for a in cell.consistent()[1]):
                 return True
         return False
+
+    def stall_basis(self, name: str, level: int, metric: str) -> StallBasis | None:
+        """What a series' stalls are judged on where not its own values: a speculative cell's tok/s
+        on its decode steps per second, which the runs' acceptance does not move
+        (decide/consistency.py)."""
+        if metric != THROUGHPUTS or not self._parts.suite.servers[name].speculative:
+            return None
+        history = self._parts.histories.cell(name, level, STEPS_PER_S)[0] or []
+        return StallBasis(self._parts.cells.launch_values(name, level, STEPS_PER_S), history)
 
     def _forced(self, test: GateTest) -> GateResult:
         """Acceptance forced to N tokens per verify step (SGLANG_SIMULATE_ACC_LEN, SGLang 0.5.23
@@ -136,7 +147,7 @@ class CellGates:
                 shares.append(PositionShare(k, Verdict.FAIL, None, 0.0, reference))
                 continue
             at = GateTest(test.gate, name, test.level, alpha, stage=test.stage)
-            r = launch_history_gate(at, launches, history, 1 - (1 - tol.accept_length) ** k, prior, rule)
+            r = launch_history_gate(at, CellRuns(launches, history), 1 - (1 - tol.accept_length) ** k, prior, rule)
             shares.append(PositionShare(k, r.verdict, r.estimate, r.current, r.reference))
         result = replace(result, positions=tuple(shares))
         dropped = next((s.position for s in shares if s.verdict == Verdict.FAIL), None)
@@ -160,16 +171,17 @@ class CellGates:
             return test.problem(Verdict.ERROR, Problem(Why.NO_STEP_TIME))
         return None
 
-    def _against_history(self, test: GateTest, launches: list[list[float]], history: list[list[float]]) -> GateResult:
+    def _against_history(self, test: GateTest, cell: CellRuns) -> GateResult:
         tol, design = self._parts.suite.tolerances, self._parts.design
         rule = design.rule(tol.fail_rule)
-        if test.gate.gate == STEP_TIME:
-            return step_time_gate(test, launches, history, tol.step_time, design.prior(tol.prior_between_sd), rule)
+        if test.gate.gate == STEP_TIME:  # the prior checked a second time as for tok/s: the study's seed 11
+            prior = replace(design.prior(tol.prior_between_sd), session=self._parts.histories.check_spread(STEP_RATES))
+            return step_time_gate(test, cell, tol.step_time, prior, rule)
         if test.gate.gate == ACCEPT_LENGTH:
-            return launch_history_gate(test, launches, history, tol.accept_length,
+            return launch_history_gate(test, cell, tol.accept_length,
                                        design.prior(tol.prior_between_sd_accept, day_sd=0.0), rule)
         prior = replace(design.prior(tol.prior_between_sd), session=self._parts.histories.check_spread(THROUGHPUTS))
-        result = launch_history_gate(test, launches, history, tol.throughput, prior, rule)
+        result = launch_history_gate(test, cell, tol.throughput, prior, rule)
         if self._parts.suite.servers[test.config].speculative and result.estimate is not None:
             return self._attribute(result, test, rule)
         return result
@@ -196,7 +208,7 @@ class CellGates:
         prior = (design.prior(tol.prior_between_sd_accept, day_sd=0.0) if gate == ACCEPT_LENGTH
                  else design.prior(tol.prior_between_sd))
         at = GateTest(GateLabel(gate), name, test.level, alpha=(1 - ATTRIBUTION_CONFIDENCE) / 2)
-        return launch_history_gate(at, launches, history, 0.0, prior, rule).estimate
+        return launch_history_gate(at, CellRuns(launches, history), 0.0, prior, rule).estimate
 
     def _not_running(self, test: GateTest, accept: list[float]) -> GateResult | None:
         """Speculation silently off (sglang#24795, "stuck at 1"): a failure by name, baseline or not."""

@@ -11,6 +11,7 @@ from specguard.measure.sweep import CellMeasurement
 # A metric a gate compares, by the per-run series it reads (runs of a cell or of a stored session).
 THROUGHPUTS, ACCEPT_LENGTHS, REQUEST_GOODPUTS = "throughputs", "accept_lengths", "request_goodputs"
 STEP_RATES = "step_rates"  # decode steps per second of a request: the step-time gate's series
+STEPS_PER_S = "steps_per_s"  # the server's decode steps per second: what tok/s's stalls are judged on
 POSITION_SHARES = "position_shares@"  # + k: per run, the share of verify steps accepting >= k drafts
 
 

@@ -6,10 +6,11 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from specguard.decide.gates import GateTest, ReferenceSide, must_win_gate
+from specguard.decide.consistency import StallBasis
+from specguard.decide.gates import CellRuns, GateTest, ReferenceSide, must_win_gate
 from specguard.decide.result import Against, Factors, GateResult, Problem, Versus, Why
 from specguard.labels import SPECULATION, GateLabel, Verdict
-from specguard.session.cells import ACCEPT_LENGTHS, REQUEST_GOODPUTS, STEP_RATES, THROUGHPUTS
+from specguard.session.cells import ACCEPT_LENGTHS, REQUEST_GOODPUTS, STEP_RATES, STEPS_PER_S, THROUGHPUTS
 from specguard.session.parts import SessionParts
 
 
@@ -55,7 +56,8 @@ class SpeculationGate:
         if self._goodput and any(v <= 0 for launch in ref_values for v in launch):
             return test.problem(Verdict.ERROR, Problem(Why.ZERO_GOODPUT, str(self._parts.suite.sweep.slo), reference=ref))
         role = Against.REFERENCE_ROLE if (ref, level) in self._parts.cells.reference_roles else Against.REFERENCE
-        result = self._compare(test, spec, ReferenceSide(Versus(role, ref), launches=ref_values))
+        side = ReferenceSide(Versus(role, ref), launches=ref_values, stalls=self._stall_basis(ref, level))
+        result = self._compare(test, spec, side)
         return result if self._goodput else replace(result, factors=self._factors(test, ref))
 
     def _against_stored(self, test: GateTest, ref: str, spec: list[list[float]]) -> GateResult:
@@ -74,12 +76,21 @@ class SpeculationGate:
         parts, current = self._parts, self._parts.planner.current
         name, level, ref = test.config, test.level.value, side.versus.name
         tol = parts.suite.tolerances
+        spec_history = parts.histories.stored(name, level, self._metric)
         side = replace(side, session_spread=parts.histories.spread(self._metric, current.selected_cells),
-                       pair_histories=(parts.histories.stored(name, level, self._metric),
-                                       parts.histories.stored(ref, level, self._metric)))
-        result = must_win_gate(test, spec, side, tol.speculation_min_gain, parts.design.prior(tol.prior_between_sd),
+                       pair_histories=(spec_history, parts.histories.stored(ref, level, self._metric)))
+        result = must_win_gate(test, CellRuns(spec, spec_history, self._stall_basis(name, level)), side,
+                               tol.speculation_min_gain, parts.design.prior(tol.prior_between_sd),
                                parts.design.rule(tol.fail_rule))
         return replace(result, goodput=self._goodput)
+
+    def _stall_basis(self, name: str, level: int) -> StallBasis | None:
+        """tok/s judged for stalls on decode steps per second, as the tok/s gate judges it
+        (CellGates.stall_basis); good requests/s on its own values."""
+        if self._goodput or not self._parts.suite.servers[name].speculative:
+            return None
+        return StallBasis(self._parts.cells.launch_values(name, level, STEPS_PER_S),
+                          self._parts.histories.stored(name, level, STEPS_PER_S))
 
     def _factors(self, test: GateTest, ref: str) -> Factors | None:
         """Where the speculative configuration's speed comes from, against its reference measured

@@ -12,6 +12,7 @@ from specguard.config import Tolerances
 from specguard.decide.consistency import (
     RUN_OUTLIER,
     SetAside,
+    StallBasis,
     consistent_launches,
     disagreement,
     outlier_limit,
@@ -60,6 +61,23 @@ def test_consistent_launches_keeps_the_launches_whose_median_holds_and_numbers_t
     assert kept == [[99.8, 100.1, 100.3]]
     assert aside == (SetAside(1, (1, 2), pytest.approx(0.30), RUN_OUTLIER),)
     assert consistent_launches([[300.0, -1.0]])[1] == ()  # not a stall: the statistics name the bad value
+
+
+# The study's per-run acceptance (6 Dec): eagle3 c1's run with high acceptance is the fast one.
+HIGH_ACCEPTANCE_RUN = [718.0, 546.0, 533.0]
+STEPS = [199.0, 201.0, 202.0]  # tok/s / accept lengths [3.61, 2.72, 2.64]: the steps per second agree
+
+
+def test_a_speculative_cell_is_judged_on_its_steps_per_second_which_acceptance_does_not_move():
+    assert consistent_launches([HIGH_ACCEPTANCE_RUN], HISTORY)[1]  # on tok/s: two "stalled" runs
+    kept, aside = consistent_launches([HIGH_ACCEPTANCE_RUN], HISTORY, StallBasis([STEPS], [[s / 3.0 for s in
+                                                                                      h] for h in HISTORY]))
+    assert kept == [HIGH_ACCEPTANCE_RUN] and aside == ()
+    stalled = StallBasis([[140.0, 141.0, 201.0]])  # two runs of three stalled, whatever they accepted
+    kept, aside = consistent_launches([[500.0, 505.0, 720.0]], (), stalled)
+    assert kept == [] and [(a.launch, a.runs) for a in aside] == [(1, (1, 2))]
+    # a basis that does not match the runs run for run (a run without an accept length): tok/s itself
+    assert consistent_launches([HIGH_ACCEPTANCE_RUN], HISTORY, StallBasis([STEPS[:2]]))[1]
 
 
 def test_two_stalled_runs_of_three_are_not_measured_where_they_failed_unchanged_code():

@@ -116,6 +116,21 @@ def test_attach_mode_measures_a_disagreeing_cell_again_on_the_same_server_as_the
     assert study.decide_session(tiny, attach, short, trial.history).failed
 
 
+def test_a_run_that_accepted_more_is_no_stall_in_the_study_as_in_the_session(tiny):
+    # CellGates.stall_basis: a speculative cell's stalls are judged on tok/s / accept length. Runs 2
+    # and 3 accepting 25 % less (tok/s down with them, step rates unchanged) are neither measured
+    # again nor set aside, and a cell without runs to measure again is still decided.
+    noise = study.Noise(within={}, between={}, stall_rate=0.0)
+    trial = study.simulate_trial(tiny, 0, 3, 5, 3, noise, [])
+    tok, acc, rate = trial.current["eagle3"][4]
+    lower = [1.0, 0.75, 0.75]
+    accepted_less = {**trial.current["eagle3"], 4: ([t * f for t, f in zip(tok, lower)],
+                                                    [a * f for a, f in zip(acc, lower)], rate)}
+    attach = study.GateSettings(3, tiny.tolerances, "attach")
+    verdict = study.decide_session(tiny, attach, {**trial.current, "eagle3": accepted_less}, trial.history)
+    assert ("eagle3", 4) not in {(g.config, g.level.value) for g in verdict.failing if g.verdict == Verdict.ERROR}
+
+
 def test_spreads_recover_known_within_and_between_sd_and_set_stalls_apart():
     rng = np.random.default_rng(0)
     sessions = [{(n, c): rng.normal(rng.normal(0, 0.02), 0.01, 5) for n in ("a", "b", "c") for c in (1, 4)}

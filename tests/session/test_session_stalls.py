@@ -64,6 +64,27 @@ def test_a_cell_whose_second_measurement_disagrees_too_is_not_measured_never_a_r
     assert message(r).startswith("throughput baseline c1: not measured: the runs of every launch disagree")
 
 
+def test_a_speculative_run_that_accepted_more_is_fast_not_the_only_one_that_did_not_stall(tmp_path):
+    # The study's per-run acceptance (6 Dec, 8 % of attach sessions "not measured"): eagle3 c1's
+    # tok/s [718, 546, 533] at accept lengths [3.61, 2.72, 2.64]; its steps per second agree.
+    sg = make_session(tmp_path)
+    fake_server(sg, "eagle3")
+    BaselineStore(tmp_path / "baselines").record_sessions(
+        "eagle3", Fingerprint(sg.histories.fingerprint("eagle3").fields),
+        {1: stored_session("s", [600.0, 603.0, 598.0])}, keep=5)
+    runs = [run(t, a) for t, a in ((718.0, 3.61), (546.0, 2.72), (533.0, 2.64))]
+    sg.cells.add("eagle3", 1, "L1", CellMeasurement(config="eagle3", concurrency=1, runs=runs))
+    assert not sg.verdicts.runs_disagree("eagle3", 1)  # not measured again
+    r = sg.throughput_result("eagle3", 1)
+    assert r.verdict != Verdict.ERROR and r.set_aside == (), message(r)
+    stalled = [run(t, a) for t, a in ((500.0, 2.5), (505.0, 2.52), (720.0, 3.6))]  # 200, 200, 200 steps/s ...
+    sg.cells.add("eagle3", 1, "L1", CellMeasurement(config="eagle3", concurrency=1, runs=stalled))
+    assert not sg.verdicts.runs_disagree("eagle3", 1)  # ... acceptance, not a stall
+    slowed = [run(t, 3.0) for t in (420.0, 425.0, 600.0)]  # the same acceptance, two runs 30 % slower: stalls
+    sg.cells.add("eagle3", 1, "L1", CellMeasurement(config="eagle3", concurrency=1, runs=slowed))
+    assert sg.verdicts.runs_disagree("eagle3", 1)
+
+
 @pytest.mark.e2e
 def test_a_relaunched_session_launches_a_reference_whose_runs_disagreed_again_alone(tmp_path):
     # The CI failure of 2026-12-02 (vLLM CPU): the reference's first launch stalled at c1, no launch
