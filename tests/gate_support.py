@@ -50,7 +50,7 @@ def speculation_gate(config: str, c: int, spec, reference, reference_name: str, 
     else:
         versus = Versus(Against.STORED_REFERENCE, reference_name, len(reference_history or []))
     side = ReferenceSide(versus, launches=reference or None, history=reference_history,
-                         pair_histories=pair_histories, session_spread=spread)
+                         stored=pair_histories[1] if pair_histories is not None else None, session_spread=spread)
     test = gate_test("speculation", config, c, alpha_cell, stage=stage, enforced=must_win)
     spec_history = pair_histories[0] if pair_histories else ()
     return must_win_gate(test, CellRuns(spec, spec_history), side, tol.speculation_min_gain, design.prior(tol.prior_between_sd),

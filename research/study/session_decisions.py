@@ -285,7 +285,7 @@ def _must_win(state: _SessionState, name: str, cfg: ServerConfig, c: int, tok: C
     test = GateTest(GateLabel(SPECULATION), name, Level(c),
                     state.alpha["speculation" if must_win else "speculation, report only"], enforced=must_win, stage=stage)
     side = ReferenceSide(Versus(Against.REFERENCE, ref), launches=state.runs(launches, ref, c, 0),
-                         pair_histories=pair)
+                         stored=pair[1] if pair else None)
     # without the pair's histories the speculative side's limit pools nothing stored either
     spec = tok if pair else CellRuns(tok.launches, (), tok.stalls and replace(tok.stalls, history=()))
     return must_win_gate(test, spec, side, tol.speculation_min_gain, design.prior(tol.prior_between_sd),

@@ -204,7 +204,7 @@ def session_spread(cell_histories: dict[tuple[str, int], Runs]) -> SpreadEstimat
 
 def pair_spread(spec_history: Runs, reference_history: Runs) -> SpreadEstimate | None:
     """The spread behind a speculation ratio: both configurations' stored histories at this
-    level, pooled (each K - 1 dof). ``ReferenceSide.pair_histories`` carries them."""
+    level, pooled (each K - 1 dof): ``CellRuns.history`` and ``ReferenceSide.stored``."""
     return pool_spreads([history_spread(spec_history) if spec_history else None,
                          history_spread(reference_history) if reference_history else None])
 
@@ -298,14 +298,15 @@ def attribution(step_rate: RatioEstimate | None, accept: RatioEstimate | None,
 class ReferenceSide:
     """What a speculation test compares with: the reference's launches in this session (the day
     cancels), or else all its stored sessions of this environment (``history``).
-    ``pair_histories``: the speculative configuration's and the reference's stored sessions at
-    this level, whose pooled spread (``pair_spread``) estimates the spread and checks the prior;
-    without them ``session_spread`` (the session's pooled tok/s spread) is the estimate."""
+    ``stored``: the reference's stored sessions at this level; with the speculative side's
+    (``CellRuns.history``) their pooled spread (``pair_spread``) estimates the spread and checks
+    the prior; without them (None) ``session_spread`` (the session's pooled tok/s spread) is the
+    estimate."""
 
     versus: Versus
     launches: Runs | None = None
     history: Runs | None = None
-    pair_histories: tuple[Runs, Runs] | None = None
+    stored: Runs | None = None
     session_spread: SpreadEstimate | None = None
     stalls: StallBasis | None = None  # what its launches' stalls are judged on (a speculative reference's)
 
@@ -328,7 +329,7 @@ def must_win_gate(test: GateTest, spec: CellRuns, reference: ReferenceSide, min_
     if aside and (not spec_kept or reference.launches == []):
         return _disagreeing(test, aside)
     threshold = 1 + min_gain
-    own = pair_spread(*reference.pair_histories) if reference.pair_histories is not None else None
+    own = pair_spread(spec.history, reference.stored) if reference.stored is not None else None
     estimate = own if own is not None else reference.session_spread
     criterion = Criterion(threshold, gate_confidence(test.alpha), replace(rule, fail_rule="significant"))
     if reference.launches:
@@ -350,11 +351,10 @@ def _consistent_sides(spec: CellRuns, reference: ReferenceSide) -> tuple[Runs, R
     """Both sides' launches whose runs agree (decide/consistency.py), each side's limit pooled with
     its own stored sessions at this level, as the session's check before a re-measure pools it
     (``CellGates.runs_disagree``); the reference's launches become [] when none agrees."""
-    ref_history = reference.pair_histories[1] if reference.pair_histories else ()
     spec_kept, spec_aside = spec.consistent()
     if not reference.launches:
         return spec_kept, reference, spec_aside
-    ref_kept, ref_aside = consistent_launches(reference.launches, ref_history, reference.stalls)
+    ref_kept, ref_aside = consistent_launches(reference.launches, reference.stored or (), reference.stalls)
     ref_aside = tuple(replace(a, config=reference.versus.name) for a in ref_aside)
     return spec_kept, replace(reference, launches=ref_kept), spec_aside + ref_aside
 

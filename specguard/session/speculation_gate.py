@@ -78,7 +78,7 @@ class SpeculationGate:
         tol = parts.suite.tolerances
         spec_history = parts.histories.stored(name, level, self._metric)
         side = replace(side, session_spread=parts.histories.spread(self._metric, current.selected_cells),
-                       pair_histories=(spec_history, parts.histories.stored(ref, level, self._metric)))
+                       stored=parts.histories.stored(ref, level, self._metric))
         result = must_win_gate(test, CellRuns(spec, spec_history, self._stall_basis(name, level)), side,
                                tol.speculation_min_gain, parts.design.prior(tol.prior_between_sd),
                                parts.design.rule(tol.fail_rule))
