@@ -7,7 +7,8 @@ as disagreeing (decide/consistency.py: the runs near the fastest run are not a s
 the median may be a stalled run; the limit pooled over the file's cells, as the gates pool it over
 the launches at hand), the file gives the cell no point for that metric and is listed as left out
 (docs/history.md). Only values a stall moves are checked: rates and step times, not accept
-length. The speculation
+length; a speculative cell's tok/s is judged, as the gates judge it, on its runs' tok/s ÷ accept
+length (decide/consistency.py ``StallBasis``: a run that accepted more is fast, not unstalled). The speculation
 ratio is a speculative configuration's value over its reference's at the same level in the same
 file. A file where the cell errored, or that lacks the metric (older files have no `step_time_ms`;
 no accept length without speculation), has no point either: the series skips it and keeps every
@@ -69,11 +70,12 @@ class Series:
 
 
 def robust_value(xs: list[float], limit: float = RUN_OUTLIER, stall: str = "down",
-                 reduce: Reducer = statistics.median) -> float | None:
+                 reduce: Reducer = statistics.median, judged: list[float] | None = None) -> float | None:
     """The runs' median (or ``reduce``), or None when their runs disagree as the gates judge it
-    (``consistency.disagreement`` at ``limit``; ``stall``: which way a stall moves them, "" for
-    values a stall does not move, which are not checked)."""
-    rates = [1 / x if stall == "up" else x for x in xs if x > 0]
+    (``consistency.disagreement`` at ``limit``, on ``judged`` where given, run for run; ``stall``:
+    which way a stall moves them, "" for values a stall does not move, which are not checked)."""
+    seen = judged if judged is not None and len(judged) == len(xs) else xs
+    rates = [1 / x if stall == "up" else x for x in seen if x > 0]
     if stall and len(rates) == len(xs) and disagreement(rates, limit) is not None:
         return None
     return reduce(xs)
@@ -92,6 +94,15 @@ def _runs(cell: CellDoc | None, key: str) -> list[float]:
     return [float(v) for r in cell["runs"] if isinstance(v := r.get(key), (int, float)) and math.isfinite(v)] if cell else []
 
 
+def _steps_per_s(cell: CellDoc | None) -> list[float] | None:
+    """Per run, tok/s ÷ accept length (``RunSeries.steps_per_s``) where every run has both; None
+    otherwise (a cell without speculation is judged on its tok/s)."""
+    tok, accept = _runs(cell, "output_throughput"), _runs(cell, "accept_length")
+    if not tok or len(accept) != len(tok) or not all(a > 0 for a in accept):
+        return None
+    return [t / a for t, a in zip(tok, accept, strict=True)]
+
+
 def file_values(doc: ResultsDoc, metrics: Iterable[Metric],
                 reduce: Reducer = statistics.median) -> dict[tuple[str, str, str], float | None]:
     """(config, level, metric key) -> this file's value for every measured cell that has the
@@ -104,7 +115,8 @@ def file_values(doc: ResultsDoc, metrics: Iterable[Metric],
 
     def value(cell: CellDoc | None, metric: Metric) -> _Found:
         xs = _runs(cell, metric.run_key)
-        return (True, robust_value(xs, limits[metric.run_key], metric.stall, reduce)) if xs else (False, None)
+        judged = _steps_per_s(cell) if metric.run_key == "output_throughput" else None
+        return (True, robust_value(xs, limits[metric.run_key], metric.stall, reduce, judged)) if xs else (False, None)
 
     for (config, level), cell in cells.items():
         for metric in metrics:

@@ -16,7 +16,7 @@ from specguard.decide.consistency import RUN_OUTLIER
 from specguard.timeline import detect, plot
 from specguard.timeline.files import HistoryError, collect_paths, load_files, newest, parse_since
 from specguard.timeline.findings import HISTORY
-from specguard.timeline.series import METRICS, Series, build_series, cell_level, robust_value
+from specguard.timeline.series import METRICS, Series, build_series, cell_level, file_values, robust_value
 from specguard.timeline.synthetic import STALL_FACTOR, Step, engine_step, synthetic_history, write_history
 
 
@@ -201,6 +201,19 @@ def test_a_files_value_is_the_median_and_runs_that_disagree_leave_it_out():
     assert robust_value([10.0, 10.1, 14.3], stall="up") == 10.1
     assert robust_value([2.0, 3.0, 3.1], stall="") == 3.0  # accept length: a stall does not move it, never checked
     assert robust_value([50.0]) == 50.0
+
+
+def test_a_run_that_accepted_more_keeps_a_speculative_file_s_tok_s_as_the_gates_keep_it():
+    # decide/consistency.py StallBasis: tok/s [718, 546, 533] at accept lengths [3.61, 2.72, 2.64]
+    # is one fast run of high acceptance, not two stalls: its steps per second agree
+    doc = synthetic_history(1, 0)[0]
+    cell = next(c for c in doc["cells"] if c["config"] == "eagle3")
+    cell["runs"] = [{**cell["runs"][0], "output_throughput": t, "accept_length": a}
+                    for t, a in ((718.0, 3.61), (546.0, 2.72), (533.0, 2.64))]
+    assert file_values(doc, [METRICS["tok_s"]])[("eagle3", cell["level"], "tok_s")] == 546.0
+    for run, accept in zip(cell["runs"], (2.7, 2.7, 2.7), strict=True):  # the same acceptance: two stalls
+        run["accept_length"] = accept
+    assert file_values(doc, [METRICS["tok_s"]])[("eagle3", cell["level"], "tok_s")] is None
 
 
 def test_one_stalled_run_in_the_newest_file_keeps_its_median_and_no_alarm(tmp_path, capsys):
