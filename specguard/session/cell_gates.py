@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from specguard.decide.consistency import StallBasis
 from specguard.decide.gates import (
     ATTRIBUTION_CONFIDENCE,
     CellRuns,
@@ -19,7 +18,7 @@ from specguard.decide.gates import (
 from specguard.decide.result import Attribution, Drift, GateResult, Half, PositionShare, Problem, Why
 from specguard.decide.stats import RatioEstimate, Rule, downward_trend
 from specguard.labels import ACCEPT_LENGTH, STEP_TIME, THROUGHPUT, GateLabel, Verdict
-from specguard.session.cells import ACCEPT_LENGTHS, STEP_RATES, STEPS_PER_S, THROUGHPUTS, position_metric
+from specguard.session.cells import ACCEPT_LENGTHS, STEP_RATES, THROUGHPUTS, position_metric
 from specguard.session.parts import SessionParts
 
 DRIFT_P = 0.01  # one-sided p below which a cell's falling accept length is reported
@@ -57,7 +56,8 @@ class CellGates:
             verdict = Verdict.ERROR if missing == Why.HISTORY_UNREADABLE else Verdict.SKIP
             result = test.problem(verdict, Problem(missing, reason), current=_mean(current))
         else:
-            result = self._against_history(test, CellRuns(launches, history, self.stall_basis(name, level, metric)))
+            stalls = self._parts.stall_basis(name, level) if metric == THROUGHPUTS else None
+            result = self._against_history(test, CellRuns(launches, history, stalls))
         if gate == ACCEPT_LENGTH and not category:
             result = self._drift(self._positions(result, test), name, level)
         return result
@@ -70,19 +70,10 @@ class CellGates:
             if not launches:
                 continue
             history = self._parts.histories.cell(name, level, metric)[0] or []
-            cell = CellRuns(launches, history, self.stall_basis(name, level, metric))
+            cell = CellRuns(launches, history, self._parts.stall_basis(name, level) if metric == THROUGHPUTS else None)
             if any(a.launch == len(launches) for a in cell.consistent()[1]):
                 return True
         return False
-
-    def stall_basis(self, name: str, level: int, metric: str) -> StallBasis | None:
-        """What a series' stalls are judged on where not its own values: a speculative cell's tok/s
-        on its decode steps per second, which the runs' acceptance does not move
-        (decide/consistency.py)."""
-        if metric != THROUGHPUTS or not self._parts.suite.servers[name].speculative:
-            return None
-        history = self._parts.histories.cell(name, level, STEPS_PER_S)[0] or []
-        return StallBasis(self._parts.cells.launch_values(name, level, STEPS_PER_S), history)
 
     def _forced(self, test: GateTest) -> GateResult:
         """Acceptance forced to N tokens per verify step (SGLANG_SIMULATE_ACC_LEN, SGLang 0.5.23
@@ -174,7 +165,7 @@ class CellGates:
     def _against_history(self, test: GateTest, cell: CellRuns) -> GateResult:
         tol, design = self._parts.suite.tolerances, self._parts.design
         rule = design.rule(tol.fail_rule)
-        if test.gate.gate == STEP_TIME:  # the prior checked a second time as for tok/s: the study's seed 11
+        if test.gate.gate == STEP_TIME:  # its prior checked by every configuration's step rates, as tok/s's
             prior = replace(design.prior(tol.prior_between_sd), session=self._parts.histories.check_spread(STEP_RATES))
             return step_time_gate(test, cell, tol.step_time, prior, rule)
         if test.gate.gate == ACCEPT_LENGTH:

@@ -10,7 +10,7 @@ from specguard.decide.consistency import StallBasis
 from specguard.decide.gates import CellRuns, GateTest, ReferenceSide, must_win_gate
 from specguard.decide.result import Against, Factors, GateResult, Problem, Versus, Why
 from specguard.labels import SPECULATION, GateLabel, Verdict
-from specguard.session.cells import ACCEPT_LENGTHS, REQUEST_GOODPUTS, STEP_RATES, STEPS_PER_S, THROUGHPUTS
+from specguard.session.cells import ACCEPT_LENGTHS, REQUEST_GOODPUTS, STEP_RATES, THROUGHPUTS
 from specguard.session.parts import SessionParts
 
 
@@ -85,12 +85,9 @@ class SpeculationGate:
         return replace(result, goodput=self._goodput)
 
     def _stall_basis(self, name: str, level: int) -> StallBasis | None:
-        """tok/s judged for stalls on decode steps per second, as the tok/s gate judges it
-        (CellGates.stall_basis); good requests/s on its own values."""
-        if self._goodput or not self._parts.suite.servers[name].speculative:
-            return None
-        return StallBasis(self._parts.cells.launch_values(name, level, STEPS_PER_S),
-                          self._parts.histories.stored(name, level, STEPS_PER_S))
+        """tok/s's stalls judged as the tok/s gate judges them (SessionParts.stall_basis); good
+        requests/s on its own values."""
+        return None if self._goodput else self._parts.stall_basis(name, level)
 
     def _factors(self, test: GateTest, ref: str) -> Factors | None:
         """Where the speculative configuration's speed comes from, against its reference measured
