@@ -15,7 +15,7 @@ from research.study.plan import GateSettings, suite_alphas
 from research.study.simulate import Launch, reference_of
 from research.study.verdict import SessionVerdict, cut_repeats, later_runs, speculation_ratios
 from specguard.config import ServerConfig, Suite
-from specguard.decide.consistency import StallBasis
+from specguard.decide.consistency import StallBasis, steps_per_s
 from specguard.decide.crossover import estimate_crossover
 from specguard.decide.gates import (
     ATTRIBUTION_CONFIDENCE,
@@ -83,19 +83,14 @@ class _SessionState:
 
     def tok_s(self, launches: dict[str, list[Launch]], name: str, c: int) -> CellRuns:
         """A cell's tok/s against its stored sessions, a speculative cell's stalls judged on its
-        decode steps per second as the session judges them (``CellGates.stall_basis``)."""
+        decode steps per second as the session judges them (``SessionParts.stall_basis``)."""
         history = [h[name][c][0] for h in self.hist]
         if not self.suite.servers[name].speculative:
             return CellRuns(self.runs(launches, name, c, 0), history)
-        basis = StallBasis([_steps_per_s(t, a) for t, a in zip(self.runs(launches, name, c, 0),
-                                                                self.runs(launches, name, c, 1), strict=True)],
-                           [_steps_per_s(h[name][c][0], h[name][c][1]) for h in self.hist])
+        basis = StallBasis([steps_per_s(t, a) or list(t) for t, a in zip(self.runs(launches, name, c, 0),
+                                                                         self.runs(launches, name, c, 1), strict=True)],
+                           [steps_per_s(h[name][c][0], h[name][c][1]) or list(h[name][c][0]) for h in self.hist])
         return CellRuns(self.runs(launches, name, c, 0), history, basis)
-
-
-def _steps_per_s(tok_s: list[float], accept: list[float]) -> list[float]:
-    """Per run, tok/s ÷ accept length (``RunSeries.steps_per_s``); tok/s where runs lack one."""
-    return [t / a for t, a in zip(tok_s, accept, strict=True)] if len(accept) == len(tok_s) else list(tok_s)
 
 
 def _start(suite: Suite, settings: GateSettings, launches: dict[str, list[Launch]],

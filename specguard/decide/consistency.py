@@ -61,6 +61,15 @@ class StallBasis:
     history: Sequence[Sequence[float]] = ()
 
 
+def steps_per_s(tok_s: Sequence[float], accept_lengths: Sequence[float]) -> list[float] | None:
+    """Per run, tok/s ÷ accept length (a verify step makes accept-length tokens; measured runs:
+    ``RunSeries.steps_per_s``), where every run has a positive accept length; None otherwise (the
+    runs are judged on their tok/s)."""
+    if not tok_s or len(accept_lengths) != len(tok_s) or not all(a > 0 for a in accept_lengths):
+        return None
+    return [t / a for t, a in zip(tok_s, accept_lengths, strict=True)]
+
+
 def _same_shape(a: Sequence[Sequence[float]], b: Sequence[Sequence[float]]) -> bool:
     return len(a) == len(b) and all(len(x) == len(y) for x, y in zip(a, b, strict=True))
 

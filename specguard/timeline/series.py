@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Literal
 
-from specguard.decide.consistency import RUN_OUTLIER, disagreement, outlier_limit
+from specguard.decide.consistency import RUN_OUTLIER, disagreement, outlier_limit, steps_per_s
 from specguard.report.schema import CellDoc, ResultsDoc
 from specguard.timeline.files import ResultsFile
 
@@ -94,15 +94,6 @@ def _runs(cell: CellDoc | None, key: str) -> list[float]:
     return [float(v) for r in cell["runs"] if isinstance(v := r.get(key), (int, float)) and math.isfinite(v)] if cell else []
 
 
-def _steps_per_s(cell: CellDoc | None) -> list[float] | None:
-    """Per run, tok/s ÷ accept length (``RunSeries.steps_per_s``) where every run has both; None
-    otherwise (a cell without speculation is judged on its tok/s)."""
-    tok, accept = _runs(cell, "output_throughput"), _runs(cell, "accept_length")
-    if not tok or len(accept) != len(tok) or not all(a > 0 for a in accept):
-        return None
-    return [t / a for t, a in zip(tok, accept, strict=True)]
-
-
 def file_values(doc: ResultsDoc, metrics: Iterable[Metric],
                 reduce: Reducer = statistics.median) -> dict[tuple[str, str, str], float | None]:
     """(config, level, metric key) -> this file's value for every measured cell that has the
@@ -115,7 +106,8 @@ def file_values(doc: ResultsDoc, metrics: Iterable[Metric],
 
     def value(cell: CellDoc | None, metric: Metric) -> _Found:
         xs = _runs(cell, metric.run_key)
-        judged = _steps_per_s(cell) if metric.run_key == "output_throughput" else None
+        judged = (steps_per_s(xs, _runs(cell, "accept_length")) if metric.run_key == "output_throughput"
+                  else None)
         return (True, robust_value(xs, limits[metric.run_key], metric.stall, reduce, judged)) if xs else (False, None)
 
     for (config, level), cell in cells.items():

@@ -17,6 +17,7 @@ from specguard.decide.consistency import (
     disagreement,
     outlier_limit,
     robust_log_sd,
+    steps_per_s,
 )
 from specguard.decide.gates import RelaunchWhy, relaunch_plan, runs_disagree
 from specguard.decide.result import Why
@@ -78,6 +79,8 @@ def test_a_speculative_cell_is_judged_on_its_steps_per_second_which_acceptance_d
     assert kept == [] and [(a.launch, a.runs) for a in aside] == [(1, (1, 2))]
     # a basis that does not match the runs run for run (a run without an accept length): tok/s itself
     assert consistent_launches([HIGH_ACCEPTANCE_RUN], HISTORY, StallBasis([STEPS[:2]]))[1]
+    assert steps_per_s(HIGH_ACCEPTANCE_RUN, [3.61, 2.72, 2.64]) == pytest.approx([198.9, 200.7, 201.9], abs=0.1)
+    assert steps_per_s(HIGH_ACCEPTANCE_RUN, [3.61, 2.72]) is None and steps_per_s([100.0], [0.0]) is None
 
 
 def test_two_stalled_runs_of_three_are_not_measured_where_they_failed_unchanged_code():
