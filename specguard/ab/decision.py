@@ -21,7 +21,8 @@ length, steps per second, speculation's tok/s over its reference's). The statist
 - **closed testing over a configuration's levels** (``decide_round``): a configuration's cells at
   one gate form a group whose alpha is the sum of theirs. The group's hypothesis "no level
   changed" is tested by a test pooled over its levels (each launch's log runs averaged over the
-  levels, which share the launch's offset) at ``POOLED_SHARE`` of the group's alpha, or by its
+  levels, which share the launch's offset; a model of every launch of the run at the gate that
+  takes out the machine's drift, ``trend.trend_estimate``) at ``POOLED_SHARE`` of the group's alpha, or by its
   smallest cell p at the rest (Bonferroni); a cell is different when its group's test rejects and its own
   p, times the cells of the group less one, is below the group's alpha (every smaller
   intersection tested by Bonferroni). A rejected group is itself a decision ("worse at one level
@@ -44,7 +45,8 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 from scipy import special
 
-from specguard.decide.prior import PRIOR_CHECK_P, HistoryOf, Origin, Prior, SpreadEstimate, SpreadSource
+from specguard.ab.trend import LaunchPoint, trend_estimate
+from specguard.decide.prior import PRIOR_CHECK_P, HistoryOf, Origin, Prior, SpreadEstimate
 from specguard.decide.stats import Criterion, RatioEstimate, Rule, compare_launch_sets
 
 DIFFERENT, SAME, UNDECIDED, ERROR = "different", "same", "undecided", "error"
@@ -204,20 +206,6 @@ class GateGroup:
         return min(1.0, _p_or_one(self.p_pooled(budget, direction)) / POOLED_SHARE, smallest / (1 - POOLED_SHARE))
 
 
-def pooled_launches(levels: Sequence[Sequence[Sequence[float]]]) -> list[list[float]]:
-    """One configuration's launches pooled over its levels (``levels``: per level, one list of run
-    values per launch): per launch, the k-th run's log value averaged over the levels (as many
-    runs as its shortest level has). The levels share each launch's offset, so the pooled series
-    keeps it whole and averages the runs' own noise."""
-    launches = min((len(x) for x in levels), default=0)
-    pooled = []
-    for j in range(launches):
-        runs = [levels[i][j] for i in range(len(levels))]
-        k = min(len(r) for r in runs)
-        pooled.append([math.exp(sum(math.log(r[n]) for r in runs) / len(runs)) for n in range(k)])
-    return [x for x in pooled if x]
-
-
 def run_spread(sets: Sequence[Sequence[Sequence[Sequence[float]]]], names: Sequence[str]) -> SpreadEstimate | None:
     """A gate's launch-to-launch spread in this run: ``sets`` holds, per configuration and build,
     per level, its launches' run values (one list per launch). Per configuration and build, the
@@ -357,49 +345,20 @@ def add_look(cell: GateCell, a: Sequence[Sequence[float]], b: Sequence[Sequence[
     cell.looks.append(Look(round_no, min(len(a_runs), len(b_runs)), est, est.p_value))
 
 
-def add_group_look(group: GateGroup, a: Sequence[Sequence[Sequence[float]]], b: Sequence[Sequence[Sequence[float]]],
-                   round_no: int, budget: Budget, spread: SpreadEstimate | None = None) -> None:
-    """Look at an open group again: its test pooled over the levels (``a``, ``b``: per level, each
-    build's launches), once both builds have ``budget.first_look`` launches at every level."""
-    a_runs, b_runs = pooled_launches(a), pooled_launches(b)
-    launches = min(len(a_runs), len(b_runs))
+def add_group_look(group: GateGroup, points: Sequence[LaunchPoint], round_no: int, budget: Budget) -> None:
+    """Look at an open group again: its test pooled over the levels, on the run's model of every
+    launch at its gate (``points``; ``trend.trend_estimate``), once both builds of its
+    configuration have ``budget.first_look`` launches and one is new since its last look."""
+    own = [p for p in points if p.config == group.config]
+    launches = min(sum(not p.build_b for p in own), sum(p.build_b for p in own))
     seen = group.looks[-1].launches if group.looks else 0
     if not group.pooled or len(group.cells) < 2 or launches < budget.first_look or launches <= seen:
         return
     alpha_look = group.alpha * POOLED_SHARE * look_shares(budget)[budget.max_rounds]
-    est = pooled_estimate(a_runs, b_runs, group.cells[0].spec, alpha_look=alpha_look,
-                          pass_confidence=budget.pass_confidence, spread=spread)
+    est = trend_estimate(points, group.config, group.cells[0].spec.tolerance, alpha_look=alpha_look,
+                         pass_confidence=budget.pass_confidence)
     if est is not None:
         group.looks.append(Look(round_no, launches, est, est.p_value))
-
-
-def pooled_estimate(a: Sequence[Sequence[float]], b: Sequence[Sequence[float]], spec: GateSpec, *, alpha_look: float,
-                    pass_confidence: float, spread: SpreadEstimate | None = None) -> RatioEstimate | None:
-    """B/A of launches pooled over the levels: a two-sample t test on the launches' locations
-    (median of log runs), their variance pooled with ``spread`` (the other configurations'
-    pooled launches, its own dof); None without a degree of freedom. Exact for normal launch
-    offsets, where ``compare_launch_sets``' combination of within- and between-launch parts ran
-    at about twice the nominal rate in the far tail the group alphas sit in (2 launches per
-    build, unchanged builds, 20000 draws: 0.0006 below p = 0.0003; this t 0.0003)."""
-    la = [float(np.median(np.log(runs))) for runs in a]
-    lb = [float(np.median(np.log(runs))) for runs in b]
-    squares = float(np.sum((np.array(la) - np.mean(la)) ** 2) + np.sum((np.array(lb) - np.mean(lb)) ** 2))
-    dof = float(len(la) - 1 + len(lb) - 1)
-    if spread is not None:
-        squares, dof = squares + spread.var * spread.dof, dof + spread.dof
-    if dof <= 0:
-        return None
-    diff = float(np.mean(lb) - np.mean(la))
-    se = math.sqrt(squares / dof * (1 / len(la) + 1 / len(lb)))
-    if se <= 0:
-        return None
-    q_look, q_pass = float(special.stdtrit(dof, 1 - alpha_look / 2)), float(special.stdtrit(dof, pass_confidence))
-    source = SpreadSource(prior=False, history=spread.origin if spread else None, launches=(len(la), len(lb)),
-                          levels_pooled=True)
-    return RatioEstimate(ratio=math.exp(diff), low=math.exp(diff - q_look * se), high=math.exp(diff + q_look * se),
-                         threshold=1 - spec.tolerance, p_value=float(special.stdtr(dof, diff / se)), dof=dof,
-                         confidence=1 - alpha_look, between_sd=math.sqrt(squares / dof), between_source=source,
-                         test_at=1.0, pass_low=math.exp(diff - q_pass * se), pass_confidence=pass_confidence)
 
 
 def _p_or_one(p: float | None) -> float:
@@ -449,5 +408,5 @@ def _equivalence_step(cells: Sequence[GateCell], round_no: int) -> None:
 
 __all__ = ["BETTER", "BUILD_A", "BUILD_B", "DIFFERENT", "ERROR", "POOLED_SHARE", "SAME", "UNDECIDED", "WORSE", "Budget",
            "GateCell", "GateGroup", "GateSpec", "Look", "abba_order", "add_group_look", "add_look", "decide_round",
-           "equivalent", "look_estimate", "look_shares", "pooled_estimate", "pooled_launches", "prior_check",
+           "equivalent", "look_estimate", "look_shares", "prior_check",
            "run_spread", "set_alphas", "shown_ratio"]

@@ -28,10 +28,10 @@ from specguard.ab.decision import (
     add_group_look,
     add_look,
     decide_round,
-    pooled_launches,
     run_spread,
     set_alphas,
 )
+from specguard.ab.trend import LaunchPoint, launch_location
 from specguard.decide.prior import SpreadEstimate
 from specguard.labels import ACCEPT_LENGTH, SPECULATION, STEP_TIME, THROUGHPUT, ExitCode, Level
 
@@ -181,14 +181,27 @@ class Comparison:
             if key not in spreads:
                 spreads[key] = self.spread_without(cell.config, cell.gate)
             add_look(cell, a, b, round_no, self.budget, spreads[key])
+        points: dict[str, list[LaunchPoint]] = {}
         for group in self.groups:
             if group.pooled and len(group.cells) > 1 and group.open and any(c.looks for c in group.cells):
-                a_levels, b_levels = self._level_values(BUILD_A, group), self._level_values(BUILD_B, group)
-                add_group_look(group, a_levels, b_levels, round_no, self.budget,
-                               self.spread_without(group.config, group.gate, pooled=True))
+                if group.gate not in points:
+                    points[group.gate] = self.launch_points(group.gate)
+                add_group_look(group, points[group.gate], round_no, self.budget)
 
-    def _level_values(self, build: str, group: GateGroup) -> list[list[list[float]]]:
-        return [self.values(build, group.config, c.level, group.gate) for c in group.cells]
+    def launch_points(self, gate: str) -> list[LaunchPoint]:
+        """Every measured launch of a configuration that has ``gate`` (not speculation, whose
+        values are ratios of two launches), in launch order: the trend model's data."""
+        configs = {c.config for c in self.cells if c.gate == gate}
+        metric = METRIC_OF[gate]
+        points = []
+        for slot, launch in enumerate(self.launches):
+            if launch.config not in configs or launch.error is not None:
+                continue
+            levels = [launch.values.get(level, {}).get(metric) or [] for level in self.selection.levels]
+            location = launch_location(levels)
+            if location is not None:
+                points.append(LaunchPoint(launch.config, launch.build == BUILD_B, slot, location))
+        return points
 
     def spread_of(self, gate: str) -> SpreadEstimate | None:
         """The run's launch spread at ``gate`` over every configuration that has it (reported
@@ -198,16 +211,13 @@ class Comparison:
                 for config in configs for build in (BUILD_A, BUILD_B)]
         return run_spread(sets, configs)
 
-    def spread_without(self, config: str, gate: str, *, pooled: bool = False) -> SpreadEstimate | None:
+    def spread_without(self, config: str, gate: str) -> SpreadEstimate | None:
         """The run's launch spread at ``gate`` from both builds' launches of every other
         configuration that has the gate (``decision.run_spread``): independent of ``config``'s
-        own launches, which ``compare_launch_sets`` adds. ``pooled``: the spread of launches pooled
-        over the levels (``decision.pooled_launches``), what a group's pooled test compares."""
+        own launches, which ``compare_launch_sets`` adds."""
         others = sorted({c.config for c in self.cells if c.gate == gate and c.config != config})
         sets = [[self.values(build, other, level, gate) for level in self.selection.levels]
                 for other in others for build in (BUILD_A, BUILD_B)]
-        if pooled:
-            sets = [[pooled_launches(levels)] for levels in sets]
         found = run_spread(sets, others)
         if found is None or gate != SPECULATION:
             return found

@@ -33,8 +33,6 @@ from specguard.ab.decision import (
     decide_round,
     look_estimate,
     look_shares,
-    pooled_estimate,
-    pooled_launches,
     prior_check,
     run_spread,
     set_alphas,
@@ -42,9 +40,10 @@ from specguard.ab.decision import (
 )
 from specguard.ab.report import AB, render_text, results_doc
 from specguard.ab.rounds import STEP_RATE, Comparison, LaunchResult, Selection
+from specguard.ab.trend import LaunchPoint, launch_location, trend_estimate
 from specguard.cli import main
 from specguard.config import load_suite
-from specguard.decide.prior import HistoryOf, Origin, SpreadEstimate, SpreadSource
+from specguard.decide.prior import HistoryOf, Origin, SpreadSource
 from specguard.decide.stats import RatioEstimate
 from specguard.labels import ACCEPT_LENGTH, SPECULATION, STEP_TIME, THROUGHPUT
 from specguard.report.verdict_text import spread_source_text
@@ -68,8 +67,8 @@ class FakeLauncher:
     def __init__(self, factors: dict[tuple[str, str], float], *, launch_sd: float = 0.003, run_sd: float = 0.002,
                  seed: int = 1, errors: dict[tuple[str, str, int], str] | None = None,
                  skipped: set[tuple[str, str]] | None = None, levels: tuple[int, ...] = (4,),
-                 level_factors: dict[tuple[str, str, int], float] | None = None) -> None:
-        self.factors = factors
+                 level_factors: dict[tuple[str, str, int], float] | None = None, drift: float = 0.0) -> None:
+        self.factors, self.drift = factors, drift  # drift: the machine's log speed change per launch
         self.levels, self.level_factors = levels, level_factors or {}
         self.launch_sd, self.run_sd = launch_sd, run_sd
         self.rng = np.random.default_rng(seed)
@@ -83,7 +82,8 @@ class FakeLauncher:
             return LaunchResult(build, config, round_no, error="the server does not serve it", skipped=True)
         if (build, config, round_no) in self.errors:
             return LaunchResult(build, config, round_no, error=self.errors[(build, config, round_no)])
-        factor = self.factors.get((build, config), 1.0) * math.exp(self.rng.normal(0, self.launch_sd))
+        factor = self.factors.get((build, config), 1.0) * math.exp(self.rng.normal(0, self.launch_sd)
+                                                                   + self.drift * len(self.calls))
         values = {}
         for level in self.levels:  # the levels share the launch's offset
             at = factor * self.level_factors.get((build, config, level), 1.0)
@@ -288,11 +288,11 @@ def test_a_group_of_one_level_is_its_cell_and_is_not_reported_twice():
     assert not re.search(r"^slow\s+all\s", text, re.M) and "one level or more" not in text
 
 
-def test_the_pooled_launches_average_each_runs_logs_over_the_levels():
-    levels = [[[100.0, 400.0], [100.0, 100.0]], [[400.0, 100.0, 7.0], [400.0, 400.0]]]  # 2 levels, 2 launches
-    pooled = pooled_launches(levels)
-    assert [len(x) for x in pooled] == [2, 2] and [v for x in pooled for v in x] == pytest.approx([200.0] * 4)
-    assert pooled_launches([[[1.0]], []]) == []  # a level without launches: nothing pooled
+def test_a_launch_location_is_the_median_run_of_its_logs_averaged_over_the_levels():
+    # 2 levels: run k's log averaged over them, then the median over the runs (the shortest level's)
+    assert launch_location([[100.0, 400.0, 50.0], [400.0, 100.0, 50.0, 7.0]]) == pytest.approx(math.log(200.0))
+    assert launch_location([[100.0, 100.0, 1.0], [100.0, 100.0, 1.0]]) == pytest.approx(math.log(100.0))  # a stall
+    assert launch_location([[1.0], []]) is None  # a level without runs: no location
 
 
 def test_each_look_spends_its_obrien_fleming_share_of_the_cell_alpha():
@@ -556,16 +556,37 @@ def test_ab_attach_mode_interleaves_runs_on_two_running_servers(tmp_path, emulat
     assert listening(port_a) and listening(port_b)  # attached servers are the user's: they keep running
 
 
-def test_the_pooled_test_is_a_two_sample_t_on_the_launches_locations():
-    a = [[100.0, 100.1, 99.9], [102.0, 102.1, 101.9]]
-    b = [[98.0, 98.1, 97.9], [100.0, 100.1, 99.9]]
-    est = pooled_estimate(a, b, SPECS[THROUGHPUT], alpha_look=0.01, pass_confidence=0.95)
-    assert est is not None and est.dof == 2 and est.ratio == pytest.approx(math.sqrt(98 * 100 / (100 * 102)), rel=1e-6)
-    assert est.low < est.pass_low < est.ratio < est.high and 0.05 < est.p_value < 0.5  # 2 dof: far from decided
-    sharp = pooled_estimate(a, b, SPECS[THROUGHPUT], alpha_look=0.01, pass_confidence=0.95,
-                            spread=SpreadEstimate((0.014**2), 40.0))
-    assert sharp is not None and sharp.dof == 42 and sharp.p_value < est.p_value
-    assert pooled_estimate([[100.0]], [[99.0]], SPECS[THROUGHPUT], alpha_look=0.01, pass_confidence=0.95) is None
+def points_of(config: str, locations: dict[int, tuple[bool, float]]) -> list[LaunchPoint]:
+    return [LaunchPoint(config, b, slot, math.log(v)) for slot, (b, v) in locations.items()]
+
+
+def test_the_pooled_test_is_a_t_on_a_model_of_every_launch_of_the_run_that_takes_out_its_drift():
+    # x: A B B A, y: B A A B, interleaved; the machine 1 % faster each launch, y's B 3 % slower
+    order = [("x", False), ("x", True), ("y", True), ("y", False), ("x", True), ("x", False), ("y", False), ("y", True)]
+    noise = [0.001, -0.002, 0.0, 0.001, 0.002, -0.001, -0.001, 0.0]
+    points = [LaunchPoint(c, b, slot, 0.01 * slot + noise[slot] + (math.log(0.97) if c == "y" and b else 0.0))
+              for slot, (c, b) in enumerate(order)]
+    est = trend_estimate(points, "y", 0.05, alpha_look=0.001, pass_confidence=0.95)
+    assert est is not None and est.dof == 8 - 5  # two intercepts, two build effects, one trend
+    assert est.ratio == pytest.approx(0.97, abs=0.003) and est.p_value < 0.001 and est.high < 1
+    assert est.between_source.history == Origin(HistoryOf.LAUNCHES, 4, ("x",)) and est.between_source.launches == (2, 2)
+    # the same launches read as two samples: the drift is spread, and nothing is decided
+    la = [p.location for p in points if p.config == "y" and not p.build_b]
+    lb = [p.location for p in points if p.config == "y" and p.build_b]
+    t = (np.mean(lb) - np.mean(la)) / math.sqrt((np.var(la, ddof=1) + np.var(lb, ddof=1)) / 2)  # 2 dof
+    assert abs(t) < 1.1  # p > 0.19
+    assert trend_estimate(points_of("y", {0: (False, 100.0), 1: (True, 99.0)}), "y", 0.05, alpha_look=0.01,
+                          pass_confidence=0.95) is None  # no residual degree of freedom
+    assert trend_estimate([p for p in points if not (p.config == "y" and p.build_b)], "y", 0.05, alpha_look=0.01,
+                          pass_confidence=0.95) is None  # y has no build B launch
+
+
+def test_a_drifting_machine_neither_hides_a_drop_at_every_level_nor_makes_one():
+    sel = Selection(["x", "y", "z"], [1, 4])
+    drop = run(sel, FakeLauncher({("B", "y"): 0.96}, launch_sd=0.003, drift=0.01, levels=(1, 4), seed=3))
+    assert [(g.config, g.gate) for g in drop.group_regressions()] == [("y", THROUGHPUT), ("y", STEP_TIME)]
+    same = run(sel, FakeLauncher({}, launch_sd=0.003, drift=0.01, levels=(1, 4), seed=3))
+    assert not same.group_regressions() and not same.regressions()
 
 
 def test_a_speculation_ratios_spread_from_other_configurations_counts_half_its_dof():
