@@ -813,10 +813,12 @@ def test_the_constants_the_docs_quote_are_the_codes():
     caps and limits; each phrase is built from the constant it quotes, so changing the code
     without the docs fails here."""
     from specguard.ab.decision import POOLED_SHARE
+    from specguard.ab.plan import AB_GATE_WEIGHTS
     from specguard.config import SweepConfig, load_suite
     from specguard.decide.consistency import OUTLIER_SDS, RUN_OUTLIER
     from specguard.decide.gates import ATTRIBUTION_CONFIDENCE, MIN_HALF_EFFECT, MIN_HALF_SHARE, GateDesign
     from specguard.decide.prior import PRIOR_CHECK_P, SESSION_CHECK_P
+    from specguard.labels import ACCEPT_LENGTH, SPECULATION, STEP_TIME, THROUGHPUT
     from specguard.session.options import RunOptions
     from specguard.session.plan import PlannedTest, Planner
 
@@ -830,6 +832,12 @@ def test_the_constants_the_docs_quote_are_the_codes():
     assert session_check in stats_md and f"at {SESSION_CHECK_P:.0%}".replace("%", " %") in suite_toml
     assert f"Above the {1 - SESSION_CHECK_P:.0%} quantile of chi^2".replace("%", " %") in stats_md
     assert f"at {POOLED_SHARE:g} of the group's alpha (`POOLED_SHARE`)" in ab_md
+    weight_column = {row.split("|")[1].strip().split(" (")[0]: float(row.split("|")[5])
+                     for row in (ROOT / "docs" / "ab.md").read_text().splitlines()
+                     if row.startswith("| ") and row.count("|") == 6 and row.split("|")[5].strip()[:1].isdigit()}
+    assert weight_column == {"tok/s": AB_GATE_WEIGHTS[THROUGHPUT], "step time": AB_GATE_WEIGHTS[STEP_TIME],
+                             "accept length": AB_GATE_WEIGHTS[ACCEPT_LENGTH],
+                             "speculation ratio": AB_GATE_WEIGHTS[SPECULATION]}, weight_column
     suite = load_suite(ROOT / "perf_tests" / "suite.toml")
     plan = Planner(suite, RunOptions(), design).plan([PlannedTest(n, c, "throughput") for n in suite.servers
                                                       for c in suite.sweep.concurrency]

@@ -290,7 +290,7 @@ class Budget:
         return cell.alpha * look_shares(self)[self.max_rounds]
 
 
-SHARES_AT = 40  # the spending function's shape is taken at a cell alpha of family alpha / this (the default suite: 42 shares)
+SHARES_AT = 40  # the spending function's shape is taken at a cell alpha of family alpha / this (default suite: 46)
 # Every look keeps at least this share (then all are renormalized): pure O'Brien-Fleming gives the
 # first look 0.1 %, so that a 30 % regression took a third round; 5 % costs the last look 4 points.
 MIN_LOOK_SHARE = 0.05
