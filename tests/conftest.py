@@ -1,4 +1,5 @@
 import os
+import platform
 import signal
 import subprocess
 import sys
@@ -11,6 +12,29 @@ import pytest
 from specguard.server import free_port
 
 CAPTURES = Path(__file__).parent / "fixtures" / "captures"
+# A test that starts a process carries one of these markers, so the fast tier (`pytest tests -m
+# "not e2e and not real_sglang and not real_engine"`) starts none: _processes_only_where_marked.
+PROCESS_MARKERS = ("e2e", "real_sglang", "real_engine", "soak")
+platform.processor()  # `uname -p`, run once and cached by the platform module: read here, before any test
+
+
+@pytest.fixture(autouse=True)
+def _processes_only_where_marked(request, monkeypatch):
+    """Fails an unmarked test at the first process it starts (subprocess, asyncio's subprocesses
+    and a fork), naming the marker it needs."""
+    if any(request.node.get_closest_marker(m) for m in PROCESS_MARKERS):
+        return
+
+    def refuse(what: object) -> None:
+        pytest.fail(f"{request.node.nodeid} starts a process ({what!r}) but is not marked "
+                    f"{' / '.join(PROCESS_MARKERS)}: mark it (the fast tier runs no process)", pytrace=False)
+
+    # The session reads the checkout's commit with `git rev-parse` (session/history.git_commit);
+    # unit tests run sessions in-process and read none; e2e tests read the real one.
+    monkeypatch.setattr("specguard.session.gate_session.git_commit", lambda: "")
+    monkeypatch.setattr(subprocess.Popen, "__init__", lambda self, args, *a, **k: refuse(args))
+    monkeypatch.setattr(os, "fork", lambda: refuse("os.fork"))
+    monkeypatch.setattr(os, "posix_spawn", lambda path, *a, **k: refuse(path))
 
 
 @pytest.fixture

@@ -19,6 +19,7 @@ def init(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
                           text=True, timeout=120)
 
 
+@pytest.mark.e2e
 def test_init_writes_a_suite_the_gate_tests_and_a_workflow_and_refuses_to_overwrite(tmp_path):
     proc = init(tmp_path)
     assert proc.returncode == 0, proc.stderr
@@ -36,6 +37,7 @@ def test_init_writes_a_suite_the_gate_tests_and_a_workflow_and_refuses_to_overwr
     assert (tmp_path / "perf_tests" / "suite.toml").read_text() != "edited"
 
 
+@pytest.mark.e2e
 def test_init_into_another_directory_points_the_workflow_at_it(tmp_path):
     assert init(tmp_path, "gates/perf").returncode == 0
     assert (tmp_path / "gates" / "perf" / "suite.toml").exists()

@@ -17,6 +17,7 @@ from specguard.workload import WorkloadError, WorkloadSpec, build_workload
 ROOT = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.e2e
 def test_shipped_sets_are_distinct_small_and_regenerate_identically():
     total = 0
     for c in datasets.SHIPPED_CATEGORIES:

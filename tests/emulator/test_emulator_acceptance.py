@@ -65,6 +65,7 @@ def test_keyed_draws_are_uniform_and_follow_key_and_position():
     assert list(first) == list(again) and len(set(first)) == 3
 
 
+@pytest.mark.e2e
 def test_the_content_key_is_the_same_in_another_process():
     code = "from specguard.emulator.model import acceptance_key; print(acceptance_key('prompt', 'a text prompt'))"
     other = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()

@@ -35,6 +35,7 @@ def test_client_processes_as_asked_else_by_concurrency_and_cores(monkeypatch):
     assert client_processes(LoadSettings(concurrency=5000, num_requests=5000)) == 1  # one core left for the server
 
 
+@pytest.mark.e2e
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="CLOCK_MONOTONIC is system-wide on Linux")
 def test_perf_counter_is_one_clock_across_processes():
     assert "CLOCK_MONOTONIC" in time.get_clock_info("perf_counter").implementation

@@ -9,6 +9,8 @@ import subprocess
 import sys
 import xml.etree.ElementTree as ET
 
+import pytest
+
 TESTS = '''
 from pathlib import Path
 
@@ -38,6 +40,7 @@ def test_internal_error():
 '''
 
 
+@pytest.mark.e2e
 def test_assert_in_a_test_is_a_regression_and_inside_specguard_is_not_measured(tmp_path):
     (tmp_path / "test_kinds.py").write_text(TESTS)
     junit = tmp_path / "junit.xml"
@@ -51,6 +54,7 @@ def test_assert_in_a_test_is_a_regression_and_inside_specguard_is_not_measured(t
                      "test_internal_error": "not-measured"}, kinds
 
 
+@pytest.mark.e2e
 def test_debug_option_is_registered(tmp_path):
     out = subprocess.run([sys.executable, "-m", "pytest", "--help"], capture_output=True,
                          text=True, timeout=120, cwd=tmp_path).stdout
@@ -58,6 +62,7 @@ def test_debug_option_is_registered(tmp_path):
         assert flag in out
 
 
+@pytest.mark.e2e
 def test_a_projects_own_tests_are_left_alone(tmp_path):
     """Installed, the plugin is loaded in every pytest run of the environment (entry point): a
     project's failing test without specguard's fixtures or marker keeps pytest's own report."""

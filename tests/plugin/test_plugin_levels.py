@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from emulator_suite import emulator_suite_toml
 
 from specguard.config import load_suite
@@ -27,6 +28,7 @@ def collect(tmp_path: Path, suite_text: str, *args: str) -> tuple[int, list[str]
     return proc.returncode, ids if proc.returncode == 0 else [proc.stdout + proc.stderr]
 
 
+@pytest.mark.e2e
 def test_a_categories_workload_adds_one_accept_length_test_per_category(tmp_path):
     text = emulator_suite_toml(concurrency=(1, 4)).replace('kind = "random-ids"', 'kind = "categories"')
     code, ids = collect(tmp_path, text)
@@ -40,6 +42,7 @@ def test_a_categories_workload_adds_one_accept_length_test_per_category(tmp_path
     assert ids == ["test_accept_length[eagle3-c1-code]", "test_accept_length[eagle3-c4-code]"], ids
 
 
+@pytest.mark.e2e
 def test_request_rate_levels_are_named_r(tmp_path):
     text = emulator_suite_toml(concurrency=(1,)).replace("concurrency = [1]", "request_rate = [2, 8]")
     code, ids = collect(tmp_path, text)
@@ -50,6 +53,7 @@ def test_request_rate_levels_are_named_r(tmp_path):
     assert code == 4 and "--concurrency 4 (command line)" in out[0] and "request_rate" in out[0], out
 
 
+@pytest.mark.e2e
 def test_suites_without_the_new_keys_keep_their_ids(tmp_path):
     code, ids = collect(tmp_path, (REPO / "perf_tests" / "suite.toml").read_text())
     assert code == 0, ids
@@ -70,6 +74,7 @@ def test_xdist_groups_and_record_hints_understand_the_new_ids(tmp_path):
     assert exact_k([("eagle3", 1)], [("eagle3", 1), ("eagle3", 16)], "r") == "eagle3 and r1 and not r16"
 
 
+@pytest.mark.e2e
 def test_request_rate_flag_overrides_the_suites_levels_as_concurrency_does(tmp_path):
     text = emulator_suite_toml(concurrency=(1,)).replace("concurrency = [1]", "request_rate = [2, 8]")
     code, ids = collect(tmp_path, text, "--request-rate", "4,16")
@@ -82,6 +87,7 @@ def test_request_rate_flag_overrides_the_suites_levels_as_concurrency_does(tmp_p
     assert code == 0 and "test_throughput[eagle3-r8]" in ids and not [i for i in ids if "-c" in i], ids
 
 
+@pytest.mark.e2e
 def test_bad_request_rate_flags_are_usage_errors_naming_the_flag(tmp_path):
     text = emulator_suite_toml(concurrency=(1,))
     code, out = collect(tmp_path, text, "--request-rate", "2,x")
@@ -92,6 +98,7 @@ def test_bad_request_rate_flags_are_usage_errors_naming_the_flag(tmp_path):
     assert code == 4 and "a run sweeps either concurrency or request-rate levels" in out[0], out
 
 
+@pytest.mark.e2e
 def test_a_run_without_a_suite_file_is_a_usage_error_only_when_gate_tests_are_collected(tmp_path):
     gate_tests = tmp_path / "gates"
     gate_tests.mkdir()
@@ -108,6 +115,7 @@ def test_a_run_without_a_suite_file_is_a_usage_error_only_when_gate_tests_are_co
     assert missing.returncode != 0 and "specguard: no suite file: put suite.toml beside the gate tests" in out, out
 
 
+@pytest.mark.e2e
 def test_the_algorithm_marker_selects_by_algorithm_and_k_selects_by_name_only(tmp_path):
     text = emulator_suite_toml(concurrency=(1,)) + """
 [servers.weak]

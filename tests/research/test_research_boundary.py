@@ -34,6 +34,7 @@ def _python(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.e2e
 def test_the_gate_path_never_imports_research_or_the_emulator():
     done = _python("-c", IMPORT_ALL, *GATE_PATH)
     assert done.returncode == 0, done.stderr
@@ -43,6 +44,7 @@ def test_the_gate_path_never_imports_research_or_the_emulator():
     assert [m for m in loaded if m.startswith(("research", "specguard.emulator"))] == []
 
 
+@pytest.mark.e2e
 def test_no_module_of_specguard_loads_research():
     done = _python("-c", IMPORT_ALL, "specguard")
     assert done.returncode == 0, done.stderr
@@ -51,6 +53,7 @@ def test_no_module_of_specguard_loads_research():
     assert [m for m in loaded if m.startswith("research")] == []
 
 
+@pytest.mark.e2e
 def test_the_research_commands_run_as_modules_of_the_checkout():
     for module in ("research.study", "research.calibrate", "research.tune", "research.study.cell_rates",
                    "research.study.ab_power"):

@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import specguard
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -28,6 +30,7 @@ def test_the_leaf_contract_forbids_every_other_top_level_module():
     assert "research" in leaf["forbidden_modules"]
 
 
+@pytest.mark.e2e
 def test_importing_the_rules_loads_nothing_else_of_specguard():
     code = ("import sys, specguard.sglang_rules.adaptive_table, specguard.sglang_rules.speculative, "
             "specguard.sglang_rules.cuda_graph; print(sorted(m for m in sys.modules if m.startswith('specguard')))")

@@ -157,6 +157,7 @@ _WRITER = textwrap.dedent('''
 ''')
 
 
+@pytest.mark.e2e
 def test_two_processes_writing_the_same_files_lose_nothing_and_stay_all_or_nothing(tmp_path):
     """Two sessions committing to one baselines directory at once: every commit of either lands
     in both files (no lost update, no half commit), and the directory holds only the baselines."""
