@@ -106,12 +106,10 @@ def gate_specs(suite: Suite) -> dict[str, GateSpec]:
     """Each gate's tolerance and prior launch spread, as the suite's gates have them, and its
     family weight (``AB_GATE_WEIGHTS``). Within one interleaved run the day part of the suite's
     between-session spread (``prior_day_sd``) cancels, so the prior is its launch part,
-    sqrt(prior^2 - day^2). The
-    speculation ratio's launch holds two launches (speculative and reference, each with its own
-    offset), so its prior spread is sqrt(2) x tok/s's. The prior is checked against the run's own
-    spread and reported, not decided on (``decision.look_estimate``)."""
-    tol = suite.tolerances
-    weight = AB_GATE_WEIGHTS
+    sqrt(prior^2 - day^2). The speculation ratio's launch holds two launches (speculative and
+    reference, each with its own offset), so its prior spread is sqrt(2) x tok/s's. The prior is
+    checked against the run's own spread and reported, not decided on (``decision.look_estimate``)."""
+    tol, weight = suite.tolerances, AB_GATE_WEIGHTS
     launch = math.sqrt(max(tol.prior_between_sd**2 - min(tol.prior_day_sd, tol.prior_between_sd)**2, 0.0))
     return {
         THROUGHPUT: GateSpec(THROUGHPUT, tol.throughput, launch, weight[THROUGHPUT]),
