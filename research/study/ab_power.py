@@ -87,6 +87,11 @@ def ab_run(suite: Suite, case: AbCase, rng: np.random.Generator) -> Comparison:
     return cmp
 
 
+def _worse(cmp: Comparison) -> set[tuple[str, str]]:
+    """(configuration, gate) of every cell or group of levels decided "different" for the worse."""
+    return {(c.config, c.gate) for c in cmp.regressions()} | {(g.config, g.gate) for g in cmp.group_regressions()}
+
+
 def ab_rates(suite: Suite, case: AbCase, n: int, seed: int = 0) -> dict[str, float]:
     """Over ``n`` runs: the share with a regression (any cell, or any configuration across its
     levels, "different" for the worse), with the changed configuration's tok/s among them (a cell
@@ -97,12 +102,26 @@ def ab_rates(suite: Suite, case: AbCase, n: int, seed: int = 0) -> dict[str, flo
     launches: list[float] = []
     for _ in range(n):
         cmp = ab_run(suite, case, rng)
-        worse = [(c.config, c.gate) for c in cmp.regressions()] + [(g.config, g.gate) for g in cmp.group_regressions()]
+        worse = _worse(cmp)
         failed += bool(worse)
         caught += (case.config, THROUGHPUT) in worse
         per = [sum(1 for x in cmp.launches if x.build == "A" and x.config == c) for c in suite.servers]
         launches.append(float(np.mean(per)))
     return {"fail_rate": failed / n, "tok_s_caught": caught / n, "launches_per_build": float(np.mean(launches))}
+
+
+def ab_gate_rates(suite: Suite, case: AbCase, n: int, seed: int = 0) -> dict[tuple[str, str], tuple[float, float]]:
+    """Per (configuration, gate): the share of ``n`` runs that called it worse (a cell or its group
+    of levels) and its group's alpha: each family member against its own share."""
+    rng = np.random.default_rng(seed)
+    counts: dict[tuple[str, str], int] = {}
+    alphas: dict[tuple[str, str], float] = {}
+    for _ in range(n):
+        cmp = ab_run(suite, case, rng)
+        alphas.update({(g.config, g.gate): g.alpha for g in cmp.groups})
+        for key in _worse(cmp):
+            counts[key] = counts.get(key, 0) + 1
+    return {key: (counts.get(key, 0) / n, alpha) for key, alpha in sorted(alphas.items())}
 
 
 AB_HEADLINE_DROP, AB_HEADLINE_ROUNDS, AB_TARGET_POWER, AB_MAX_SEARCH = 0.03, 4, 0.9, 8
@@ -141,8 +160,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", dest="json_path", help="only measure power_ab_tok_s_3pct and ab_launches_per_build "
                    "(--runs each) and add them to this gate-study.json")
+    p.add_argument("--per-gate", action="store_true", help="only each configuration and gate's rate of \"worse\" "
+                   "against its alpha: unchanged builds at 1 %% and 2 %% spread, and eagle3 tok/s -3 %%")
     args = p.parse_args(argv)
     suite = load_suite(args.suite)
+    if args.per_gate:
+        for case in (AbCase(), AbCase(spread=0.02), AbCase(drop=0.03), AbCase(drop=0.03, drift=0.003)):
+            gate_rates = ab_gate_rates(suite, case, args.runs, args.seed)
+            print(f"A/B, spread {case.spread:.0%}, drift {case.drift:.1%}/launch, {case.config} tok/s {-case.drop:+.0%}, "
+                  f"{args.runs} runs, seed {args.seed}, worse / alpha per configuration and gate: "
+                  + ", ".join(f"{c} {g} {r:.4f}/{a:.5f}" for (c, g), (r, a) in gate_rates.items()), flush=True)
+        return 0
     if args.json_path:
         keys = ab_headline(suite, args.runs, args.seed)
         merge_into(args.json_path, keys)

@@ -45,7 +45,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 from scipy import special
 
-from specguard.ab.trend import LaunchPoint, trend_estimate
+from specguard.ab.trend import Contrast, LaunchPoint, trend_estimate
 from specguard.decide.prior import PRIOR_CHECK_P, HistoryOf, Origin, Prior, SpreadEstimate
 from specguard.decide.stats import Criterion, RatioEstimate, Rule, compare_launch_sets
 
@@ -171,11 +171,6 @@ class GateGroup:
     config: str
     gate: str
     cells: list[GateCell]
-    # False: no pooled test, the smallest cell has the whole alpha. Speculation ratios share their
-    # reference's launches, so the other speculative configurations' spread is not independent of
-    # this one's and the t's dof overstate (simulated, unchanged builds, 2 launches each: 0.0146 of
-    # pooled p-values below 0.01)
-    pooled: bool = True
     looks: list[Look] = field(default_factory=list)
     decision: str = UNDECIDED
     direction: str | None = None  # "worse" or "better" once different
@@ -201,7 +196,7 @@ class GateGroup:
         (Bonferroni); a group of one cell is that cell."""
         cells = [p for c in self.cells if c.error is None and (p := c.p_adjusted(budget, direction)) is not None]
         smallest = min(cells, default=1.0) * len(self.cells)
-        if len(self.cells) == 1 or not self.pooled:
+        if len(self.cells) == 1:
             return min(1.0, smallest)
         return min(1.0, _p_or_one(self.p_pooled(budget, direction)) / POOLED_SHARE, smallest / (1 - POOLED_SHARE))
 
@@ -324,39 +319,67 @@ def set_alphas(cells: Sequence[GateCell], family_alpha: float) -> None:
         c.alpha = family_alpha * c.spec.weight / total if total > 0 else family_alpha
 
 
+def checked_runs(cell: GateCell, a: Sequence[Sequence[float]], b: Sequence[Sequence[float]],
+                  budget: Budget) -> tuple[list[list[float]], list[list[float]]] | None:
+    """Both builds' launches once each has ``budget.first_look`` of them; None before, and None
+    with ``cell.error`` set when a build has no values or a value is not positive and finite."""
+    a_runs, b_runs = [list(x) for x in a if x], [list(x) for x in b if x]
+    if not a_runs or not b_runs:
+        missing = "A" if not a_runs else "B"
+        cell.error = f"{cell.gate} {cell.config}: build {missing} has no {cell.gate} values"
+        return None
+    if any(v <= 0 or not math.isfinite(v) for x in (*a_runs, *b_runs) for v in x):
+        cell.error = f"{cell.gate} {cell.config}: a value is not positive and finite"
+        return None
+    if min(len(a_runs), len(b_runs)) < budget.first_look:
+        return None
+    return a_runs, b_runs
+
+
 def add_look(cell: GateCell, a: Sequence[Sequence[float]], b: Sequence[Sequence[float]], round_no: int,
              budget: Budget, spread: SpreadEstimate | None = None) -> None:
     """Look at an open cell again with its launches so far, once both builds have
     ``budget.first_look`` launches (``spread``: the run's, ``run_spread``); a build without values
     makes the cell an error."""
-    a_runs, b_runs = [list(x) for x in a if x], [list(x) for x in b if x]
-    if not a_runs or not b_runs:
-        missing = "A" if not a_runs else "B"
-        cell.error = f"{cell.gate} {cell.config}: build {missing} has no {cell.gate} values"
+    runs = checked_runs(cell, a, b, budget)
+    if runs is None:
         return
-    if any(v <= 0 or not math.isfinite(v) for x in (*a_runs, *b_runs) for v in x):
-        cell.error = f"{cell.gate} {cell.config}: a value is not positive and finite"
-        return
-    if min(len(a_runs), len(b_runs)) < budget.first_look:
-        return
+    a_runs, b_runs = runs
     est = look_estimate(a_runs, b_runs, cell.spec, alpha_look=budget.alpha_look(cell),
                         pass_confidence=budget.pass_confidence, spread=spread)
     # est.p_value is one-sided: small = B below A
     cell.looks.append(Look(round_no, min(len(a_runs), len(b_runs)), est, est.p_value))
 
 
-def add_group_look(group: GateGroup, points: Sequence[LaunchPoint], round_no: int, budget: Budget) -> None:
+def add_ratio_look(cell: GateCell, points: Sequence[LaunchPoint], reference: str, round_no: int,
+                   budget: Budget) -> None:
+    """Look at an open speculation cell again (its ratios already ``checked_runs``): its B/A is the
+    contrast of its configuration's and ``reference``'s build effects in the run's tok/s model at
+    the cell's level (``points``, ``trend.trend_estimate``), whose covariance counts the reference
+    launches both share."""
+    pair = [p for p in points if p.config in (cell.config, reference)]
+    launches = min(sum(p.config == c and p.build_b == b for p in pair) for c in (cell.config, reference)
+                   for b in (False, True))
+    est = trend_estimate(points, Contrast(cell.config, reference, levels_pooled=False), cell.spec.tolerance,
+                         alpha_look=budget.alpha_look(cell), pass_confidence=budget.pass_confidence)
+    if est is not None:
+        cell.looks.append(Look(round_no, launches, est, est.p_value))
+
+
+def add_group_look(group: GateGroup, points: Sequence[LaunchPoint], round_no: int, budget: Budget,
+                   reference: str | None = None) -> None:
     """Look at an open group again: its test pooled over the levels, on the run's model of every
-    launch at its gate (``points``; ``trend.trend_estimate``), once both builds of its
-    configuration have ``budget.first_look`` launches and one is new since its last look."""
+    launch at its gate (``points``; ``trend.trend_estimate``; a speculation group: every launch's
+    tok/s and its ``reference``), once both builds of its configuration have
+    ``budget.first_look`` launches and one is new since its last look."""
     own = [p for p in points if p.config == group.config]
     launches = min(sum(not p.build_b for p in own), sum(p.build_b for p in own))
     seen = group.looks[-1].launches if group.looks else 0
-    if not group.pooled or len(group.cells) < 2 or launches < budget.first_look or launches <= seen:
+    if len(group.cells) < 2 or launches < budget.first_look or launches <= seen:
         return
     alpha_look = group.alpha * POOLED_SHARE * look_shares(budget)[budget.max_rounds]
-    est = trend_estimate(points, group.config, group.cells[0].spec.tolerance, alpha_look=alpha_look,
-                         pass_confidence=budget.pass_confidence)
+    est = trend_estimate(points, Contrast(group.config, reference), group.cells[0].spec.tolerance,
+                         alpha_look=alpha_look, pass_confidence=budget.pass_confidence)
     if est is not None:
         group.looks.append(Look(round_no, launches, est, est.p_value))
 
@@ -407,6 +430,6 @@ def _equivalence_step(cells: Sequence[GateCell], round_no: int) -> None:
 
 
 __all__ = ["BETTER", "BUILD_A", "BUILD_B", "DIFFERENT", "ERROR", "POOLED_SHARE", "SAME", "UNDECIDED", "WORSE", "Budget",
-           "GateCell", "GateGroup", "GateSpec", "Look", "abba_order", "add_group_look", "add_look", "decide_round",
-           "equivalent", "look_estimate", "look_shares", "prior_check",
+           "GateCell", "GateGroup", "GateSpec", "Look", "abba_order", "add_group_look", "add_look", "add_ratio_look",
+           "checked_runs", "decide_round", "equivalent", "look_estimate", "look_shares", "prior_check",
            "run_spread", "set_alphas", "shown_ratio"]

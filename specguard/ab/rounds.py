@@ -13,7 +13,7 @@ round every open cell (and its configuration's group of levels) is looked at aga
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from specguard.ab.decision import (
     BUILD_A,
@@ -27,6 +27,8 @@ from specguard.ab.decision import (
     abba_order,
     add_group_look,
     add_look,
+    add_ratio_look,
+    checked_runs,
     decide_round,
     run_spread,
     set_alphas,
@@ -152,7 +154,7 @@ class Comparison:
                     gates.append(SPECULATION)
             for gate in gates:
                 cells = [GateCell(config, level, self.specs[gate]) for level in sel.levels]
-                self.groups.append(GateGroup(config, gate, cells, pooled=gate != SPECULATION))
+                self.groups.append(GateGroup(config, gate, cells))
                 self.cells += cells
         set_alphas(self.cells, self.budget.family_alpha)
 
@@ -177,28 +179,37 @@ class Comparison:
             b = self.values(BUILD_B, cell.config, cell.level, cell.gate)
             if cell.looks and min(len(a), len(b)) <= cell.looks[-1].launches:
                 continue  # nothing new since its last look
+            if cell.gate == SPECULATION:
+                if checked_runs(cell, a, b, self.budget) is not None:
+                    add_ratio_look(cell, self.launch_points(THROUGHPUT, cell.level),
+                                   self.selection.references[cell.config], round_no, self.budget)
+                continue
             key = (cell.config, cell.gate)
             if key not in spreads:
                 spreads[key] = self.spread_without(cell.config, cell.gate)
             add_look(cell, a, b, round_no, self.budget, spreads[key])
         points: dict[str, list[LaunchPoint]] = {}
         for group in self.groups:
-            if group.pooled and len(group.cells) > 1 and group.open and any(c.looks for c in group.cells):
-                if group.gate not in points:
-                    points[group.gate] = self.launch_points(group.gate)
-                add_group_look(group, points[group.gate], round_no, self.budget)
+            if len(group.cells) > 1 and group.open and any(c.looks for c in group.cells):
+                # a speculation ratio's B/A is a contrast in the tok/s model (trend.trend_estimate)
+                gate = THROUGHPUT if group.gate == SPECULATION else group.gate
+                if gate not in points:
+                    points[gate] = self.launch_points(gate)
+                reference = self.selection.references[group.config] if group.gate == SPECULATION else None
+                add_group_look(group, points[gate], round_no, self.budget, reference)
 
-    def launch_points(self, gate: str) -> list[LaunchPoint]:
+    def launch_points(self, gate: str, level: int | None = None) -> list[LaunchPoint]:
         """Every measured launch of a configuration that has ``gate`` (not speculation, whose
-        values are ratios of two launches), in launch order: the trend model's data."""
+        values are ratios of two launches), in launch order, located over every level or at
+        ``level`` alone: the trend model's data."""
         configs = {c.config for c in self.cells if c.gate == gate}
         metric = METRIC_OF[gate]
+        levels = self.selection.levels if level is None else [level]
         points = []
         for slot, launch in enumerate(self.launches):
             if launch.config not in configs or launch.error is not None:
                 continue
-            levels = [launch.values.get(level, {}).get(metric) or [] for level in self.selection.levels]
-            location = launch_location(levels)
+            location = launch_location([launch.values.get(lv, {}).get(metric) or [] for lv in levels])
             if location is not None:
                 points.append(LaunchPoint(launch.config, launch.build == BUILD_B, slot, location))
         return points
@@ -218,15 +229,7 @@ class Comparison:
         others = sorted({c.config for c in self.cells if c.gate == gate and c.config != config})
         sets = [[self.values(build, other, level, gate) for level in self.selection.levels]
                 for other in others for build in (BUILD_A, BUILD_B)]
-        found = run_spread(sets, others)
-        if found is None or gate != SPECULATION:
-            return found
-        # Speculation ratios share their reference's launches: the others' deviations are correlated
-        # with this configuration's own (0.5 at equal launch spreads), so their sums of squares carry
-        # fewer independent degrees of freedom than they count. At face value eagle3's speculation
-        # group was called worse in 9 of 2000 unchanged simulated runs (2 % spread) at a group alpha
-        # of 0.19 % (3.8 allowed); halved, eagle3 3 and mtp 7 (docs/ab.md: still above it for mtp).
-        return replace(found, dof=found.dof / 2, origin=replace(found.origin, dof_halved=True))
+        return run_spread(sets, others)
 
     # -- what the reports read ------------------------------------------------------------------
     def sorted_cells(self) -> list[GateCell]:

@@ -10,7 +10,6 @@ import re
 import socket
 import subprocess
 import sys
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -40,7 +39,7 @@ from specguard.ab.decision import (
 )
 from specguard.ab.report import AB, render_text, results_doc
 from specguard.ab.rounds import STEP_RATE, Comparison, LaunchResult, Selection
-from specguard.ab.trend import LaunchPoint, launch_location, trend_estimate
+from specguard.ab.trend import Contrast, LaunchPoint, launch_location, trend_estimate
 from specguard.cli import main
 from specguard.config import load_suite
 from specguard.decide.prior import HistoryOf, Origin, SpreadSource
@@ -566,7 +565,7 @@ def test_the_pooled_test_is_a_t_on_a_model_of_every_launch_of_the_run_that_takes
     noise = [0.001, -0.002, 0.0, 0.001, 0.002, -0.001, -0.001, 0.0]
     points = [LaunchPoint(c, b, slot, 0.01 * slot + noise[slot] + (math.log(0.97) if c == "y" and b else 0.0))
               for slot, (c, b) in enumerate(order)]
-    est = trend_estimate(points, "y", 0.05, alpha_look=0.001, pass_confidence=0.95)
+    est = trend_estimate(points, Contrast("y"), 0.05, alpha_look=0.001, pass_confidence=0.95)
     assert est is not None and est.dof == 8 - 5  # two intercepts, two build effects, one trend
     assert est.ratio == pytest.approx(0.97, abs=0.003) and est.p_value < 0.001 and est.high < 1
     assert est.between_source.history == Origin(HistoryOf.LAUNCHES, 4, ("x",)) and est.between_source.launches == (2, 2)
@@ -575,9 +574,9 @@ def test_the_pooled_test_is_a_t_on_a_model_of_every_launch_of_the_run_that_takes
     lb = [p.location for p in points if p.config == "y" and p.build_b]
     t = (np.mean(lb) - np.mean(la)) / math.sqrt((np.var(la, ddof=1) + np.var(lb, ddof=1)) / 2)  # 2 dof
     assert abs(t) < 1.1  # p > 0.19
-    assert trend_estimate(points_of("y", {0: (False, 100.0), 1: (True, 99.0)}), "y", 0.05, alpha_look=0.01,
+    assert trend_estimate(points_of("y", {0: (False, 100.0), 1: (True, 99.0)}), Contrast("y"), 0.05, alpha_look=0.01,
                           pass_confidence=0.95) is None  # no residual degree of freedom
-    assert trend_estimate([p for p in points if not (p.config == "y" and p.build_b)], "y", 0.05, alpha_look=0.01,
+    assert trend_estimate([p for p in points if not (p.config == "y" and p.build_b)], Contrast("y"), 0.05, alpha_look=0.01,
                           pass_confidence=0.95) is None  # y has no build B launch
 
 
@@ -589,11 +588,42 @@ def test_a_drifting_machine_neither_hides_a_drop_at_every_level_nor_makes_one():
     assert not same.group_regressions() and not same.regressions()
 
 
-def test_a_speculation_ratios_spread_from_other_configurations_counts_half_its_dof():
-    sel = Selection(["ref", "one", "two"], [4], frozenset({"one", "two"}), {"one": "ref", "two": "ref"})
-    cmp = run(sel, FakeLauncher({}, launch_sd=0.01, seed=2), budget=Budget(0.01, 0.95, max_rounds=3, min_rounds=3))
-    full = run_spread([[cmp.values(b, "two", 4, SPECULATION)] for b in ("A", "B")], ["two"])
-    halved = cmp.spread_without("one", SPECULATION)
-    assert full is not None and halved is not None and halved.dof == full.dof / 2 == 2
-    assert halved.var == full.var and halved.origin == replace(full.origin, dof_halved=True)
-    assert cmp.spread_without("one", THROUGHPUT).dof == 2 * 2 * 2  # ref and two, both builds, 3 launches each
+def test_a_speculation_ratio_is_the_contrast_of_two_build_effects_and_its_p_values_are_calibrated():
+    # two speculative configurations share one reference's launches (each round: ref, one, two in
+    # both builds, ABBA); their ratios' B/A is (one's effect - ref's effect) of the tok/s model, and
+    # under no change the p of that contrast is uniform: the shared launches are in its covariance
+    rng = np.random.default_rng(7)
+    below = []
+    for _ in range(3000):
+        points, slot = [], 0
+        for round_no in (1, 2, 3, 4):
+            for build in abba_order(round_no):
+                for config in ("ref", "one", "two"):
+                    points.append(LaunchPoint(config, build == "B", slot, rng.normal(0, 0.01)))
+                    slot += 1
+        est = trend_estimate(points, Contrast("one", "ref"), 0.05, alpha_look=0.01, pass_confidence=0.95)
+        assert est is not None and est.dof == 24 - 7  # three intercepts, three build effects, a trend
+        below.append(est.p_value < 0.01)
+    assert 0.005 <= np.mean(below) <= 0.015  # 30 expected in 3000; sd 5.4
+    # the ratio itself: one's B 3 % slower, ref's B 1 % slower, nothing else moves
+    exact = [LaunchPoint(c, b, i, math.log({("one", True): 0.97, ("ref", True): 0.99}.get((c, b), 1.0)) + 1e-4 * (-1) ** i)
+             for i, (c, b) in enumerate([(c, b) for b in (False, True, True, False) for c in ("ref", "one", "two")])]
+    est = trend_estimate(exact, Contrast("one", "ref", levels_pooled=False), 0.05, alpha_look=0.01, pass_confidence=0.95)
+    assert est is not None and est.ratio == pytest.approx(0.97 / 0.99, abs=1e-3) and not est.between_source.levels_pooled
+    assert est.between_source.history == Origin(HistoryOf.LAUNCHES, 4, ("two",)) and est.between_source.launches == (2, 2)
+    assert trend_estimate(exact, Contrast("one", "absent"), 0.05, alpha_look=0.01, pass_confidence=0.95) is None
+
+
+def test_a_speculation_cell_and_group_look_at_the_contrast_in_the_tok_s_model():
+    sel = Selection(["ref", "one"], [1, 4], frozenset({"one"}), {"one": "ref"})
+    cmp = run(sel, FakeLauncher({("B", "one"): 0.9}, launch_sd=0.003, levels=(1, 4), seed=2))
+    ratio = next(c for c in cmp.cells if c.config == "one" and c.gate == SPECULATION and c.level == 4)
+    group = next(g for g in cmp.groups if g.config == "one" and g.gate == SPECULATION)
+    assert ratio.looks and group.looks and group.decision == DIFFERENT and group.direction == "worse"
+    look = ratio.looks[-1]
+    at_4 = [p for p in cmp.launch_points(THROUGHPUT, 4) if cmp.launches[p.slot].round_no <= look.round_no]
+    expected = trend_estimate(at_4, Contrast("one", "ref", levels_pooled=False), 0.05,
+                              alpha_look=BUDGET.alpha_look(ratio), pass_confidence=0.95)
+    assert expected is not None and look.estimate.ratio == pytest.approx(expected.ratio) and look.estimate.ratio < 0.92
+
+
