@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from dataclasses import asdict, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import TypeAlias
 
@@ -17,9 +17,10 @@ from specguard.measure.metrics import RunMetrics
 from specguard.measure.sweep import CellLoad, measure_cell
 from specguard.report import compare, export, recommend, results
 from specguard.report.bench_doc import BENCH, BENCH_SCHEMA, BENCH_VERSION
+from specguard.report.note_text import note_line
 from specguard.report.publish import write_report_dir
 from specguard.report.recommendation_doc import RECOMMENDATION
-from specguard.report.results import ResultsError
+from specguard.report.results import ResultsError, run_doc
 from specguard.report.schema import BenchLevelDoc
 from specguard.server import ServerHandle, ServerStartError, attach, launch, stop
 from specguard.session import api_key_from
@@ -141,7 +142,7 @@ def _bench_levels(args: argparse.Namespace, handle: ServerHandle, workload: Work
         if cell.error:
             print(f"      error: {cell.error}")
         rows.append({"concurrency": c, "request_rate": rate, "load_model": cell.runs[0].load_model if cell.runs else "",
-                     "error": cell.error, "runs": [asdict(r) for r in cell.runs]})
+                     "error": cell.error, "runs": [run_doc(r) for r in cell.runs]})
     return rows
 
 
@@ -156,8 +157,8 @@ def _print_bench_run(c: int, r: RunMetrics, slo: bool) -> None:
         cacc = f"{cs.accept_length:.2f}" if cs.accept_length else "-"
         print(f"      {name:<14} {cs.completed:>5} ok {cs.output_throughput:>10.1f} tok/s "
               f"({cs.throughput_share:.0%})  accept {cacc}")
-    for w in r.warnings:
-        print(f"      warning: {w}")
+    for n in r.notes:
+        print(f"      warning: {note_line(n)}")
 
 
 def _emulate_parser(sub: Subcommands) -> None:

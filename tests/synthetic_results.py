@@ -24,7 +24,7 @@ def _run(tok_s: float, concurrency: int, accept: float | None) -> dict[str, Any]
     return {"concurrency": concurrency, "num_requests": 4 * concurrency, "completed": 4 * concurrency, "failed": 0,
             "duration_s": 1.0, "total_input_tokens": 0, "total_output_tokens": int(tok_s), "output_throughput": tok_s,
             "request_throughput": 1.0, "latency_ms": latency, "accept_length": accept, "total_verify_ct": 0,
-            "server_accept_length": {}, "tokens_estimated": False, "errors": [], "warnings": []}
+            "server_accept_length": {}, "tokens_estimated": False, "errors": [], "notes": []}
 
 
 def make_doc(curves: dict[str, dict[int, float]], settings: dict[str, dict[str, Any]] | None = None, *,
@@ -56,7 +56,7 @@ def make_doc(curves: dict[str, dict[int, float]], settings: dict[str, dict[str, 
         for c, v in curves[name].items():
             acc = (accept or {}).get(name, 2.0 if s else None)
             runs = [_run(v * scale * f, c, acc) for f in (1 - spread, 1.0, 1 + spread)]
-            cells.append({"config": name, "level": f"c{c}", "error": None, "warnings": [], "wall_s": 3.0,
+            cells.append({"config": name, "level": f"c{c}", "error": None, "notes": [], "wall_s": 3.0,
                           "summary": cell_summary(runs), "runs": runs, "warmup_runs": []})
     return {
         "schema": SCHEMA, "schema_version": SCHEMA_VERSION, "created": "2026-11-29T00:00:00+00:00",

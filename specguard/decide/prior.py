@@ -69,14 +69,12 @@ class HistoryOf(Enum):
 @dataclass(frozen=True)
 class Origin:
     """Where a measured spread comes from: ``count`` sessions, cells, configurations or launches
-    (0: not recorded, a results file of schema 4 or older), the configurations by name where the
-    launches are another run's, and whether its dof were halved (A/B speculation ratios share
-    their reference's launches)."""
+    (0: not recorded, a results file of schema 4 or older) and the configurations by name where the
+    launches are another run's."""
 
     of: HistoryOf = HistoryOf.SESSIONS
     count: int = 0
     names: tuple[str, ...] = ()
-    dof_halved: bool = False
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from specguard.decide.consistency import SetAside
 from specguard.decide.stats import RatioEstimate
 from specguard.labels import SPECULATION, STEP_TIME, THROUGHPUT, GateLabel, Level, TextEnum, Verdict
+from specguard.notes import Note
 from specguard.store.gaps import HistoryGap
 
 
@@ -207,7 +208,7 @@ class GateResult:
     positions: tuple[PositionShare, ...] = ()  # the accept-length gate: acceptance per draft position
     soak: Soak | None = None  # the soak test: its windows' change points
     set_aside: tuple[SetAside, ...] = ()  # launches whose runs disagree, left out of the decision
-    notes: tuple[str, ...] = ()  # the server's and the measurement's own notes on this cell
+    notes: tuple[Note, ...] = ()  # the server's and the measurement's own notes on this cell
 
     @property
     def failed(self) -> bool:

@@ -14,6 +14,7 @@ from typing import Any
 import httpx
 
 from specguard.config import ServerConfig
+from specguard.notes import Note, NoteKind
 from specguard.prometheus import parse_prometheus
 
 REDACTED = "***"
@@ -187,14 +188,14 @@ class Engine:
         verify counts of their own (the step time needs them); None otherwise."""
         return None
 
-    def idle_spec_counters(self, before: dict[str, float] | None, after: dict[str, float] | None) -> str | None:
+    def idle_spec_counters(self, before: dict[str, float] | None, after: dict[str, float] | None) -> Note | None:
         """Why a run's engine-counter figures (step time, accept length) are unmeasured: the
         server's speculative counters exist and did not move over a run that generated tokens.
         None where the engine reads these from the requests, or the counters moved."""
         return None
 
     def token_count_disagreement(self, before: dict[str, float] | None, after: dict[str, float] | None,
-                                 client_tokens: int) -> str | None:
+                                 client_tokens: int) -> Note | None:
         """The server's own counter of generated tokens against the sum the client was told."""
         name = self.generated_tokens_counter
         if not name or not before or not after or name not in before or name not in after:
@@ -202,8 +203,8 @@ class Engine:
         server_tokens = after[name] - before[name]
         if abs(server_tokens - client_tokens) < 0.5:
             return None
-        return (f"token counts disagree: responses reported {client_tokens} completion tokens, "
-                f"server counter {name} rose by {server_tokens:g}")
+        return Note.of(NoteKind.TOKEN_COUNTS_DISAGREE, client_tokens=client_tokens, counter=name,
+                       server_tokens=server_tokens)
 
     def check_args(self, cfg: ServerConfig, eff: EffectiveArgs, max_concurrency: int) -> list[ArgCheck]:
         return []

@@ -16,6 +16,7 @@ import httpx
 
 from specguard.config import ServerConfig
 from specguard.engines.base import ArgCheck, EffectiveArgs, Engine
+from specguard.notes import Note, NoteKind
 
 DRAFTS = "vllm:spec_decode_num_drafts_total"
 ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
@@ -122,7 +123,7 @@ class VLLMEngine(Engine):
             return None
         return after[ACCEPTED] - before.get(ACCEPTED, 0.0)
 
-    def idle_spec_counters(self, before: dict[str, float] | None, after: dict[str, float] | None) -> str | None:
+    def idle_spec_counters(self, before: dict[str, float] | None, after: dict[str, float] | None) -> Note | None:
         """vLLM publishes its counters when a scheduler step logs its stats, so a short run can end
         before they move (seen: an ngram c1 run of 3 requests in 0.43 s read total drafts 0):
         such a run's step time and accept length are unmeasured, never 0 and never "not
@@ -131,8 +132,7 @@ class VLLMEngine(Engine):
             return None  # no speculative counters: not speculating
         if after[DRAFTS] - before.get(DRAFTS, 0.0) > 0:
             return None
-        return (f"vLLM's speculative counters did not move over this run ({DRAFTS} unchanged): its step time and "
-                f"accept length are unmeasured (a longer run gives the counters time to publish)")
+        return Note.of(NoteKind.COUNTERS_IDLE, engine="vLLM", counter=DRAFTS)
 
     def check_args(self, cfg: ServerConfig, eff: EffectiveArgs, max_concurrency: int) -> list[ArgCheck]:
         checks: list[ArgCheck] = []

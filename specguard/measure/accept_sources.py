@@ -26,6 +26,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from specguard.measure.client import RequestRecord
+from specguard.notes import Figure, Note, NoteKind
 
 SAME_WINDOW_SLACK = 0.005  # relative, beside the prefill tokens' n_requests / verify steps
 OTHER_WINDOW_TOLERANCE = {"server_info": 0.10, "gauge": 0.10}
@@ -126,12 +127,13 @@ def check_accept_sources(accept_length: float | None, verify_ct: int, requests: 
     return AcceptCheck(accept_length, tuple(readings), _suspect(accept_length, readings, own), merged, own)
 
 
-def disagreement_line(check: AcceptCheck) -> str | None:
-    """The run's warning when its sources disagree: every value, the bound, and which one is suspect."""
+def disagreement_note(check: AcceptCheck) -> Note | None:
+    """The run's note when its sources disagree: every value, its bound, and which one is suspect
+    (report.note_text words it)."""
     if check.suspect is None:
         return None
-    parts = [f"{r.source} {r.value:.3f} (allowed +-{r.allowed:.3f})" for r in check.readings]
-    one = check.suspect != REQUESTS and " or " not in check.suspect and "," not in check.suspect
-    suspect = "the requests' own verify counts" if check.suspect == REQUESTS else check.suspect
-    return (f"accept length sources disagree: {check.own} {check.accept_length:.3f}; {'; '.join(parts)}: "
-            f"{suspect} disagree{'s' if one else ''} with the others")
+    readings: dict[str, Figure] = {}
+    for r in check.readings:
+        readings[r.source], readings[f"{r.source}_allowed"] = r.value, r.allowed
+    return Note.of(NoteKind.ACCEPT_SOURCES_DISAGREE, own=check.own, accept_length=check.accept_length,
+                   suspect=check.suspect, **readings)

@@ -14,9 +14,10 @@ from typing import Protocol
 
 import numpy as np
 
-from specguard.measure.accept_sources import REQUESTS, AcceptCheck, check_accept_sources, disagreement_line, stream_count
+from specguard.measure.accept_sources import REQUESTS, AcceptCheck, check_accept_sources, disagreement_note, stream_count
 from specguard.measure.client import RequestRecord
 from specguard.measure.load import WORKERS_ENV, RunResult
+from specguard.notes import Note, NoteKind
 from specguard.workload import Workload
 
 LATENCY_STATS = ("mean", "median", "p90", "p99")
@@ -56,7 +57,7 @@ class RunMetrics:
     tokens_estimated: bool = False
     client_cpu_fraction: float = 0.0  # client CPU seconds / (duration x client processes)
     errors: list[str] = field(default_factory=list)  # the first few, verbatim
-    warnings: list[str] = field(default_factory=list)
+    notes: list[Note] = field(default_factory=list)  # what the run says beside its figures (notes.NoteKind)
     load_model: str = ""  # "closed-loop c=16" or "poisson 8 req/s, cap 64" (measure/load.py load_model)
     # Goodput under SLOs (bench_serving's keys, sglang/benchmark/goodput.py GoodputMetrics): requests
     # that succeeded and met every SLO, per second of the run; None when no SLO was given.
@@ -255,15 +256,14 @@ def summarize_run(run: RunResult, server_accept_length: dict[str, float] | None 
         metrics.categories = category_summaries(run, categories, duration_s)
     _note_unmeasured_step_time(metrics, ok)
     _check_accept_sources(metrics, ok, accept_length_source)
-    metrics.warnings.extend(client_busy_warnings(metrics.client_cpu_fraction))
+    metrics.notes.extend(client_busy_notes(metrics.client_cpu_fraction))
     return metrics
 
 
 def _note_unmeasured_step_time(metrics: RunMetrics, ok: list[RequestRecord]) -> None:
     """Requests decoded but no decode time was seen (step_time_ms): said, so a missing step time is never silent."""
     if metrics.step_time_ms is None and any((r.completion_tokens or 0) >= 2 for r in ok):
-        metrics.warnings.append("step time unmeasured: every request's tokens arrived in one read, so no decode "
-                                "time was seen (a longer output_len gives the stream time to show its steps)")
+        metrics.notes.append(Note.of(NoteKind.STEP_TIME_UNMEASURED))
 
 
 def _check_accept_sources(metrics: RunMetrics, ok: list[RequestRecord], accept_length_source: str | None) -> None:
@@ -272,9 +272,9 @@ def _check_accept_sources(metrics: RunMetrics, ok: list[RequestRecord], accept_l
     metrics.accept_check = check_accept_sources(metrics.accept_length, verify_ct,
                                                 sum(1 for r in ok if r.spec_verify_ct), metrics.server_accept_length,
                                                 stream_count(ok), own=REQUESTS if verify_ct else str(accept_length_source))
-    line = disagreement_line(metrics.accept_check) if metrics.accept_check else None
-    if line:
-        metrics.warnings.append(line)
+    note = disagreement_note(metrics.accept_check) if metrics.accept_check else None
+    if note:
+        metrics.notes.append(note)
 
 
 def run_accept_length(records: Iterable[RequestRecord], server_accept_length: dict[str, float] | None,
@@ -341,11 +341,10 @@ def spec_accept_rate(records: Sequence[RequestRecord]) -> float | None:
     return correct / proposed if proposed else None
 
 
-def client_busy_warnings(client_cpu_fraction: float) -> list[str]:
-    """One warning when the client processes were busier than CLIENT_BUSY_FRACTION of a core each."""
+def client_busy_notes(client_cpu_fraction: float) -> list[Note]:
+    """One note when the client processes were busier than CLIENT_BUSY_FRACTION of a core each."""
     if client_cpu_fraction > CLIENT_BUSY_FRACTION:
-        return [f"the load generator was busy {client_cpu_fraction:.0%} of the run: it may be part of what was "
-                f"measured (more client processes: {WORKERS_ENV}, or fewer concurrent streams per machine)"]
+        return [Note.of(NoteKind.CLIENT_BUSY, fraction=client_cpu_fraction, workers_env=WORKERS_ENV)]
     return []
 
 

@@ -22,6 +22,7 @@ from specguard.engines.base import Engine, ServerBusy
 from specguard.measure.generator import LoadGenerator
 from specguard.measure.load import LoadSettings
 from specguard.measure.metrics import RunMetrics, RunSeries, outliers, summarize_run, workload_categories
+from specguard.notes import Note, NoteKind
 from specguard.server import ServerHandle
 from specguard.workload import Workload
 
@@ -40,7 +41,7 @@ class CellMeasurement(RunSeries):
     warmup_runs: list[RunMetrics] = field(default_factory=list)
     error: str | None = None  # the cell could not be measured; never a pass
     server_busy: bool = False  # error is "busy with traffic specguard did not send" (ServerBusy)
-    warnings: list[str] = field(default_factory=list)
+    notes: list[Note] = field(default_factory=list)  # its runs' and its own (notes.NoteKind)
     wall_s: float = 0.0
 
     @property
@@ -95,9 +96,10 @@ def measure_cell(handle: ServerHandle, workload: Workload, sweep: SweepConfig, l
     with handle.control_client() as client, LoadGenerator(handle.base_url, settings) as generator:
         busy = foreign_traffic(engine, client)
         if busy:
-            cell.warnings.append(busy)
+            cell.notes.append(busy)
             if progress:
-                progress(f"{handle.name} c{concurrency}: {busy}")
+                progress(f"{handle.name} c{concurrency}: the server already has {busy['running']} running and "
+                         f"{busy['waiting']} waiting requests that specguard did not send")
 
         def run_once() -> None:
             i = len(all_runs)
@@ -180,11 +182,11 @@ def measure_run(handle: ServerHandle, client: httpx.Client, generator: LoadGener
         metrics.step_time_ms = None
         if not metrics.total_verify_ct:
             metrics.accept_length = None
-        metrics.warnings.append(idle)
+        metrics.notes.append(idle)
     if metrics.failed == 0:
         disagreement = engine.token_count_disagreement(before, after, metrics.total_output_tokens)
         if disagreement:
-            metrics.warnings.append(disagreement)
+            metrics.notes.append(disagreement)
     return metrics
 
 
@@ -192,8 +194,8 @@ class ServerGone(RuntimeError):
     pass
 
 
-def foreign_traffic(engine: Engine, client: httpx.Client, settle_s: float = 0.5) -> str | None:
-    """One line when the server's /metrics shows requests running or waiting before specguard
+def foreign_traffic(engine: Engine, client: httpx.Client, settle_s: float = 0.5) -> Note | None:
+    """A note when the server's /metrics shows requests running or waiting before specguard
     sends any (someone else's traffic would be measured with ours); None when idle or unknown.
 
     SGLang's queue gauges hold the last batch's values until the scheduler's next idle pass
@@ -211,8 +213,7 @@ def foreign_traffic(engine: Engine, client: httpx.Client, settle_s: float = 0.5)
             time.sleep(settle_s)
     assert depth is not None
     running, waiting = depth
-    return (f"the server already has {running} running and {waiting} waiting requests that specguard did not send "
-            f"(/metrics); each run waits for idle before it starts")
+    return Note.of(NoteKind.SERVER_BUSY, running=running, waiting=waiting)
 
 
 def _judge_cell(cell: CellMeasurement, handle: ServerHandle, max_failed: int, repeats: int) -> None:
@@ -226,6 +227,6 @@ def _judge_cell(cell: CellMeasurement, handle: ServerHandle, max_failed: int, re
     if cell.error is not None and not handle.alive():
         cell.error += f"\nserver exited; log tail:\n{handle.log_tail()}"
     for r in cell.runs:
-        cell.warnings.extend(r.warnings)
+        cell.notes.extend(r.notes)
     for idx in outliers(cell.throughputs):
-        cell.warnings.append(f"run {idx + 1} tok/s {cell.throughputs[idx]:.1f} is > 5 MADs from the median (kept)")
+        cell.notes.append(Note.of(NoteKind.OUTLIER_RUN, run=idx + 1, tok_s=cell.throughputs[idx]))

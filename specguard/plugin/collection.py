@@ -14,6 +14,7 @@ import pytest
 
 from specguard.config import SOAK_PASSIVE, Suite
 from specguard.labels import ACCEPT_LENGTH, SOAK, SPECULATION, STEP_TIME, THROUGHPUT, Level
+from specguard.notes import Note, NoteKind
 from specguard.plugin import state
 from specguard.plugin.live import LiveLine
 from specguard.plugin.options import get_suite
@@ -114,9 +115,7 @@ def _note_deprecated_names(config: pytest.Config, items: list[pytest.Item]) -> N
         files = sorted({str(item.path.relative_to(config.rootpath)) if item.path.is_relative_to(config.rootpath)
                         else str(item.path) for item in items if getattr(item, "originalname", item.name) == old})
         if files:
-            config.stash[state.RUN_NOTES].append(
-                f"{', '.join(files)}: {old} is now named {new} (the same test); import {new} from "
-                f"specguard.plugin.gate_tests, the old name will go in a later release")
+            config.stash[state.RUN_NOTES].append(Note.of(NoteKind.TEST_RENAMED, files=", ".join(files), old=old, new=new))
 
 
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -26,7 +26,7 @@ from specguard.plugin.scheduling import WORKER_OUTPUT_KEY, WORKER_STAGE_KEY, cla
 from specguard.report.baseline_text import outcome_lines
 from specguard.report.merge import merge_documents
 from specguard.report.publish import write_report_dir
-from specguard.report.results import family_holm, outcome_doc, write_results
+from specguard.report.results import family_holm, note_doc, outcome_doc, write_results
 from specguard.report.schema import DecisionDoc, FailedTestDoc, ResultsDoc, TestDoc
 from specguard.report.terminal import render_summary
 from specguard.session.results import build_results
@@ -238,7 +238,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     doc["tests"] = sorted(log.tests.values(), key=lambda t: t["nodeid"])
     doc["outcome"] = {"status": status_of(status),
                       "exit_status": status, "failed_tests": log.failed, "counts": _counts(log.tests.values())}
-    doc["run_notes"] = [*config.stash[state.RUN_NOTES], *doc.get("run_notes", [])]
+    doc["run_notes"] = [*(note_doc(n) for n in config.stash[state.RUN_NOTES]), *doc.get("run_notes", [])]
     if _first_run(doc):
         doc["hints"] = {"record": record_command(config)}
     config.stash[state.DOC] = doc

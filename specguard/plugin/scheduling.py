@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from specguard.config import Suite
+from specguard.notes import Note, NoteKind
 from specguard.plugin import state
 from specguard.plugin.options import baseline_dir, get_suite
 from specguard.store.baselines import BaselineStore
@@ -35,20 +36,17 @@ def is_worker(config: pytest.Config) -> bool:
     return hasattr(config, "workerinput")
 
 
-def run_notes(config: pytest.Config, suite: Suite) -> list[str]:
+def run_notes(config: pytest.Config, suite: Suite) -> list[Note]:
     """How the controller places configurations on workers, for the summary."""
     if is_worker(config) or not getattr(config.option, "numprocesses", None):
         return []
     notes = []
     dist = getattr(config.option, "dist", "no")
     if dist in ("load", "loadgroup", "worksteal"):
-        notes.append(f"xdist: --dist {dist}: specguard places each configuration with its reference on one worker, "
-                     f"so every server is launched once and every cell measured once")
+        notes.append(Note.of(NoteKind.XDIST_GROUPED, dist=dist))
     groups = {group_of(suite, n) for n in suite.servers}
     if len(groups) > 1 and any(s.gpus is None for s in suite.servers.values()):
-        notes.append(f"xdist: {len(groups)} configuration groups on {config.option.numprocesses} workers and no `gpus` "
-                     f"set: launches are serialised (one launched server at a time on this machine), since servers "
-                     f"sharing CPU/GPU would lower and blur each other's tok/s")
+        notes.append(Note.of(NoteKind.XDIST_SERIALISED, groups=len(groups), workers=int(config.option.numprocesses)))
     return notes
 
 

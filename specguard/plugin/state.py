@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from specguard.config import Suite
+from specguard.notes import Note
 from specguard.plugin.live import LiveLine
 from specguard.report.schema import ResultsDoc
 from specguard.session import GateSession
@@ -18,5 +19,5 @@ WORKER_DOCS = pytest.StashKey[list[ResultsDoc]]()  # xdist controller: each work
 WORKER_STAGES = pytest.StashKey[list[dict[str, Any]]]()  # xdist controller: each worker's staged baselines
 LIVE = pytest.StashKey[LiveLine]()
 INTERACTIVE = pytest.StashKey[bool]()
-RUN_NOTES = pytest.StashKey[list[str]]()
+RUN_NOTES = pytest.StashKey[list[Note]]()
 TESTRUN = pytest.StashKey[str]()  # xdist controller: the run id (its claim directory is removed at the end)

@@ -25,7 +25,8 @@ def merge_documents(docs: list[ResultsDoc]) -> ResultsDoc:
 
 def _union(docs: list[ResultsDoc]) -> ResultsDoc:
     """The first document with what every worker measured and recorded: servers, cells, decisions,
-    baseline writes, reference roles and relaunches (what is derived from them is not redone here)."""
+    baseline writes, reference roles, relaunches and run notes (what is derived from them is not
+    redone here)."""
     merged = docs[0].copy()
     merged["servers"] = merged_servers(docs)
     merged["cells"] = [x for d in docs for x in d["cells"]]
@@ -33,6 +34,8 @@ def _union(docs: list[ResultsDoc]) -> ResultsDoc:
     merged["baseline_updates"] = [x for d in docs for x in d["baseline_updates"]]
     merged["reference_roles"] = [x for d in docs for x in d.get("reference_roles", [])]
     merged["relaunches"] = {k: v for d in docs for k, v in (d.get("relaunches") or {}).items()}
+    run_notes = [n for d in docs for n in d.get("run_notes") or []]  # each worker says the suite's design notes
+    merged["run_notes"] = [n for i, n in enumerate(run_notes) if n not in run_notes[:i]]
     return merged
 
 

@@ -33,12 +33,15 @@ from specguard.decide.result import (
 )
 from specguard.decide.stats import RatioEstimate
 from specguard.labels import GateLabel, Level, Verdict
+from specguard.measure.metrics import RunMetrics
+from specguard.notes import Note
 from specguard.report.schema import (
     BaselineOutcomeDoc,
     CellDoc,
     ConfigDoc,
     DecisionDoc,
     EstimateDoc,
+    NoteDoc,
     ProblemDoc,
     ResultsDoc,
     SoakDoc,
@@ -54,7 +57,7 @@ from specguard.store.gaps import GapKind, HistoryGap
 from specguard.store.refresh import BaselineOutcome
 
 SCHEMA = "specguard-results"
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 CONFIG_FIELDS = ("engine", "model_path", "draft_model_path", "speculative_algorithm", "num_steps", "eagle_topk",
                  "num_draft_tokens", "max_running_requests", "reference", "speculation_must_win_up_to")
 
@@ -65,7 +68,17 @@ class ResultsError(DocumentError):
 
 RESULTS: Document[ResultsDoc] = Document(
     SCHEMA, SCHEMA_VERSION, ResultsDoc, what="results file", make="write one with: pytest perf_tests --results-json FILE",
-    readable=(1, 2, 3, 4), upgrade=upgrade, error=ResultsError)  # every version specguard ever wrote (report/upgrade.py)
+    readable=(1, 2, 3, 4, 5), upgrade=upgrade, error=ResultsError)  # every version specguard ever wrote (report/upgrade.py)
+
+
+def note_doc(n: Note) -> NoteDoc:
+    """A note as stored: its kind and its figures as keys beside it."""
+    return cast(NoteDoc, n.to_json())
+
+
+def run_doc(r: RunMetrics) -> dict[str, Any]:
+    """One run's metrics as stored (`runs[]` of a cell, and of a bench file): its fields, the notes as data."""
+    return {**asdict(r), "notes": [note_doc(n) for n in r.notes]}
 
 
 CellKey = tuple[str, str]  # (configuration, level name)
@@ -114,7 +127,7 @@ def spread_source_doc(s: SpreadSource) -> SpreadSourceDoc:
     h = s.history
     return {"prior": s.prior, "dropped_prior_sd": s.dropped_prior_sd, "widened": s.widened,
             "launches": list(s.launches), "levels_pooled": s.levels_pooled, "legacy_text": s.legacy_text,
-            "history": {"of": h.of.value, "count": h.count, "names": list(h.names), "dof_halved": h.dof_halved}
+            "history": {"of": h.of.value, "count": h.count, "names": list(h.names)}
             if h else None}
 
 
@@ -123,7 +136,7 @@ def spread_source(d: EstimateDoc) -> SpreadSource:
     s, h = d["between_source"], d["between_source"]["history"]
     return SpreadSource(prior=s["prior"], dropped_prior_sd=s["dropped_prior_sd"], widened=s["widened"],
                         launches=tuple(s["launches"]), levels_pooled=s["levels_pooled"], legacy_text=s["legacy_text"],
-                        history=Origin(HistoryOf(h["of"]), h["count"], tuple(h["names"]), h["dof_halved"]) if h else None)
+                        history=Origin(HistoryOf(h["of"]), h["count"], tuple(h["names"])) if h else None)
 
 
 def _estimate(d: EstimateDoc | None) -> RatioEstimate | None:
@@ -148,7 +161,7 @@ def decision_dict(r: GateResult) -> DecisionDoc:
                         if a else None),
         "factors": cast(Any, asdict(r.factors)) if r.factors else None, "goodput": r.goodput,
         "problem": problem_doc(p) if p else None,
-        "drift": cast(Any, asdict(r.drift)) if r.drift else None, "notes": list(r.notes),
+        "drift": cast(Any, asdict(r.drift)) if r.drift else None, "notes": [note_doc(n) for n in r.notes],
         "positions": [{"position": s.position, "verdict": s.verdict.value, "estimate": _estimate_doc(s.estimate),
                        "current": s.current, "reference": s.reference} for s in r.positions],
         "soak": ({"windows": r.soak.windows, "warmup": r.soak.warmup, "half": r.soak.half.value,
@@ -173,7 +186,8 @@ def decision_result(d: DecisionDoc) -> GateResult:
         attribution=Attribution(Half(a["half"]), _estimate(a["step_rate"]), _estimate(a["accept"])) if a else None,
         factors=Factors(**f) if (f := d.get("factors")) else None, goodput=d.get("goodput", False),
         problem=problem_of_doc(p) if p else None,
-        drift=Drift(**dr) if (dr := d.get("drift")) else None, notes=tuple(d.get("notes") or ()),
+        drift=Drift(**dr) if (dr := d.get("drift")) else None,
+        notes=tuple(Note.from_json(n) for n in d.get("notes") or ()),
         positions=tuple(PositionShare(s["position"], Verdict(s["verdict"]), _estimate(s["estimate"]), s["current"],
                                       s["reference"]) for s in d.get("positions") or ()),
         soak=_soak(d.get("soak")),

@@ -69,11 +69,17 @@ class SummaryDoc(_SummaryFigures, total=False):
     categories: dict[str, dict[str, float | None]]  # per prompt category: accept_length, output_throughput, throughput_share
 
 
+class NoteDoc(TypedDict):
+    """notes.Note as stored: ``kind`` (a notes.NoteKind) and the note's figures as keys beside it."""
+
+    kind: str
+
+
 class CellDoc(TypedDict):
     config: str
     level: str  # labels.Level's name: "c16" (16 clients) or "r8" (8 requests/s, open loop)
     error: str | None
-    warnings: list[str]
+    notes: list[NoteDoc]  # its runs' and its own (schema 5 and older: `warnings`, sentences)
     wall_s: float
     summary: SummaryDoc
     runs: list[dict[str, Any]]  # measure.metrics.RunMetrics, as stored
@@ -85,8 +91,7 @@ class OriginDoc(TypedDict):
 
     of: str  # decide.prior.HistoryOf
     count: int  # 0: not recorded
-    names: list[str]
-    dof_halved: bool
+    names: list[str]  # schema-5 files also carry `dof_halved` (A/B speculation ratios before 7 Dec; not read)
 
 
 class SpreadSourceDoc(TypedDict):
@@ -251,7 +256,7 @@ class _DecisionFields(TypedDict):
     goodput: bool
     problem: ProblemDoc | None
     drift: DriftDoc | None
-    notes: list[str]
+    notes: list[NoteDoc]
 
 
 class DecisionDoc(_DecisionFields, total=False):
@@ -408,7 +413,7 @@ class ResultsDoc(_ResultsKeys, total=False):
     relaunches: dict[str, list[RelaunchDoc]]
     soaks: dict[str, SoakWindowsDoc]  # test_soak's windows per configuration (absent in older files)
     tests: list[TestDoc]
-    run_notes: list[str]
+    run_notes: list[NoteDoc]  # the session's notes under the table (schema 5 and older: sentences)
     hints: dict[str, str]
 
 

@@ -13,8 +13,10 @@ import textwrap
 
 from specguard.decide.gates import RelaunchReason, RelaunchWhy
 from specguard.labels import SOAK, STATUS_NOT_MEASURED, STATUS_REGRESSION, GateLabel, Level
+from specguard.notes import Note
 from specguard.report.baseline_text import document_lines
 from specguard.report.crossovers import crossover_line
+from specguard.report.note_text import note_line
 from specguard.report.recommend import level_kind
 from specguard.report.resolution import attach_lines, few_sessions_lines, resolution_note
 from specguard.report.results import CellKey, decision_result, detectable_drop, sorted_cells, tests_by_cell
@@ -224,7 +226,7 @@ def notes(doc: ResultsDoc) -> list[str]:
     if resolution:
         lines.append(resolution)
     lines += [f"baselines: {u}" for u in document_lines(doc)]
-    lines += list(doc.get("run_notes") or [])
+    lines += [note_line(Note.from_json(n)) for n in doc.get("run_notes") or []]
     return lines
 
 

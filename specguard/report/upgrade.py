@@ -12,6 +12,9 @@ its decisions keep the line that specguard worded then (`legacy_message`).
 - 4 -> 5: an estimate's `between_source` as data (decide.prior.SpreadSource), not a phrase: the
   phrase stays as `legacy_text`, and only what it plainly said is read from it (whether the prior
   counted, whether a history did).
+- 5 -> 6: notes as data (notes.Note: a kind and its figures): a cell's `warnings`, a run's
+  `warnings`, a decision's `notes` and the `run_notes` were sentences; each is kept as a `text` note,
+  worded as then.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from specguard.report.summary import cell_summary
 
 
 def upgrade(doc: dict[str, Any], version: int) -> dict[str, Any]:
-    """The document as the current schema (5), from `version` (1, 2, 3 or 4)."""
+    """The document as the current schema (6), from `version` (1 to 5)."""
     if version == 1:
         doc, version = _v1_to_v2(doc), 2
     if version == 2:
@@ -31,7 +34,9 @@ def upgrade(doc: dict[str, Any], version: int) -> dict[str, Any]:
     if version == 3:
         doc, version = _v3_to_v4(doc), 4
     if version == 4:
-        doc = _v4_to_v5(doc)
+        doc, version = _v4_to_v5(doc), 5
+    if version == 5:
+        doc = _v5_to_v6(doc)
     return doc
 
 
@@ -91,6 +96,31 @@ def _v4_to_v5(doc: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _v5_to_v6(doc: dict[str, Any]) -> dict[str, Any]:
+    def texts(sentences: Any) -> list[dict[str, str]]:
+        return [{"kind": "text", "text": str(t)} for t in sentences or []]
+
+    def run(r: Any) -> Any:
+        if not isinstance(r, dict):
+            return r
+        return {**{k: v for k, v in r.items() if k != "warnings"}, "notes": texts(r.get("warnings"))}
+
+    def cell(c: dict[str, Any]) -> dict[str, Any]:
+        out = {k: v for k, v in c.items() if k != "warnings"}
+        out.update(notes=texts(c.get("warnings")), runs=[run(r) for r in c.get("runs") or []],
+                   warmup_runs=[run(r) for r in c.get("warmup_runs") or []])
+        return out
+
+    out = dict(doc)
+    out["schema_version"] = 6
+    out["cells"] = [cell(c) for c in doc.get("cells") or []]
+    out["decisions"] = [{**d, "notes": texts(d.get("notes"))} for d in doc.get("decisions") or []]
+    out["holm_failures"] = [{**d, "notes": texts(d.get("notes"))} for d in doc.get("holm_failures") or []]
+    if "run_notes" in doc:
+        out["run_notes"] = texts(doc["run_notes"])
+    return out
+
+
 def _sources_as_data(d: dict[str, Any]) -> dict[str, Any]:
     """A schema-4 decision with each of its estimates' `between_source` phrase kept as worded."""
     def estimate(e: Any) -> Any:
@@ -99,7 +129,7 @@ def _sources_as_data(d: dict[str, Any]) -> dict[str, Any]:
         text = e["between_source"]
         # the phrases schema 4 wrote: "prior", "prior + history of 5 sessions", "history of 5
         # sessions (the prior 0.50% contradicted, dropped)", each perhaps with ", 2 launches"
-        history = {"of": "sessions", "count": 0, "names": [], "dof_halved": False} if "histor" in text else None
+        history = {"of": "sessions", "count": 0, "names": []} if "histor" in text else None
         return {**e, "between_source": {"prior": text.startswith("prior"), "history": history, "dropped_prior_sd": None,
                                         "widened": 1.0, "launches": [], "levels_pooled": False, "legacy_text": text}}
 

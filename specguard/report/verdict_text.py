@@ -26,6 +26,7 @@ from specguard.decide.result import (
 )
 from specguard.decide.stats import RatioEstimate
 from specguard.labels import SPECULATION, STEP_TIME, Verdict
+from specguard.report.note_text import note_line
 from specguard.store.baseline_file import FieldDifference
 from specguard.store.gaps import GapKind, HistoryGap
 
@@ -48,7 +49,7 @@ def message(r: GateResult) -> str:
     notes = ([drift_line(r)] if r.drift is not None and (r.problem is None or r.problem.why != Why.ACCEPT_DRIFT) else [])
     notes += [positions_line(r.positions)] if r.positions else []
     notes += [set_aside_line(r.set_aside, r.problem is not None)] if r.set_aside else []
-    notes += list(dict.fromkeys(r.notes))
+    notes += [note_line(n) for n in dict.fromkeys(r.notes)]
     return head + "".join(f"\n  notes: {n}" for n in notes)
 
 
@@ -84,12 +85,11 @@ def _interval(e: RatioEstimate) -> str:
 
 def origin_text(o: Origin) -> str:
     """"history of 5 sessions", "3 configurations' histories", "this run's launches of eagle3"."""
-    text = {HistoryOf.SESSIONS: f"history of {o.count} sessions" if o.count else "history",
+    return {HistoryOf.SESSIONS: f"history of {o.count} sessions" if o.count else "history",
             HistoryOf.CELLS: f"{o.count} cells' histories",
             HistoryOf.CONFIGURATIONS: f"{o.count} configurations' histories",
             HistoryOf.LAUNCHES: f"this run's launches of {', '.join(o.names)}" if o.names else "this session's launches",
             }[o.of]
-    return text + (" (dof halved: they share the reference)" if o.dof_halved else "")
 
 
 def spread_source_text(s: SpreadSource) -> str:

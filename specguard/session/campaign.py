@@ -12,6 +12,7 @@ from specguard.decide.gates import GateDesign, RelaunchReason, RelaunchWhy, rela
 from specguard.decide.result import GateResult
 from specguard.labels import SPECULATION
 from specguard.measure.sweep import CellMeasurement, Driver, Progress, RunControl, measure_cell, plain_driver
+from specguard.notes import Note, NoteKind
 from specguard.session.cells import CellStore
 from specguard.session.levels import SweepLevels
 from specguard.session.options import ConfigUnavailable, RunOptions
@@ -73,16 +74,14 @@ class Campaign:
         assert measured is not None
         return measured
 
-    def design_notes(self) -> list[str]:
-        """One line each where the suite's gate design could not be followed (for the summary)."""
+    def design_notes(self) -> list[Note]:
+        """Where the suite's gate design could not be followed (the summary's run notes)."""
         notes = []
-        fixed = [n for n in self._suite.servers if not self._pool.can_relaunch(n)]
+        fixed = ", ".join(n for n in self._suite.servers if not self._pool.can_relaunch(n))
         if fixed and self._design.sequential:
-            notes.append(f"attach mode: {', '.join(fixed)} cannot be relaunched (no restart_command): their stage-1 "
-                         f"verdicts at the whole cell alpha stand")
+            notes.append(Note.of(NoteKind.NO_RELAUNCH, configs=fixed))
         if fixed and self._design.launches > 1:
-            notes.append(f"attach mode: advanced.launches = {self._design.launches} not possible for {', '.join(fixed)}, "
-                         f"one launch measured")
+            notes.append(Note.of(NoteKind.ONE_LAUNCH, configs=fixed, launches=self._design.launches))
         return notes
 
     def _staged(self, name: str) -> bool:

@@ -47,7 +47,7 @@ def merged(name: str, level: int, launches: list[CellMeasurement]) -> CellMeasur
     return CellMeasurement(config=name, concurrency=level, runs=[r for m in launches for r in m.runs],
                            warmup_runs=[r for m in launches for r in m.warmup_runs], error=errors[0] if errors else None,
                            server_busy=any(m.server_busy for m in launches),
-                           warnings=[w for m in launches for w in m.warnings], wall_s=sum(m.wall_s for m in launches))
+                           notes=[n for m in launches for n in m.notes], wall_s=sum(m.wall_s for m in launches))
 
 
 class CellStore(Mapping[tuple[str, int], CellMeasurement]):

@@ -19,7 +19,9 @@ from specguard.report.results import (
     clean,
     decision_dict,
     detectable_drop,
+    note_doc,
     outcome_doc,
+    run_doc,
 )
 from specguard.report.schema import CellDoc, ConfigDoc, RelaunchDoc, ResultsDoc, ServerDoc
 from specguard.report.summary import cell_summary
@@ -60,10 +62,10 @@ def _servers(sg: GateSession) -> dict[str, ServerDoc]:
 def _cells(sg: GateSession) -> list[CellDoc]:
     cells: list[CellDoc] = []
     for (name, level), cell in sg.cells.items():
-        runs = [asdict(r) for r in cell.runs]
-        cells.append({"config": name, "level": sg.levels.name(level), "error": cell.error, "warnings": cell.warnings,
-                      "wall_s": cell.wall_s, "summary": cell_summary(runs), "runs": runs,
-                      "warmup_runs": [asdict(r) for r in cell.warmup_runs]})
+        runs = [run_doc(r) for r in cell.runs]
+        cells.append({"config": name, "level": sg.levels.name(level), "error": cell.error,
+                      "notes": [note_doc(n) for n in cell.notes], "wall_s": cell.wall_s, "summary": cell_summary(runs),
+                      "runs": runs, "warmup_runs": [run_doc(r) for r in cell.warmup_runs]})
     return cells
 
 
@@ -121,6 +123,7 @@ def build_results(sg: GateSession) -> ResultsDoc:
         "soaks": {name: {"concurrency": sg.suite.soak.concurrency, "window_s": sg.suite.soak.window_s,
                          "warmup_windows": sg.suite.soak.warmup_windows, "windows": [asdict(r) for r in windows]}
                   for name, windows in sg.soaks.items()},
+        "run_notes": [note_doc(n) for n in sg.campaign.design_notes()],
     })
     doc["crossovers"] = crossovers(doc)
     return doc

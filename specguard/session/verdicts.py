@@ -8,6 +8,7 @@ from dataclasses import replace
 from specguard.decide.gates import final_failures, final_results
 from specguard.decide.result import GateResult, Problem, Why
 from specguard.labels import SPECULATION, GateLabel, Level, Verdict
+from specguard.notes import Note, NoteKind
 from specguard.session.cell_gates import CellGates
 from specguard.session.options import ConfigUnavailable
 from specguard.session.parts import SessionParts
@@ -84,10 +85,10 @@ class Verdicts:
 
     def _record(self, result: GateResult) -> GateResult:
         """The result as its test reports it, with the server's and the measurement's notes."""
-        notes = self._parts.pool.warnings_for(result.config)
+        notes = [Note.text(NoteKind.SERVER, w) for w in self._parts.pool.warnings_for(result.config)]
         cell = self._parts.cells.cell(result.config, result.level.value)
         if cell:
-            notes = notes + cell.warnings
+            notes += cell.notes
         recorded = replace(result, notes=tuple(dict.fromkeys([*result.notes, *notes])))
         self.results.append(recorded)
         return recorded

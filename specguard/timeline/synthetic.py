@@ -66,7 +66,7 @@ def _run(level: int, step_ms: float, accept: float | None) -> dict[str, Any]:
     tok_s = level * (accept or 1.0) * 1000 / step_ms
     return {"concurrency": level, "num_requests": 4 * level, "completed": 4 * level, "failed": 0,
             "duration_s": 4 * 64 * level / tok_s, "output_throughput": tok_s, "accept_length": accept,
-            "step_time_ms": step_ms, "latency_ms": {}, "errors": [], "warnings": []}
+            "step_time_ms": step_ms, "latency_ms": {}, "errors": [], "notes": []}
 
 
 def _launch(name: str, level_list: Sequence[int], rng: np.random.Generator, scales: tuple[float, float],
@@ -83,7 +83,7 @@ def _launch(name: str, level_list: Sequence[int], rng: np.random.Generator, scal
                 step_ms /= STALL_FACTOR
             accept = base_accept * scales[1] * math.exp(launch_accept + rng.normal(0, 0.003)) if base_accept else None
             runs.append(_run(level, step_ms, accept))
-        cells.append({"config": name, "level": f"c{level}", "error": None, "warnings": [], "wall_s": 10.0,
+        cells.append({"config": name, "level": f"c{level}", "error": None, "notes": [], "wall_s": 10.0,
                       "summary": cell_summary(runs), "runs": runs, "warmup_runs": []})
     return cells
 

@@ -52,10 +52,12 @@ def test_the_gate_decides_every_cell_against_the_baselines_65e213e_recorded(user
     assert len(history) == 10 and all(d["verdict"] not in (Verdict.SKIP, Verdict.ERROR) for d in history), text
     assert all(d["versus"]["sessions"] == 3 for d in history)  # the three sessions 65e213e recorded
     assert "recorded with another environment" not in text and "Traceback" not in text
-    deprecated = [n for n in doc["run_notes"] if "test_speculation_beats_baseline is now named" in n]
-    assert deprecated == ["perf_tests/test_speculation.py: test_speculation_beats_baseline is now named "
-                          "test_speculation_beats_reference (the same test); import test_speculation_beats_reference "
-                          "from specguard.plugin.gate_tests, the old name will go in a later release"]
+    deprecated = [n for n in doc["run_notes"] if n["kind"] == "test_renamed"]
+    assert deprecated == [{"kind": "test_renamed", "files": "perf_tests/test_speculation.py",
+                           "old": "test_speculation_beats_baseline", "new": "test_speculation_beats_reference"}]
+    assert ("perf_tests/test_speculation.py: test_speculation_beats_baseline is now named "
+            "test_speculation_beats_reference (the same test); import test_speculation_beats_reference "
+            "from specguard.plugin.gate_tests, the old name will go in a later release") in text
     ids = {t["nodeid"].split("::")[-1] for t in doc["tests"]}
     assert {"test_speculation_beats_baseline[eagle3-c1]", "test_throughput[baseline-c4]"} <= ids  # its ids stay
     assert not list((user_repo / "baselines").rglob("*.json.tmp*"))  # a gate run writes nothing there

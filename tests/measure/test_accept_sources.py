@@ -15,10 +15,12 @@ from specguard.measure.accept_sources import (
     UNKNOWN_SOURCE_TOLERANCE,
     StreamCount,
     check_accept_sources,
-    disagreement_line,
+    disagreement_note,
     stream_count,
 )
 from specguard.measure.client import RequestRecord
+from specguard.notes import NoteKind
+from specguard.report.note_text import note_line
 
 
 def test_shipped_bounds_are_the_documented_ones():
@@ -39,8 +41,10 @@ def test_a_doubled_counter_is_named_when_another_source_backs_the_requests():
     stream = StreamCount(steps=300, tokens=900)  # one event per verify step: 3.0 per step
     check = check_accept_sources(3.0, 300, 10, {"metrics": 6.0, "server_info": 3.0}, stream)
     assert check.suspect == "metrics"  # server_info: too few steps (< 1000) to judge, the stream backs the requests
-    line = disagreement_line(check)
-    assert line == ("accept length sources disagree: requests 3.000; metrics 6.000 (allowed +-0.048); stream 3.000 "
+    note = disagreement_note(check)
+    assert note is not None and note.kind == NoteKind.ACCEPT_SOURCES_DISAGREE and note["suspect"] == "metrics"
+    assert (note["metrics"], note["stream"], note["accept_length"]) == (6.0, 3.0, 3.0)
+    assert note_line(note) == ("accept length sources disagree: requests 3.000; metrics 6.000 (allowed +-0.048); stream 3.000 "
                     "(allowed +-0.048): metrics disagrees with the others")
 
 
@@ -50,13 +54,14 @@ def test_the_requests_are_named_when_every_other_source_agrees_against_them():
     stream = StreamCount(steps=300, tokens=900)  # more events than the verify steps the requests claim
     check = check_accept_sources(6.0, 150, 10, {"metrics": 3.0}, stream)
     assert check.suspect == REQUESTS
-    assert "the requests' own verify counts disagree with the others" in disagreement_line(check)
+    assert "the requests' own verify counts disagree with the others" in note_line(disagreement_note(check))
 
 
 def test_two_sides_and_nothing_to_break_the_tie_names_both():
     check = check_accept_sources(3.0, 300, 10, {"metrics": 6.0}, None)
     assert check.suspect == "requests or metrics"
-    assert disagreement_line(check).endswith(": requests or metrics disagree with the others")
+    assert note_line(disagreement_note(check)).endswith(": requests or metrics disagree with the others")
+    assert disagreement_note(check_accept_sources(3.0, 300, 10, {"metrics": 3.0}, None)) is None
 
 
 def test_a_stream_that_merged_steps_is_not_compared_and_says_how_much():
@@ -124,7 +129,7 @@ def test_a_double_counting_server_is_caught_in_every_run_naming_its_source(tmp_p
         check = run.accept_check
         assert check is not None and {r.source for r in check.readings} >= {"metrics", "gauge"}, check
         if named is None:
-            assert check.suspect is None and not [w for w in run.warnings if "disagree" in w], check
+            assert check.suspect is None and not [n for n in run.notes if n.kind == NoteKind.ACCEPT_SOURCES_DISAGREE], check
         else:
             assert check.suspect is not None and named in check.suspect, check
-            assert any(w.startswith("accept length sources disagree: ") for w in run.warnings), run.warnings
+            assert any(n.kind == NoteKind.ACCEPT_SOURCES_DISAGREE for n in run.notes), run.notes

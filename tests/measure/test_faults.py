@@ -14,6 +14,7 @@ import pytest
 from specguard.config import ServerConfig, SweepConfig
 from specguard.engines import get_engine
 from specguard.measure.sweep import CellLoad, measure_cell
+from specguard.report.note_text import note_line
 from specguard.server import ServerStartError, launch, stop
 from specguard.workload import WorkloadSpec, build_workload
 
@@ -65,8 +66,8 @@ def test_request_faults_make_the_cell_an_error_quickly(measure, flags, expected)
 
 def test_wrong_final_count_is_flagged_against_server_counters(measure):
     cell, _, _ = measure("--emulator-fault-bad-count-rate", "0.5", "--enable-metrics")
-    flagged = cell.error or " ".join(cell.warnings)
-    assert "token count" in flagged, (cell.error, cell.warnings)
+    flagged = cell.error or " ".join(note_line(n) for n in cell.notes)
+    assert "token count" in flagged, (cell.error, cell.notes)
 
 
 def test_crash_mid_sweep_reports_exit_and_log_tail(measure):

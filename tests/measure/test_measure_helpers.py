@@ -15,7 +15,7 @@ from specguard.config import SweepConfig
 from specguard.measure.client import RequestRecord
 from specguard.measure.load import WORKERS_ENV, RunResult
 from specguard.measure.metrics import (
-    client_busy_warnings,
+    client_busy_notes,
     completed_output_tokens,
     latency_percentiles_ms,
     requests_accept_length,
@@ -27,6 +27,8 @@ from specguard.measure.metrics import (
 )
 from specguard.measure.sse import StreamParser
 from specguard.measure.sweep import CellLoad, cell_load_settings, run_categories, run_phase
+from specguard.notes import Note, NoteKind
+from specguard.report.note_text import note_line
 from specguard.workload import Prompt, WorkloadSpec, build_workload
 
 
@@ -86,9 +88,10 @@ def test_spec_accept_rate_counts_each_side_only_where_the_other_is_reported():
 
 
 def test_client_busy_warning_starts_above_the_threshold():
-    assert client_busy_warnings(0.7) == []
-    (warning,) = client_busy_warnings(0.71)
-    assert "busy 71% of the run" in warning and WORKERS_ENV in warning
+    assert client_busy_notes(0.7) == []
+    (note,) = client_busy_notes(0.71)
+    assert note == Note.of(NoteKind.CLIENT_BUSY, fraction=0.71, workers_env=WORKERS_ENV)
+    assert "busy 71% of the run" in note_line(note) and WORKERS_ENV in note_line(note)
 
 
 def test_latency_percentiles_name_every_metric_and_statistic_nan_without_values():

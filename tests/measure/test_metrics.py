@@ -8,6 +8,7 @@ from specguard.measure.client import RequestRecord
 from specguard.measure.load import RunResult
 from specguard.measure.metrics import per_token_itl_s, summarize_run
 from specguard.prometheus import counter_delta, parse_prometheus, parse_prometheus_series
+from specguard.report.note_text import note_line
 
 
 def rec(index, send, events, tokens, end, completion=None, verify=None, error=None, prompt=10):
@@ -57,8 +58,8 @@ def test_accept_length_disagreement_is_flagged():
     assert m.accept_length == 2.1 and m.accept_check is not None and m.accept_check.suspect == "metrics"
     # server_info lags by up to 40 decode steps, so a 10-step run is not judged against it; the stream is
     assert [x.source for x in m.accept_check.readings] == ["metrics", "stream"]
-    assert len(m.warnings) == 1 and "metrics 2.500 (allowed +-0.111)" in m.warnings[0]
-    assert m.warnings[0].endswith(": metrics disagrees with the others")
+    assert len(m.notes) == 1 and "metrics 2.500 (allowed +-0.111)" in note_line(m.notes[0])
+    assert note_line(m.notes[0]).endswith(": metrics disagrees with the others")
 
 
 def test_prometheus_sums_label_sets(captures):
@@ -81,9 +82,9 @@ def test_busy_client_is_flagged():
     r = rec(0, 0.0, [0.1, 0.2], [1, 1], 1.0)
     m = summarize_run(RunResult(concurrency=1, requests=[r], client_cpu_s=0.9))
     assert m.client_cpu_fraction == pytest.approx(0.9)
-    assert any("load generator was busy 90%" in w for w in m.warnings)
+    assert any("load generator was busy 90%" in note_line(n) for n in m.notes)
     quiet = summarize_run(RunResult(concurrency=1, requests=[r], client_cpu_s=0.2, processes=2))
-    assert quiet.client_cpu_fraction == pytest.approx(0.1) and not quiet.warnings
+    assert quiet.client_cpu_fraction == pytest.approx(0.1) and not quiet.notes
 
 
 def test_acceptance_by_draft_position_from_the_requests_histograms():
@@ -342,7 +343,7 @@ def test_summarize_run_every_counter_exact():
     assert m.latency_ms["mean_e2e_latency_ms"] == pytest.approx((1250.0 + 1750.0) / 2)
     # tpot: a (1250-250)/4 = 250, b (2000-500)/3 = 500
     assert m.latency_ms["mean_tpot_ms"] == pytest.approx(375.0)
-    assert m.tokens_estimated is False and m.server_accept_length == {} and m.warnings == []
+    assert m.tokens_estimated is False and m.server_accept_length == {} and m.notes == []
     assert summarize_run(RunResult(concurrency=4, requests=[a])).load_model == "closed-loop c=4"
 
 
@@ -372,7 +373,7 @@ def test_summarize_run_marks_estimated_token_counts():
 def test_server_accept_length_stands_in_only_without_request_counts():
     r = rec(0, 0.0, [0.1, 0.2], [2, 2], 0.2)  # no spec_verify_ct
     m = summarize_run(RunResult(concurrency=1, requests=[r]), {"metrics": 3.25}, "metrics")
-    assert m.accept_length == 3.25 and m.server_accept_length == {"metrics": 3.25} and m.warnings == []
+    assert m.accept_length == 3.25 and m.server_accept_length == {"metrics": 3.25} and m.notes == []
     assert summarize_run(RunResult(concurrency=1, requests=[r]), {"metrics": 3.25}).accept_length is None
     assert summarize_run(RunResult(concurrency=1, requests=[r]), None, "metrics").accept_length is None
     counted = rec(0, 0.0, [0.1, 0.2], [2, 2], 0.2, verify=2)
@@ -403,9 +404,9 @@ def test_spec_accept_rate_pairs_correct_and_proposed_counts():
 def test_client_busy_warning_starts_above_the_fraction():
     r = rec(0, 0.0, [0.5], [1], 1.0)
     at = summarize_run(RunResult(concurrency=1, requests=[r], client_cpu_s=0.7))
-    assert at.client_cpu_fraction == 0.7 and at.warnings == []
+    assert at.client_cpu_fraction == 0.7 and at.notes == []
     over = summarize_run(RunResult(concurrency=1, requests=[r], client_cpu_s=0.75))
-    assert over.warnings == [
+    assert [note_line(n) for n in over.notes] == [
         "the load generator was busy 75% of the run: it may be part of what was measured (more client "
         "processes: SPECGUARD_CLIENT_WORKERS, or fewer concurrent streams per machine)"]
 

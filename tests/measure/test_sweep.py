@@ -12,6 +12,8 @@ import pytest
 from specguard.config import ServerConfig, SweepConfig
 from specguard.engines import get_engine
 from specguard.measure.sweep import CellLoad, RunControl, foreign_traffic, measure_cell
+from specguard.notes import Note, NoteKind
+from specguard.report.note_text import note_line
 from specguard.server import launch, stop
 from specguard.workload import WorkloadSpec, build_workload
 
@@ -45,8 +47,9 @@ def test_cell_on_a_server_busy_with_foreign_traffic_is_not_measured_in_bounded_t
     try:
         assert started.wait(20), "the foreign request did not start streaming"
         with emulator.control_client() as client:
-            warning = foreign_traffic(emulator.engine, client)
-        assert warning and "1 running and 0 waiting requests that specguard did not send" in warning
+            busy = foreign_traffic(emulator.engine, client)
+        assert busy == Note.of(NoteKind.SERVER_BUSY, running=1, waiting=0)
+        assert "1 running and 0 waiting requests that specguard did not send" in note_line(busy)
         workload = build_workload(WorkloadSpec(kind="random-ids", input_len=8, output_len=8), num_prompts=2)
         sweep = SweepConfig(concurrency=[1], warmup=0, repeats=2, requests_per_worker=1, run_timeout_s=30)
         began = time.monotonic()
@@ -58,7 +61,7 @@ def test_cell_on_a_server_busy_with_foreign_traffic_is_not_measured_in_bounded_t
     assert cell.server_busy and not cell.runs
     assert "server stayed busy with traffic specguard did not send for 1.5s" in cell.error
     assert "1 running and 0 waiting requests" in cell.error
-    assert any("did not send" in w for w in cell.warnings)
+    assert any(n.kind == NoteKind.SERVER_BUSY and "did not send" in note_line(n) for n in cell.notes)
 
 
 @pytest.mark.e2e
@@ -71,7 +74,7 @@ def test_cell_on_an_idle_server_is_measured_after_the_flush(emulator):
     sweep = SweepConfig(concurrency=[2], warmup=0, repeats=2, requests_per_worker=1, run_timeout_s=30)
     cell = measure_cell(emulator, workload, sweep, CellLoad(2), RunControl(flush_timeout_s=5))
     assert cell.error is None and not cell.server_busy and len(cell.runs) == 2
-    assert not any("did not send" in w for w in cell.warnings)
+    assert not any(n.kind == NoteKind.SERVER_BUSY for n in cell.notes)
 
 
 @pytest.fixture(scope="module")

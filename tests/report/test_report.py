@@ -19,6 +19,7 @@ from specguard.decide.result import Against, Versus
 from specguard.decide.stats import RatioEstimate
 from specguard.measure.metrics import RunMetrics
 from specguard.measure.sweep import CellMeasurement
+from specguard.notes import Note, NoteKind
 from specguard.report import plots
 from specguard.report.html_page import render_html
 from specguard.report.markdown import render_markdown
@@ -74,7 +75,7 @@ def session(tmp_path: Path) -> GateSession:
     sg.cells[("mtp", 4)].error = "3 failed requests (allowed 0); first: request 1: server error 500"
     sg.verdicts.results[:] = [
         result("throughput", "baseline", 1, "fail", _estimate(0.83), current=100.0, reference=120.0,
-               versus=Versus(Against.BASELINE, sessions=1), tolerance=0.03, rule="significant", notes=("a | pipe",)),
+               versus=Versus(Against.BASELINE, sessions=1), tolerance=0.03, rule="significant", notes=(Note.text(NoteKind.SERVER, "a | pipe"),)),
         result("speculation", "mtp", 1, "pass", _estimate(1.5), current=150.0, reference=100.0,
                versus=Versus(Against.REFERENCE, "baseline"), tolerance=0.0, rule="significant", enforced=False),
     ]
@@ -83,7 +84,7 @@ def session(tmp_path: Path) -> GateSession:
 
 def test_document_has_every_documented_key_and_round_trips(session, tmp_path):
     doc = build_results(session)
-    assert doc["schema"] == SCHEMA == "specguard-results" and doc["schema_version"] == SCHEMA_VERSION == 5
+    assert doc["schema"] == SCHEMA == "specguard-results" and doc["schema_version"] == SCHEMA_VERSION == 6
     assert set(ResultsDoc.__required_keys__) <= set(doc) and validate(doc) is doc
     assert [c["name"] for c in doc["configs"]] == ["baseline", "mtp"]
     mtp = doc["configs"][1]
@@ -416,10 +417,9 @@ def test_a_spread_source_is_worded_from_its_fields_and_an_older_file_keeps_its_p
         "3 configurations' histories (the prior 1.50% contradicted, dropped)"
     assert spread_source_text(SpreadSource(history=Origin(HistoryOf.CELLS, 4), launches=(1, 2))) == \
         "prior + 4 cells' histories; 1+2 launches"
-    others = Origin(HistoryOf.LAUNCHES, 6, ("mtp", "ref"), dof_halved=True)
+    others = Origin(HistoryOf.LAUNCHES, 6, ("mtp", "ref"))
     assert spread_source_text(SpreadSource(prior=False, history=others, launches=(3, 3), levels_pooled=True)) == (
-        "this run's launches of mtp, ref (dof halved: they share the reference) (pooled over the levels) "
-        "and both builds' own launches")
+        "this run's launches of mtp, ref (pooled over the levels) and both builds' own launches")
     est = {"ratio": 1.0, "low": 0.9, "high": 1.1, "threshold": 0.97, "p_value": 0.5, "dof": 4.0, "confidence": 0.99,
            "between_sd": 0.02}
     old = {"schema_version": 4, "decisions": [{"estimate": {**est, "between_source": "prior + history of 5 sessions"},
@@ -431,3 +431,31 @@ def test_a_spread_source_is_worded_from_its_fields_and_an_older_file_keeps_its_p
     assert step["legacy_text"] == "prior" and step["history"] is None
     stored = SpreadSource(prior=False, history=others, dropped_prior_sd=0.01, widened=2.0, launches=(3, 3))
     assert spread_source({**est, "between_source": spread_source_doc(stored)}) == stored  # round trip
+
+
+def test_notes_are_stored_as_data_worded_in_report_and_an_older_files_sentences_stay_as_written():
+    # specguard/notes.py: measure/ and engines/ record a note's kind and figures; report/note_text.py
+    # words it; a schema-5 file's `warnings` and decision `notes` were sentences (_v5_to_v6)
+    from specguard.report.note_text import note_line
+    from specguard.report.results import note_doc
+    from specguard.report.upgrade import upgrade
+
+    outlier = Note.of(NoteKind.OUTLIER_RUN, run=2, tok_s=812.46)
+    assert note_doc(outlier) == {"kind": "outlier_run", "run": 2, "tok_s": 812.46}
+    assert Note.from_json(note_doc(outlier)) == outlier
+    assert note_line(outlier) == "run 2 tok/s 812.5 is > 5 MADs from the median (kept)"
+    assert note_line(Note.of(NoteKind.SERVER_BUSY, running=3, waiting=1)).startswith(
+        "the server already has 3 running and 1 waiting requests that specguard did not send")
+    old = {"schema_version": 5,
+           "cells": [{"config": "eagle3", "level": "c4", "warnings": ["run 1 tok/s 1.0 is > 5 MADs from the median (kept)"],
+                      "runs": [{"warnings": ["step time unmeasured: ..."]}], "warmup_runs": [{"warnings": []}]}],
+           "decisions": [{"notes": ["max_running_requests: suite file says 64, server runs 256"]}],
+           "holm_failures": []}
+    new = upgrade(old, 5)
+    (cell,) = new["cells"]
+    assert new["schema_version"] == 6 and "warnings" not in cell and "warnings" not in cell["runs"][0]
+    assert cell["notes"] == [{"kind": "text", "text": "run 1 tok/s 1.0 is > 5 MADs from the median (kept)"}]
+    assert cell["runs"][0]["notes"] == [{"kind": "text", "text": "step time unmeasured: ..."}]
+    assert cell["warmup_runs"][0]["notes"] == []
+    (note,) = [Note.from_json(n) for n in new["decisions"][0]["notes"]]
+    assert note.kind == NoteKind.TEXT and note_line(note) == "max_running_requests: suite file says 64, server runs 256"

@@ -13,6 +13,7 @@ from synthetic_results import seed_a_doc
 from specguard.decide.prior import SpreadSource
 from specguard.decide.result import Against, Attribution, Drift, Factors, GateResult, Half, Problem, Versus, Why
 from specguard.decide.stats import RatioEstimate
+from specguard.notes import Note, NoteKind
 from specguard.report import plots, resolution, results, schema, terminal
 from specguard.report.merge import merged_servers
 from specguard.report.results import decision_dict, decision_result, spread_source_doc
@@ -47,7 +48,7 @@ def test_a_stored_decision_reads_back_as_the_gate_produced_it():
     r = result("accept_length[code]", "eagle3", 4, "fail", _estimate(pass_low=0.96), current=2.1, reference=2.4,
                alpha=0.002, versus=Versus(Against.BASELINE, sessions=3), tolerance=0.03, rule="significant",
                attribution=Attribution(Half.DRAFTER, _estimate(), None), factors=Factors(2.0, 5.0, 8.0),
-               problem=Problem(Why.ACCEPT_DRIFT), drift=Drift(-0.09, 6, 0.001, 0.01), notes=("a note",))
+               problem=Problem(Why.ACCEPT_DRIFT), drift=Drift(-0.09, 6, 0.001, 0.01), notes=(Note.of(NoteKind.OUTLIER_RUN, run=2, tok_s=812.5),))
     stored = json.loads(json.dumps({**decision_dict(r), "detectable_drop": 0.03}))  # as a file holds it
     assert decision_result(stored) == r
     assert decision_result({**decision_dict(result("speculation", "eagle3", 4, "skip")),

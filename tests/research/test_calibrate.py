@@ -78,7 +78,7 @@ def _results_doc():
             for seed in range(2):
                 r = simulate_closed_loop(fast, spec, ClosedLoop(c, 4 * c, 128, 64, same_prompt=False), SimLaunch(max_running_requests=128, seed=seed))
                 runs.append({**synthetic_run(r.output_throughput, c, r.accept_length), "num_requests": 4 * c})
-            cells.append({"config": name, "level": f"c{c}", "error": None, "warnings": [], "wall_s": 1.0,
+            cells.append({"config": name, "level": f"c{c}", "error": None, "notes": [], "wall_s": 1.0,
                           "summary": cell_summary(runs), "runs": runs, "warmup_runs": []})
     doc["cells"] = cells
     return doc

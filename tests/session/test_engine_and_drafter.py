@@ -22,6 +22,8 @@ from specguard.measure.client import RequestRecord
 from specguard.measure.load import RunResult
 from specguard.measure.metrics import RunMetrics, step_time_ms, summarize_run
 from specguard.measure.sweep import CellMeasurement
+from specguard.notes import Note, NoteKind
+from specguard.report.note_text import note_line
 from specguard.report.verdict_text import attribution_text, message
 from specguard.session import GateSession, PlannedTest, RunOptions
 from specguard.store.baseline_file import RunSample, StoredSession
@@ -56,8 +58,8 @@ def test_without_verify_counts_a_step_is_a_token_less_the_drafts_the_server_acce
     one_read = [rec(0, 0.4, 0.4, 64, None)]
     assert step_time_ms(one_read) is None
     m = summarize_run(RunResult(concurrency=1, requests=one_read))
-    assert m.step_time_ms is None and any(w.startswith("step time unmeasured: every request's tokens arrived in one "
-                                                        "read") for w in m.warnings), m.warnings
+    assert m.step_time_ms is None and Note.of(NoteKind.STEP_TIME_UNMEASURED) in m.notes, m.notes
+    assert note_line(m.notes[0]).startswith("step time unmeasured: every request's tokens arrived in one read")
 
 
 # -- the gates ----------------------------------------------------------------------------------
