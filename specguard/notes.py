@@ -29,7 +29,8 @@ class NoteKind(TextEnum):
     COUNTERS_IDLE = "counters_idle"  # engine, counter: speculative counters that did not move over a run
     TOKEN_COUNTS_DISAGREE = "token_counts_disagree"  # client_tokens, counter, server_tokens
     OUTLIER_RUN = "outlier_run"  # run (1-based), tok_s: a run > 5 MADs from the cell's median, kept
-    SERVER = "server"  # text: a server check, an attach difference or a cap note (engines/, session/servers)
+    SERVER = "server"  # text: a server check or where a prompt id bound came from (engines/, workload), worded there
+    ATTACH_DIFFERENCE = "attach_difference"  # field, suite, server: a suite launch value the attached server does not run
     # Run notes (the session's, under the table): configs is the configurations' names, ", "-joined
     NO_RELAUNCH = "no_relaunch"  # configs: attached without a restart_command, so stage-1 verdicts stand
     ONE_LAUNCH = "one_launch"  # configs, launches: advanced.launches asked for, one measured (attached)

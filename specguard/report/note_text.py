@@ -40,6 +40,8 @@ def note_line(n: Note) -> str:
     if kind == NoteKind.TOKEN_COUNTS_DISAGREE:
         return (f"token counts disagree: responses reported {n['client_tokens']} completion tokens, "
                 f"server counter {n['counter']} rose by {float(n['server_tokens']):g}")
+    if kind == NoteKind.ATTACH_DIFFERENCE:
+        return f"{n['field']}: suite file says {n['suite']!r}, server runs {n['server']!r}"
     if kind == NoteKind.OUTLIER_RUN:
         return f"run {n['run']} tok/s {float(n['tok_s']):.1f} is > 5 MADs from the median (kept)"
     return _run_note(n)

@@ -35,7 +35,7 @@ class ServerDoc(TypedDict):
     failure: str | None
     failure_skipped: bool
     mode: str
-    differences: list[dict[str, Any]]  # {field, suite, server, message}
+    differences: list[dict[str, Any]]  # {field, suite, server} (schema 5 and older: and message)
 
 
 # A cell summary's latency figures (medians over the runs of each run's latency_ms entry)

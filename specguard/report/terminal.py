@@ -13,7 +13,7 @@ import textwrap
 
 from specguard.decide.gates import RelaunchReason, RelaunchWhy
 from specguard.labels import SOAK, STATUS_NOT_MEASURED, STATUS_REGRESSION, GateLabel, Level
-from specguard.notes import Note
+from specguard.notes import Note, NoteKind
 from specguard.report.baseline_text import document_lines
 from specguard.report.crossovers import crossover_line
 from specguard.report.note_text import note_line
@@ -282,7 +282,8 @@ def server_lines(doc: ResultsDoc) -> list[str]:
     lines = []
     for name, server in doc["servers"].items():
         for diff in server.get("differences") or []:
-            lines.append(f"{name}: attached server differs from the suite file: {diff.get('message')}")
+            line = note_line(Note.of(NoteKind.ATTACH_DIFFERENCE, field=diff["field"], suite=diff["suite"], server=diff["server"]))
+            lines.append(f"{name}: attached server differs from the suite file: {line}")
         for check in server["checks"]:
             lines.append(f"{name}: {'ERROR' if check['blocking'] else 'note'}: {check['message']}")
         failure = server.get("failure")

@@ -14,7 +14,7 @@ its decisions keep the line that specguard worded then (`legacy_message`).
   counted, whether a history did).
 - 5 -> 6: notes as data (notes.Note: a kind and its figures): a cell's `warnings`, a run's
   `warnings`, a decision's `notes` and the `run_notes` were sentences; each is kept as a `text` note,
-  worded as then.
+  worded as then. A server's `differences` lose their `message` (their fields say it).
 """
 
 from __future__ import annotations
@@ -118,6 +118,9 @@ def _v5_to_v6(doc: dict[str, Any]) -> dict[str, Any]:
     out["holm_failures"] = [{**d, "notes": texts(d.get("notes"))} for d in doc.get("holm_failures") or []]
     if "run_notes" in doc:
         out["run_notes"] = texts(doc["run_notes"])
+    out["servers"] = {name: {**s, "differences": [{k: v for k, v in d.items() if k != "message"}
+                                                  for d in s.get("differences") or []]}
+                      for name, s in (doc.get("servers") or {}).items()}
     return out
 
 

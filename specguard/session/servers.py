@@ -17,6 +17,8 @@ from typing import IO, Any
 
 from specguard.config import ServerConfig, Suite
 from specguard.engines import ArgCheck, Engine, get_engine
+from specguard.notes import Note, NoteKind
+from specguard.report.note_text import note_line
 from specguard.server import ServerHandle, ServerStartError, attach, launch, stop, wait_ready
 from specguard.session.options import ConfigUnavailable, RunOptions
 from specguard.workload import VocabBound, Workload, WorkloadError, fit_to_vocab, resolve_vocab_bound
@@ -26,12 +28,14 @@ MODE_LAUNCHED, MODE_ATTACHED = "launched", "attached"
 
 @dataclass(frozen=True)
 class ServerDifference:
-    """Attach mode: a suite launch value the attached server does not run (one line each)."""
+    """Attach mode: a suite launch value the attached server does not run."""
 
     field: str
     suite: Any
     server: Any
-    message: str
+
+    def note(self) -> Note:
+        return Note.of(NoteKind.ATTACH_DIFFERENCE, field=self.field, suite=self.suite, server=self.server)
 
 
 @dataclass
@@ -69,7 +73,7 @@ def attach_differences(cfg: ServerConfig, eff: Any) -> list[ServerDifference]:
                 and want.upper() == have.upper():
             continue
         if want != have:
-            out.append(ServerDifference(label, want, have, f"{label}: suite file says {want!r}, server runs {have!r}"))
+            out.append(ServerDifference(label, want, have))
     return out
 
 
@@ -193,7 +197,7 @@ class ServerPool:
         strict = self.strict_server_args
         checks = [replace(c, blocking=strict and c.blocking) for c in checks]
         if strict:
-            checks += [ArgCheck(d.message + " (--strict-server-args)", True) for d in diffs]
+            checks += [ArgCheck(note_line(d.note()) + " (--strict-server-args)", True) for d in diffs]
         return checks, diffs
 
     def relaunch(self, name: str) -> None:
@@ -244,18 +248,18 @@ class ServerPool:
         for name in list(self.states):
             self.stop(name)
 
-    def warnings_for(self, name: str) -> list[str]:
+    def notes_for(self, name: str) -> list[Note]:
         """Non-blocking notes about a configuration's server (rewrites, attach differences, where
         its prompts' id bound came from when the model's vocabulary could not be read)."""
         state = self.states.get(name)
         if state is None:
             return []
-        notes = [c.message for c in state.checks if not c.blocking]
+        notes = [Note.text(NoteKind.SERVER, c.message) for c in state.checks if not c.blocking]
         bound = self.vocab_bounds.get(name)
         if bound is not None and bound.note:
-            notes.append(bound.note)
+            notes.append(Note.text(NoteKind.SERVER, bound.note))
         if not self.strict_server_args:
-            notes += [d.message for d in state.differences]
+            notes += [d.note() for d in state.differences]
         return notes
 
     def check_still_serving(self, name: str) -> None:

@@ -8,7 +8,6 @@ from dataclasses import replace
 from specguard.decide.gates import final_failures, final_results
 from specguard.decide.result import GateResult, Problem, Why
 from specguard.labels import SPECULATION, GateLabel, Level, Verdict
-from specguard.notes import Note, NoteKind
 from specguard.session.cell_gates import CellGates
 from specguard.session.options import ConfigUnavailable
 from specguard.session.parts import SessionParts
@@ -85,7 +84,7 @@ class Verdicts:
 
     def _record(self, result: GateResult) -> GateResult:
         """The result as its test reports it, with the server's and the measurement's notes."""
-        notes = [Note.text(NoteKind.SERVER, w) for w in self._parts.pool.warnings_for(result.config)]
+        notes = self._parts.pool.notes_for(result.config)
         cell = self._parts.cells.cell(result.config, result.level.value)
         if cell:
             notes += cell.notes

@@ -450,12 +450,14 @@ def test_notes_are_stored_as_data_worded_in_report_and_an_older_files_sentences_
            "cells": [{"config": "eagle3", "level": "c4", "warnings": ["run 1 tok/s 1.0 is > 5 MADs from the median (kept)"],
                       "runs": [{"warnings": ["step time unmeasured: ..."]}], "warmup_runs": [{"warnings": []}]}],
            "decisions": [{"notes": ["max_running_requests: suite file says 64, server runs 256"]}],
-           "holm_failures": []}
+           "holm_failures": [], "servers": {"eagle3": {"differences": [
+               {"field": "num_steps", "suite": 3, "server": 5, "message": "num_steps: suite file says 3, server runs 5"}]}}}
     new = upgrade(old, 5)
     (cell,) = new["cells"]
     assert new["schema_version"] == 6 and "warnings" not in cell and "warnings" not in cell["runs"][0]
     assert cell["notes"] == [{"kind": "text", "text": "run 1 tok/s 1.0 is > 5 MADs from the median (kept)"}]
     assert cell["runs"][0]["notes"] == [{"kind": "text", "text": "step time unmeasured: ..."}]
     assert cell["warmup_runs"][0]["notes"] == []
+    assert new["servers"]["eagle3"]["differences"] == [{"field": "num_steps", "suite": 3, "server": 5}]
     (note,) = [Note.from_json(n) for n in new["decisions"][0]["notes"]]
     assert note.kind == NoteKind.TEXT and note_line(note) == "max_running_requests: suite file says 64, server runs 256"

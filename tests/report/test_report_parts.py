@@ -194,10 +194,10 @@ def test_reference_cells_are_one_line_per_reference_and_users():
 def test_server_lines_say_differences_checks_and_failures_in_that_order():
     server = {"engine": "sglang", "command": [], "attached": True, "effective_args": None, "mode": "attached",
               "checks": [{"message": "cap 48 < 64", "blocking": False}, {"message": "wrong model", "blocking": True}],
-              "differences": [{"field": "tp", "suite": 1, "server": 2, "message": "tp 1 in the suite, 2 on the server"}],
+              "differences": [{"field": "tp_size", "suite": 1, "server": 2}],
               "failure": "server exited (code 1)\nlog tail", "failure_skipped": False}
     assert terminal.server_lines({"servers": {"eagle3": server}, "configs": []}) == [
-        "eagle3: attached server differs from the suite file: tp 1 in the suite, 2 on the server",
+        "eagle3: attached server differs from the suite file: tp_size: suite file says 1, server runs 2",
         "eagle3: note: cap 48 < 64", "eagle3: ERROR: wrong model", "eagle3: ERROR: server exited (code 1)"]
 
 

@@ -31,7 +31,9 @@ from specguard.decide.stats import RatioEstimate
 from specguard.engines import EffectiveArgs
 from specguard.labels import Verdict
 from specguard.measure.sweep import CellMeasurement
+from specguard.notes import Note, NoteKind
 from specguard.report.baseline_text import outcome_lines
+from specguard.report.note_text import note_line
 from specguard.report.results import decision_dict, decision_result, decision_text
 from specguard.report.terminal import relaunch_texts
 from specguard.report.verdict_text import message
@@ -83,7 +85,7 @@ def test_attach_differences_name_each_suite_value_the_server_does_not_run(tmp_pa
     cfg = make_suite(tmp_path).servers["eagle3"]
     eff = EffectiveArgs(model_path="/models/other", speculative_algorithm="EAGLE3", num_steps=5, eagle_topk=4,
                         num_draft_tokens=8, max_running_requests=256, tp_size=1, draft_model_path=cfg.draft_model_path)
-    lines = [d.message for d in attach_differences(cfg, eff)]
+    lines = [note_line(d.note()) for d in attach_differences(cfg, eff)]
     assert lines == ["model_path: suite file says '/models/specguard-fast', server runs '/models/other'",
                      "num_steps: suite file says 3, server runs 5", "eagle_topk: suite file says 1, server runs 4",
                      "num_draft_tokens: suite file says 4, server runs 8",
@@ -479,7 +481,7 @@ def test_attach_measures_a_server_launched_otherwise_and_reports_each_difference
     assert state.mode == "attached" and not any(c.blocking for c in state.checks)
     assert [d.field for d in state.differences] == ["draft_model_path", "num_steps", "eagle_topk",
                                                     "num_draft_tokens", "max_running_requests"]
-    assert "max_running_requests: suite file says 64, server runs 256" in sg.pool.warnings_for("eagle3")
+    assert Note.of(NoteKind.ATTACH_DIFFERENCE, field="max_running_requests", suite=64, server=256) in sg.pool.notes_for("eagle3")
     # the server's own values are the fingerprint: a later change of the server is a named mismatch
     fp = sg.histories.fingerprint("eagle3").fields
     assert (fp["num_steps"], fp["eagle_topk"], fp["num_draft_tokens"], fp["max_running_requests"]) == (5, 4, 8, 256)
@@ -651,6 +653,6 @@ def test_a_vocabulary_bound_note_reaches_the_configurations_notes(tmp_path):
     from specguard.workload import VocabBound
     sg = GateSession(make_suite(tmp_path), RunOptions(baseline_dir=tmp_path / "b", log_dir=tmp_path / "l"))
     fake_server(sg, "eagle3")
-    assert sg.pool.warnings_for("eagle3") == []
+    assert sg.pool.notes_for("eagle3") == []
     sg.pool.vocab_bounds["eagle3"] = VocabBound(32000, "workload.vocab_size", note="vocabulary size not readable")
-    assert sg.pool.warnings_for("eagle3") == ["vocabulary size not readable"]
+    assert sg.pool.notes_for("eagle3") == [Note.text(NoteKind.SERVER, "vocabulary size not readable")]
