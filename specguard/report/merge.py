@@ -5,7 +5,7 @@ from __future__ import annotations
 from specguard.decide.gates import holm_failures
 from specguard.report.crossovers import crossovers
 from specguard.report.results import decision_dict, holm_decisions
-from specguard.report.schema import ResultsDoc, ServerDoc
+from specguard.report.schema import NoteDoc, ResultsDoc, ServerDoc
 
 
 def merge_documents(docs: list[ResultsDoc]) -> ResultsDoc:
@@ -34,9 +34,16 @@ def _union(docs: list[ResultsDoc]) -> ResultsDoc:
     merged["baseline_updates"] = [x for d in docs for x in d["baseline_updates"]]
     merged["reference_roles"] = [x for d in docs for x in d.get("reference_roles", [])]
     merged["relaunches"] = {k: v for d in docs for k, v in (d.get("relaunches") or {}).items()}
-    run_notes = [n for d in docs for n in d.get("run_notes") or []]  # each worker says the suite's design notes
-    merged["run_notes"] = [n for i, n in enumerate(run_notes) if n not in run_notes[:i]]
+    merged["run_notes"] = _run_notes(docs)
     return merged
+
+
+def _run_notes(docs: list[ResultsDoc]) -> list[NoteDoc]:
+    """Every worker's run notes, each once (every worker says the suite's design notes)."""
+    notes: list[NoteDoc] = []
+    for d in docs:
+        notes += [n for n in d.get("run_notes") or [] if n not in notes]
+    return notes
 
 
 def merged_servers(docs: list[ResultsDoc]) -> dict[str, ServerDoc]:

@@ -461,3 +461,9 @@ def test_notes_are_stored_as_data_worded_in_report_and_an_older_files_sentences_
     assert new["servers"]["eagle3"]["differences"] == [{"field": "num_steps", "suite": 3, "server": 5}]
     (note,) = [Note.from_json(n) for n in new["decisions"][0]["notes"]]
     assert note.kind == NoteKind.TEXT and note_line(note) == "max_running_requests: suite file says 64, server runs 256"
+
+
+def test_every_note_kind_has_its_wording():
+    from specguard.report.note_text import _WORDING
+
+    assert set(_WORDING) == set(NoteKind)
