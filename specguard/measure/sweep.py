@@ -19,6 +19,7 @@ import httpx
 
 from specguard.config import SweepConfig
 from specguard.engines.base import Engine, ServerBusy
+from specguard.labels import Level
 from specguard.measure.generator import LoadGenerator
 from specguard.measure.load import LoadSettings
 from specguard.measure.metrics import RunMetrics, RunSeries, outliers, summarize_run, workload_categories
@@ -69,6 +70,15 @@ class CellLoad:
     num_requests: int | None = None
     slo_ms: dict[str, float] | None = None
 
+    @property
+    def level_name(self) -> str:
+        """The level as ids and messages name it: `c16`, or `r8` in an open loop (a fractional rate,
+        which `specguard bench` allows and no sweep level has, as `r0.5`)."""
+        rate = self.request_rate
+        if rate is None:
+            return Level(self.concurrency).name
+        return Level(int(rate), rate=True).name if float(rate).is_integer() else f"r{rate:g}"
+
 
 @dataclass(frozen=True)
 class RunControl:
@@ -98,13 +108,13 @@ def measure_cell(handle: ServerHandle, workload: Workload, sweep: SweepConfig, l
         if busy:
             cell.notes.append(busy)
             if progress:
-                progress(f"{handle.name} c{concurrency}: the server already has {busy['running']} running and "
+                progress(f"{handle.name} {load.level_name}: the server already has {busy['running']} running and "
                          f"{busy['waiting']} waiting requests that specguard did not send")
 
         def run_once() -> None:
             i = len(all_runs)
             if progress:
-                progress(f"{handle.name} c{concurrency} {run_phase(i, sweep)} ({i + 1}/{sweep.warmup + sweep.repeats})")
+                progress(f"{handle.name} {load.level_name} {run_phase(i, sweep)} ({i + 1}/{sweep.warmup + sweep.repeats})")
             if not handle.alive():
                 code = handle.process.returncode if handle.process is not None else None
                 raise ServerGone(f"server {handle.name!r} exited (code {code})")

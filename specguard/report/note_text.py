@@ -42,7 +42,7 @@ _WORDING: dict[NoteKind, Callable[[Note], str]] = {
     NoteKind.OUTLIER_RUN: lambda n: f"run {n['run']} tok/s {float(n['tok_s']):.1f} is > 5 MADs from the median (kept)",
     NoteKind.ATTACH_DIFFERENCE: lambda n: f"{n['field']}: suite file says {n['suite']!r}, server runs {n['server']!r}",
     NoteKind.NO_RELAUNCH: lambda n: (
-        f"attach mode: {n['configs']} cannot be relaunched (no restart_command): their stage-1 verdicts at the "
+        f"attach mode: {n['configs']} cannot be relaunched (no restart_command): stage-1 verdicts at the "
         f"whole cell alpha stand"),
     NoteKind.ONE_LAUNCH: lambda n: (
         f"attach mode: advanced.launches = {n['launches']} not possible for {n['configs']}, one launch measured"),

@@ -75,9 +75,11 @@ class Campaign:
         return measured
 
     def design_notes(self) -> list[Note]:
-        """Where the suite's gate design could not be followed (the summary's run notes)."""
+        """Where the suite's gate design could not be followed for a configuration this session
+        measured (the summary's run notes)."""
         notes = []
-        fixed = ", ".join(n for n in self._suite.servers if not self._pool.can_relaunch(n))
+        measured = {name for name, _level in self._cells}
+        fixed = ", ".join(n for n in self._suite.servers if n in measured and not self._pool.can_relaunch(n))
         if fixed and self._design.sequential:
             notes.append(Note.of(NoteKind.NO_RELAUNCH, configs=fixed))
         if fixed and self._design.launches > 1:

@@ -178,3 +178,10 @@ def test_run_categories_are_none_unless_some_prompt_has_one():
 def test_run_phase_counts_measured_runs_after_the_warmup():
     sweep = SweepConfig(warmup=2, repeats=3)
     assert [run_phase(i, sweep) for i in range(5)] == ["warmup", "warmup", "run 1/3", "run 2/3", "run 3/3"]
+
+
+def test_a_cell_load_names_its_level_as_ids_do():
+    # the progress lines of a request-rate sweep said "c64" (the in-flight cap) for r8 (issue 29)
+    assert CellLoad(16).level_name == "c16"
+    assert CellLoad(64, request_rate=8.0).level_name == "r8"
+    assert CellLoad(4, request_rate=0.5).level_name == "r0.5"  # specguard bench --request-rate 0.5
