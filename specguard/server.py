@@ -48,6 +48,17 @@ class ServerHandle:
     def alive(self) -> bool:
         return self.process is None or self.process.poll() is None
 
+    def alive_after(self, grace_s: float) -> bool:
+        """Still running ``grace_s`` after a sign that it may have died (refused connections): a
+        crashing server closes its socket before its process is reaped, so one poll can miss it."""
+        if self.process is None:
+            return True
+        try:
+            self.process.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            return True
+        return False
+
     def log_tail(self, lines: int = LOG_TAIL_LINES) -> str:
         return log_tail(self.log_path, lines)
 

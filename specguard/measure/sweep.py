@@ -31,6 +31,9 @@ from specguard.workload import Workload
 # pedantic mode is one such driver; the default is a plain loop).
 Driver = Callable[[Callable[[], None], int, int], None]
 Progress = Callable[[str], None]
+# How long a cell that failed waits for its server's process to be reaped before calling it alive:
+# a crash refuses connections before it exits (seen once on 7 Dec: tests/measure/test_faults.py read "alive").
+EXIT_GRACE_S = 2.0
 FLUSH_TIMEOUT_S = 30.0  # how long a flush waits for the server to go idle before the cell is given up
 
 
@@ -234,7 +237,7 @@ def _judge_cell(cell: CellMeasurement, handle: ServerHandle, max_failed: int, re
         cell.error = counted if cell.error is None else f"{cell.error}; {counted}"
     if cell.error is None and len(cell.runs) < repeats:
         cell.error = f"only {len(cell.runs)} of {repeats} runs completed"
-    if cell.error is not None and not handle.alive():
+    if cell.error is not None and not handle.alive_after(EXIT_GRACE_S):
         cell.error += f"\nserver exited; log tail:\n{handle.log_tail()}"
     for r in cell.runs:
         cell.notes.extend(r.notes)
