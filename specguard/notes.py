@@ -29,7 +29,23 @@ class NoteKind(TextEnum):
     COUNTERS_IDLE = "counters_idle"  # engine, counter: speculative counters that did not move over a run
     TOKEN_COUNTS_DISAGREE = "token_counts_disagree"  # client_tokens, counter, server_tokens
     OUTLIER_RUN = "outlier_run"  # run (1-based), tok_s: a run > 5 MADs from the cell's median, kept
-    SERVER = "server"  # text: a server check or where a prompt id bound came from (engines/, workload), worded there
+    # A server's arguments against the configuration (engines/ check_args; blocking ones fail the configuration)
+    # setting, asked, runs, cause: one of REWRITE_CAUSES ("" when the server gives no reason)
+    ARG_REWRITTEN = "arg_rewritten"
+    NGRAM_DEFAULTS = "ngram_defaults"  # steps, topk, draft (the server's), expected ("steps/topk/draft")
+    # steps, topk, draft: what the server chose; architecture ("" unreported); table: the version's
+    # "steps/topk/draft" for it where the server chose otherwise, else ""
+    DEFAULT_STEPS = "default_steps"
+    UNMODELLED_ALGORITHM = "unmodelled_algorithm"  # algorithm, config: steps/topk/draft tokens not checked
+    RANK_CAPS_DIFFER = "rank_caps_differ"  # caps: the per-rank request caps, as a list's text
+    RANK_CAP_LOW = "rank_cap_low"  # cap, expected: max_running_requests // attn_dp_size
+    # capacity, max_concurrency; per_rank and ranks (0 for one rank); default_cap (0 unless SGLang's
+    # speculative default cap applies)
+    SWEEP_QUEUES = "sweep_queues"
+    ADAPTIVE_ON = "adaptive_on"  # table: the adaptive config file, or "the default table"
+    ADAPTIVE_OFF = "adaptive_off"  # steps (the static steps run), reason ("" when the server log must say)
+    # vocab_size (the bound used), why ("" or why the server could not tell), default (1: the suite's default)
+    VOCAB_UNREAD = "vocab_unread"
     ATTACH_DIFFERENCE = "attach_difference"  # field, suite, server: a suite launch value the attached server does not run
     # Run notes (the session's, under the table): configs is the configurations' names, ", "-joined
     NO_RELAUNCH = "no_relaunch"  # configs: attached without a restart_command, so stage-1 verdicts stand
@@ -37,7 +53,13 @@ class NoteKind(TextEnum):
     XDIST_GROUPED = "xdist_grouped"  # dist: pytest-xdist's --dist, overridden to keep a configuration on one worker
     XDIST_SERIALISED = "xdist_serialised"  # groups, workers: launches one at a time (no `gpus` set)
     TEST_RENAMED = "test_renamed"  # files (", "-joined), old, new: a repository imports a test's old name
-    TEXT = "text"  # text: a results file of schema 5 or older, its sentence kept as written
+    TEXT = "text"  # text: an older results file's sentence kept as written (report/upgrade.py)
+
+
+# ARG_REWRITTEN's causes: topk1 (topk=1 forces num_steps + 1), adaptive (adaptive speculation sets
+# num_steps + 1), ngram_breadth (NGRAM's topk is its BFS breadth), counted_positions (vLLM's /metrics
+# counts acceptance at `runs` positions)
+REWRITE_CAUSES = ("", "topk1", "adaptive", "ngram_breadth", "counted_positions")
 
 
 @dataclass(frozen=True)
@@ -53,7 +75,7 @@ class Note:
 
     @classmethod
     def text(cls, kind: NoteKind, text: str) -> Note:
-        """A note that is a sentence already (``SERVER``, ``TEXT``)."""
+        """A note that is a sentence already (``TEXT``)."""
         return cls.of(kind, text=text)
 
     def __getitem__(self, name: str) -> Figure:
@@ -74,4 +96,4 @@ class Note:
         return cls.of(NoteKind(doc["kind"]), **figures)
 
 
-__all__ = ["Figure", "Note", "NoteKind"]
+__all__ = ["REWRITE_CAUSES", "Figure", "Note", "NoteKind"]

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from specguard import datasets
+from specguard.notes import Note, NoteKind
 
 WORKLOAD_KINDS = ("random-ids", "repeated-id", "text", "jsonl", "categories", "sharegpt")
 
@@ -157,7 +158,7 @@ class VocabBound:
 
     vocab_size: int
     source: str  # "config.json (PATH)", "server (...)", or "workload.vocab_size"
-    note: str = ""  # said once in the summary when the bound is only the suite's value/default
+    note: Note | None = None  # said once in the summary when the bound is only the suite's value/default
 
 
 def vocab_size_from_config(config: dict[str, Any]) -> int | None:
@@ -293,11 +294,8 @@ def resolve_vocab_bound(spec: WorkloadSpec, *, model_path: str | None = None, cl
         found, how_or_why = vocab_size_from_server(client, server_info=server_info)
         how, why = (how_or_why, "") if found else ("", how_or_why)
     if found is None:
-        default = " (the default)" if spec.vocab_size == DEFAULT_VOCAB_SIZE else ""
-        return VocabBound(spec.vocab_size, "workload.vocab_size", note=(
-            f"vocabulary size not readable from the model or the server{f' ({why})' if why else ''}: "
-            f"random ids stay below workload.vocab_size = {spec.vocab_size}{default}; set it to the model's "
-            f"vocabulary if that is smaller (an id beyond it crashes SGLang)"))
+        return VocabBound(spec.vocab_size, "workload.vocab_size", note=Note.of(
+            NoteKind.VOCAB_UNREAD, vocab_size=spec.vocab_size, why=why, default=int(spec.vocab_size == DEFAULT_VOCAB_SIZE)))
     if found < spec.vocab_size:
         return VocabBound(found, how)
     return VocabBound(spec.vocab_size, f"workload.vocab_size (the model's {found} from {how} is larger)")

@@ -151,3 +151,13 @@ def test_every_suite_file_snippet_in_the_guide_loads(page, tmp_path):
         suite = tmp_path / f"snippet-{i}.toml"
         suite.write_text("\n".join(_dump(_merged(base, tomllib.loads(block)))) + "\n", encoding="utf-8")
         load_suite(suite)
+
+
+def test_the_results_page_lists_every_note_kind_with_its_figures():
+    """docs/results.md's notes table is the document's contract for `notes` and `run_notes`: a kind
+    the code writes and the page does not list is a reader's guess."""
+    from specguard.notes import NoteKind
+
+    section = _text(ROOT / "docs" / "results.md").split("### Notes", 1)[1].split("\n### ", 1)[0]
+    listed = set(re.findall(r"^\| `([a-z_0-9]+)` \|", section, flags=re.M))
+    assert listed - {"kind"} == {k.value for k in NoteKind}  # "kind": the header row

@@ -89,10 +89,13 @@ class ServerBusy(RuntimeError):
 
 @dataclass(frozen=True)
 class ArgCheck:
-    """A difference between the configuration and the server; `blocking` fails the tests."""
+    """A difference between the configuration and the server, as a note report/ words;
+    `blocking` fails the configuration's tests, `strict` says it blocks only because
+    --strict-server-args asked (an attached server's difference from the suite file)."""
 
-    message: str
+    note: Note
     blocking: bool
+    strict: bool = False
 
 
 def redact(argv: list[str], secrets: list[str]) -> list[str]:

@@ -11,14 +11,11 @@ from typing import Any
 
 from specguard.config import ServerConfig
 from specguard.engines.base import ArgCheck, EffectiveArgs
-from specguard.sglang_rules import SGLANG_VERSION, adaptive
+from specguard.notes import Note, NoteKind
+from specguard.sglang_rules import adaptive
 from specguard.sglang_rules.speculative import (
-    AUTO_PARAMS_DEFAULT,
-    AUTO_PARAMS_WIDE,
     DEFAULT_CAP,
     EAGLE_FAMILY,
-    NGRAM_DEFAULT_BFS_BREADTH,
-    NGRAM_DEFAULT_DRAFT_TOKENS,
     auto_params,
     default_cap_applies,
     ngram_params,
@@ -93,28 +90,33 @@ class AskedSpeculation:
                    _asked(cfg.num_draft_tokens, launch_command, "--speculative-num-draft-tokens"))
 
 
+def _known(v: int | None) -> int | str:
+    """A server figure for a note: "unknown" where /server_info did not say."""
+    return "unknown" if v is None else v
+
+
+def _rewritten(setting: str, asked: int, runs: int, cause: str = "") -> ArgCheck:
+    """A value asked for that the server runs differently: a silent rewrite, blocking."""
+    return ArgCheck(Note.of(NoteKind.ARG_REWRITTEN, setting=setting, asked=asked, runs=runs, cause=cause), True)
+
+
 def _ngram_checks(asked: AskedSpeculation, eff: EffectiveArgs) -> list[ArgCheck]:
     """NGRAM's topk is its BFS breadth whatever topk was asked; its defaults are said, not blocked."""
     checks: list[ArgCheck] = []
     breadth = json_int(eff.raw.get("speculative_ngram_max_bfs_breadth"))
     steps, topk, draft = ngram_params(asked.num_steps, asked.num_draft_tokens, breadth)
     if asked.eagle_topk is not None and eff.eagle_topk is not None and asked.eagle_topk != eff.eagle_topk:
-        checks.append(ArgCheck(f"asked for eagle_topk={asked.eagle_topk}, NGRAM server runs {eff.eagle_topk}: NGRAM's "
-                               f"topk is --speculative-ngram-max-bfs-breadth (default {NGRAM_DEFAULT_BFS_BREADTH}), "
-                               f"set that flag instead", True))
+        checks.append(_rewritten("eagle_topk", asked.eagle_topk, eff.eagle_topk, "ngram_breadth"))
     if asked.num_steps is None or asked.num_draft_tokens is None:
-        checks.append(ArgCheck(f"NGRAM defaults: server runs {eff.num_steps} steps, topk {eff.eagle_topk}, "
-                               f"{eff.num_draft_tokens} draft tokens (SGLang {SGLANG_VERSION} _handle_ngram: draft tokens "
-                               f"default {NGRAM_DEFAULT_DRAFT_TOKENS}, steps = draft // topk; expected "
-                               f"{steps}/{topk}/{draft})", False))
+        checks.append(ArgCheck(Note.of(NoteKind.NGRAM_DEFAULTS, steps=_known(eff.num_steps), topk=_known(eff.eagle_topk),
+                                       draft=_known(eff.num_draft_tokens), expected=f"{steps}/{topk}/{draft}"), False))
     return checks
 
 
 def _adaptive_draft_checks(asked: AskedSpeculation, eff: EffectiveArgs) -> list[ArgCheck]:
     """Adaptive speculation runs num_steps + 1 draft tokens whatever was asked."""
     if asked.num_draft_tokens is not None and eff.num_draft_tokens is not None and asked.num_draft_tokens != eff.num_draft_tokens:
-        return [ArgCheck(f"asked for {asked.num_draft_tokens} draft tokens, server runs {eff.num_draft_tokens}: "
-                         f"adaptive speculation sets num_steps + 1 (_init_adaptive_speculative_params)", True)]
+        return [_rewritten("num_draft_tokens", asked.num_draft_tokens, eff.num_draft_tokens, "adaptive")]
     return []
 
 
@@ -122,12 +124,9 @@ def _default_steps_note(eff: EffectiveArgs) -> ArgCheck:
     """The steps/topk/draft tokens a server chose itself, against 0.5.23's table for its architecture."""
     expected = auto_params(eff.speculative_algorithm, eff.architecture)
     chosen = (eff.num_steps, eff.eagle_topk, eff.num_draft_tokens)
-    arch = eff.architecture or "an architecture /model_info did not report"
-    note = "" if chosen == expected or eff.architecture is None else \
-        f"; {SGLANG_VERSION}'s table gives {expected[0]}/{expected[1]}/{expected[2]} for it"
-    return ArgCheck(f"num_steps not set: server chose steps {chosen[0]}, topk {chosen[1]}, {chosen[2]} draft tokens "
-                    f"for {arch} (SGLang _auto_choose_speculative_params: {AUTO_PARAMS_WIDE} for Llama and Grok, "
-                    f"{AUTO_PARAMS_DEFAULT} otherwise){note}", False)
+    table = "" if chosen == expected or eff.architecture is None else "/".join(str(v) for v in expected)
+    return ArgCheck(Note.of(NoteKind.DEFAULT_STEPS, steps=_known(chosen[0]), topk=_known(chosen[1]),
+                            draft=_known(chosen[2]), architecture=eff.architecture or "", table=table), False)
 
 
 def _rewrite_checks(asked: AskedSpeculation, eff: EffectiveArgs, ngram: bool) -> list[ArgCheck]:
@@ -135,13 +134,11 @@ def _rewrite_checks(asked: AskedSpeculation, eff: EffectiveArgs, ngram: bool) ->
     checks: list[ArgCheck] = []
     want_draft, draft = asked.num_draft_tokens, eff.num_draft_tokens
     if want_draft is not None and draft is not None and draft != want_draft:
-        why = ""
-        if not ngram and eff.eagle_topk == 1 and eff.num_steps is not None and draft == eff.num_steps + 1:
-            why = ": topk=1 forces num_steps+1"
-        checks.append(ArgCheck(f"asked for {want_draft} draft tokens, server runs {draft}{why}", True))
+        topk1 = not ngram and eff.eagle_topk == 1 and eff.num_steps is not None and draft == eff.num_steps + 1
+        checks.append(_rewritten("num_draft_tokens", want_draft, draft, "topk1" if topk1 else ""))
     for label, want, runs in (("num_steps", asked.num_steps, eff.num_steps), ("eagle_topk", asked.eagle_topk, eff.eagle_topk)):
         if want is not None and runs is not None and want != runs:
-            checks.append(ArgCheck(f"asked for {label}={want}, server runs {runs}", True))
+            checks.append(_rewritten(label, want, runs))
     return checks
 
 
@@ -150,37 +147,33 @@ def _per_rank_cap_checks(eff: EffectiveArgs, asked_cap: int | None) -> list[ArgC
     checks: list[ArgCheck] = []
     per_rank = eff.max_running_requests_per_rank
     if len(set(per_rank)) > 1:
-        checks.append(ArgCheck(f"ranks run different request caps {per_rank} (internal_states "
-                               f"effective_max_running_requests_per_dp)", False))
+        checks.append(ArgCheck(Note.of(NoteKind.RANK_CAPS_DIFFER, caps=str(list(per_rank))), False))
     if per_rank and eff.max_running_requests is not None:
         expected = max(1, eff.max_running_requests // (eff.attn_dp_size or 1))
         if min(per_rank) < expected:
-            checks.append(ArgCheck(f"per-rank request cap is {min(per_rank)}, below max_running_requests // attn_dp_size "
-                                   f"= {expected}: KV capacity limits it (token_capacity // 2)", asked_cap is not None))
+            checks.append(ArgCheck(Note.of(NoteKind.RANK_CAP_LOW, cap=min(per_rank), expected=expected),
+                                   asked_cap is not None))
     return checks
 
 
 def _queueing_check(eff: EffectiveArgs, asked_cap: int | None, capacity: int, max_concurrency: int) -> ArgCheck:
     """A sweep beyond the requests the server runs at once: the higher levels queue."""
-    default = ""
-    if asked_cap is None and eff.max_running_requests == DEFAULT_CAP and default_cap_applies(eff.speculative_algorithm):
-        default = f" (SGLang's default cap of {DEFAULT_CAP} under speculation)"
+    default_cap = asked_cap is None and eff.max_running_requests == DEFAULT_CAP and default_cap_applies(eff.speculative_algorithm)
     dp, per_rank = eff.attn_dp_size or 1, eff.max_running_requests_per_rank
-    ranks = f" = {min(per_rank)} per rank x {dp} attention-DP ranks" if dp > 1 and per_rank else ""
-    return ArgCheck(f"the server runs at most {capacity} requests at once{ranks}{default} but the sweep goes to "
-                    f"{max_concurrency}: higher concurrency queues; set max_running_requests on every configuration "
-                    f"for a fair sweep", asked_cap is not None)
+    ranks = dp if dp > 1 and per_rank else 0
+    return ArgCheck(Note.of(NoteKind.SWEEP_QUEUES, capacity=capacity, max_concurrency=max_concurrency,
+                            per_rank=min(per_rank) if ranks else 0, ranks=ranks,
+                            default_cap=DEFAULT_CAP if default_cap else 0), asked_cap is not None)
 
 
 def check_args(cfg: ServerConfig, eff: EffectiveArgs, max_concurrency: int) -> list[ArgCheck]:
-    """Differences between the configuration and the server, each one line; `blocking` marks
-    the silent rewrites that make a launched configuration not what the suite describes."""
+    """Differences between the configuration and the server, each a note; `blocking` marks the
+    silent rewrites that make a launched configuration not what the suite describes."""
     checks: list[ArgCheck] = []
     algo = eff.speculative_algorithm
     family = resolved_algorithm(algo)
     if algo and algo not in MODELLED_ALGORITHMS:
-        checks.append(ArgCheck(f"server runs {algo}, an algorithm specguard does not model: its steps/topk/draft "
-                               f"tokens are not checked (measured as {cfg.name})", False))
+        checks.append(ArgCheck(Note.of(NoteKind.UNMODELLED_ALGORITHM, algorithm=algo, config=cfg.name), False))
     elif cfg.speculative_algorithm or algo:
         checks += _speculation_checks(cfg, eff, family)
     checks += _adaptive_checks(cfg, eff)
@@ -208,14 +201,12 @@ def _adaptive_checks(cfg: ServerConfig, eff: EffectiveArgs) -> list[ArgCheck]:
     """Adaptive speculation on is said; asked for and switched off by the server blocks, with the reason."""
     asked = "--speculative-adaptive" in cfg.args or has_flag(eff.launch_command, "--speculative-adaptive")
     if eff.speculative_adaptive:
-        where = eff.raw.get("speculative_adaptive_config") or "the default table"
-        return [ArgCheck(f"adaptive speculation on ({where}): steps follow the batch size; each run reports the "
-                         f"steps in use (spec_num_steps, from sglang:spec_num_steps)", False)]
+        table = eff.raw.get("speculative_adaptive_config") or "the default table"
+        return [ArgCheck(Note.of(NoteKind.ADAPTIVE_ON, table=str(table)), False)]
     if asked and eff.speculative_adaptive is False:
         asked_topk = _asked(cfg.eagle_topk, eff.launch_command, "--speculative-eagle-topk")
         reason = adaptive_unsupported_reason(cfg.speculative_algorithm or eff.speculative_algorithm, asked_topk, eff)
-        return [ArgCheck(f"asked for --speculative-adaptive, server runs static steps {eff.num_steps}: SGLang {SGLANG_VERSION} "
-                         f"switched it off ({reason or 'see the server log: speculative_adaptive disabled'})", True)]
+        return [ArgCheck(Note.of(NoteKind.ADAPTIVE_OFF, steps=_known(eff.num_steps), reason=reason or ""), True)]
     return []
 
 
@@ -224,7 +215,7 @@ def _cap_checks(cfg: ServerConfig, eff: EffectiveArgs, max_concurrency: int) -> 
     checks: list[ArgCheck] = []
     asked_cap = _asked(cfg.max_running_requests, eff.launch_command, "--max-running-requests")
     if asked_cap is not None and eff.max_running_requests not in (None, asked_cap):
-        checks.append(ArgCheck(f"asked for max_running_requests={asked_cap}, server runs {eff.max_running_requests}", True))
+        checks.append(_rewritten("max_running_requests", asked_cap, eff.max_running_requests))
     checks += _per_rank_cap_checks(eff, asked_cap)
     capacity = eff.request_capacity
     if capacity is not None and capacity < max_concurrency:

@@ -138,11 +138,11 @@ class VLLMEngine(Engine):
         checks: list[ArgCheck] = []
         asked = _positive_int((cfg.speculative_config or {}).get("num_speculative_tokens"))
         if asked is not None and eff.num_draft_tokens is not None and eff.num_draft_tokens != asked:
-            checks.append(ArgCheck(f"asked for num_speculative_tokens={asked}, server's /metrics counts acceptance "
-                                   f"at {eff.num_draft_tokens} positions", True))
+            checks.append(ArgCheck(Note.of(NoteKind.ARG_REWRITTEN, setting="num_speculative_tokens", asked=asked,
+                                           runs=eff.num_draft_tokens, cause="counted_positions"), True))
         if cfg.max_running_requests is not None and cfg.max_running_requests < max_concurrency:
-            checks.append(ArgCheck(f"max_running_requests (--max-num-seqs) is {cfg.max_running_requests} but the sweep "
-                                   f"goes to {max_concurrency}: higher concurrency queues", True))
+            checks.append(ArgCheck(Note.of(NoteKind.SWEEP_QUEUES, capacity=cfg.max_running_requests,
+                                           max_concurrency=max_concurrency, per_rank=0, ranks=0, default_cap=0), True))
         return checks
 
     def matches(self, cfg: ServerConfig, eff: EffectiveArgs) -> str | None:

@@ -5,8 +5,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from specguard.engines import ArgCheck
 from specguard.measure.accept_sources import REQUESTS
 from specguard.notes import Note, NoteKind
+from specguard.sglang_rules import SGLANG_VERSION
+from specguard.sglang_rules.speculative import (
+    AUTO_PARAMS_DEFAULT,
+    AUTO_PARAMS_WIDE,
+    NGRAM_DEFAULT_BFS_BREADTH,
+    NGRAM_DEFAULT_DRAFT_TOKENS,
+)
 
 # ACCEPT_SOURCES_DISAGREE: the figures that are not a source's reading
 _CHECK_FIELDS = ("own", "accept_length", "suspect")
@@ -20,6 +28,48 @@ def _accept_sources(n: Note) -> str:
     named = "the requests' own verify counts" if suspect == REQUESTS else suspect
     return (f"accept length sources disagree: {n['own']} {float(n['accept_length']):.3f}; {'; '.join(parts)}: "
             f"{named} disagree{'s' if one else ''} with the others")
+
+
+# ARG_REWRITTEN: what follows "server runs N" for each cause (notes.REWRITE_CAUSES)
+_REWRITE_CAUSE = {
+    "": "",
+    "topk1": ": topk=1 forces num_steps+1",
+    "adaptive": ": adaptive speculation sets num_steps + 1 (_init_adaptive_speculative_params)",
+    "ngram_breadth": (f": NGRAM's topk is --speculative-ngram-max-bfs-breadth (default {NGRAM_DEFAULT_BFS_BREADTH}), "
+                      f"set that flag instead"),
+}
+
+
+def _rewritten(n: Note) -> str:
+    asked = f"{n['asked']} draft tokens" if n["setting"] == "num_draft_tokens" else f"{n['setting']}={n['asked']}"
+    if n["cause"] == "counted_positions":
+        return f"asked for {asked}, server's /metrics counts acceptance at {n['runs']} positions"
+    server = "NGRAM server" if n["cause"] == "ngram_breadth" else "server"
+    return f"asked for {asked}, {server} runs {n['runs']}{_REWRITE_CAUSE[str(n['cause'])]}"
+
+
+def _default_steps(n: Note) -> str:
+    arch = n["architecture"] or "an architecture /model_info did not report"
+    table = f"; {SGLANG_VERSION}'s table gives {n['table']} for it" if n["table"] else ""
+    return (f"num_steps not set: server chose steps {n['steps']}, topk {n['topk']}, {n['draft']} draft tokens for {arch} "
+            f"(SGLang _auto_choose_speculative_params: {AUTO_PARAMS_WIDE} for Llama and Grok, {AUTO_PARAMS_DEFAULT} "
+            f"otherwise){table}")
+
+
+def _sweep_queues(n: Note) -> str:
+    ranks = f" = {n['per_rank']} per rank x {n['ranks']} attention-DP ranks" if n["ranks"] else ""
+    default = f" (SGLang's default cap of {n['default_cap']} under speculation)" if n["default_cap"] else ""
+    return (f"the server runs at most {n['capacity']} requests at once{ranks}{default} but the sweep goes to "
+            f"{n['max_concurrency']}: higher concurrency queues; set max_running_requests on every configuration "
+            f"for a fair sweep")
+
+
+def _vocab_unread(n: Note) -> str:
+    why = f" ({n['why']})" if n["why"] else ""
+    default = " (the default)" if n["default"] else ""
+    return (f"vocabulary size not readable from the model or the server{why}: random ids stay below "
+            f"workload.vocab_size = {n['vocab_size']}{default}; set it to the model's vocabulary if that is smaller "
+            f"(an id beyond it crashes SGLang)")
 
 
 _WORDING: dict[NoteKind, Callable[[Note], str]] = {
@@ -56,7 +106,28 @@ _WORDING: dict[NoteKind, Callable[[Note], str]] = {
     NoteKind.TEST_RENAMED: lambda n: (
         f"{n['files']}: {n['old']} is now named {n['new']} (the same test); import {n['new']} from "
         f"specguard.plugin.gate_tests, the old name will go in a later release"),
-    NoteKind.SERVER: lambda n: str(n["text"]),  # a sentence already
+    NoteKind.ARG_REWRITTEN: _rewritten,
+    NoteKind.NGRAM_DEFAULTS: lambda n: (
+        f"NGRAM defaults: server runs {n['steps']} steps, topk {n['topk']}, {n['draft']} draft tokens (SGLang "
+        f"{SGLANG_VERSION} _handle_ngram: draft tokens default {NGRAM_DEFAULT_DRAFT_TOKENS}, steps = draft // topk; "
+        f"expected {n['expected']})"),
+    NoteKind.DEFAULT_STEPS: _default_steps,
+    NoteKind.UNMODELLED_ALGORITHM: lambda n: (
+        f"server runs {n['algorithm']}, an algorithm specguard does not model: its steps/topk/draft tokens are not "
+        f"checked (measured as {n['config']})"),
+    NoteKind.RANK_CAPS_DIFFER: lambda n: (
+        f"ranks run different request caps {n['caps']} (internal_states effective_max_running_requests_per_dp)"),
+    NoteKind.RANK_CAP_LOW: lambda n: (
+        f"per-rank request cap is {n['cap']}, below max_running_requests // attn_dp_size = {n['expected']}: KV "
+        f"capacity limits it (token_capacity // 2)"),
+    NoteKind.SWEEP_QUEUES: _sweep_queues,
+    NoteKind.ADAPTIVE_ON: lambda n: (
+        f"adaptive speculation on ({n['table']}): steps follow the batch size; each run reports the steps in use "
+        f"(spec_num_steps, from sglang:spec_num_steps)"),
+    NoteKind.ADAPTIVE_OFF: lambda n: (
+        f"asked for --speculative-adaptive, server runs static steps {n['steps']}: SGLang {SGLANG_VERSION} switched "
+        f"it off ({n['reason'] or 'see the server log: speculative_adaptive disabled'})"),
+    NoteKind.VOCAB_UNREAD: _vocab_unread,
     NoteKind.TEXT: lambda n: str(n["text"]),
 }
 
@@ -66,4 +137,15 @@ def note_line(n: Note) -> str:
     return _WORDING[n.kind](n)
 
 
-__all__ = ["note_line"]
+def check_line(note: Note, strict: bool) -> str:
+    """A server check (engines.ArgCheck, or one stored): its note, and the flag that made it block."""
+    return note_line(note) + (" (--strict-server-args)" if strict else "")
+
+
+def unrunnable_line(name: str, blocking: list[ArgCheck]) -> str:
+    """Why a configuration's server is not what the suite describes: its blocking checks."""
+    lines = [check_line(c.note, c.strict) for c in blocking]
+    return f"configuration {name!r} does not run as configured: " + "; ".join(lines)
+
+
+__all__ = ["check_line", "note_line", "unrunnable_line"]

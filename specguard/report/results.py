@@ -32,12 +32,14 @@ from specguard.decide.result import (
     Why,
 )
 from specguard.decide.stats import RatioEstimate
+from specguard.engines import ArgCheck
 from specguard.labels import GateLabel, Level, Verdict
 from specguard.measure.metrics import RunMetrics
 from specguard.notes import Note
 from specguard.report.schema import (
     BaselineOutcomeDoc,
     CellDoc,
+    CheckDoc,
     ConfigDoc,
     DecisionDoc,
     EstimateDoc,
@@ -57,7 +59,7 @@ from specguard.store.gaps import GapKind, HistoryGap
 from specguard.store.refresh import BaselineOutcome
 
 SCHEMA = "specguard-results"
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 CONFIG_FIELDS = ("engine", "model_path", "draft_model_path", "speculative_algorithm", "num_steps", "eagle_topk",
                  "num_draft_tokens", "max_running_requests", "reference", "speculation_must_win_up_to")
 
@@ -68,12 +70,17 @@ class ResultsError(DocumentError):
 
 RESULTS: Document[ResultsDoc] = Document(
     SCHEMA, SCHEMA_VERSION, ResultsDoc, what="results file", make="write one with: pytest perf_tests --results-json FILE",
-    readable=(1, 2, 3, 4, 5), upgrade=upgrade, error=ResultsError)  # every version specguard ever wrote (report/upgrade.py)
+    readable=(1, 2, 3, 4, 5, 6), upgrade=upgrade, error=ResultsError)  # every version specguard ever wrote (report/upgrade.py)
 
 
 def note_doc(n: Note) -> NoteDoc:
     """A note as stored: its kind and its figures as keys beside it."""
     return cast(NoteDoc, n.to_json())
+
+
+def check_doc(c: ArgCheck) -> CheckDoc:
+    """A server check as stored: its note, and whether (and why) it blocked."""
+    return {"note": note_doc(c.note), "blocking": c.blocking, "strict": c.strict}
 
 
 def run_doc(r: RunMetrics) -> dict[str, Any]:

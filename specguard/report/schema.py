@@ -26,12 +26,20 @@ class ConfigDoc(TypedDict, total=False):
     args: list[str]
 
 
+class CheckDoc(TypedDict):
+    """engines.ArgCheck as stored (schema 6 and older: ``{message, blocking}``)."""
+
+    note: NoteDoc
+    blocking: bool  # it failed the configuration's tests
+    strict: bool  # blocking only because --strict-server-args asked
+
+
 class ServerDoc(TypedDict):
     engine: str
     command: list[str]
     attached: bool
     effective_args: dict[str, Any] | None
-    checks: list[dict[str, Any]]  # {message, blocking}
+    checks: list[CheckDoc]
     failure: str | None
     failure_skipped: bool
     mode: str

@@ -16,7 +16,7 @@ from specguard.labels import SOAK, STATUS_NOT_MEASURED, STATUS_REGRESSION, GateL
 from specguard.notes import Note, NoteKind
 from specguard.report.baseline_text import document_lines
 from specguard.report.crossovers import crossover_line
-from specguard.report.note_text import note_line
+from specguard.report.note_text import check_line, note_line
 from specguard.report.recommend import level_kind
 from specguard.report.resolution import attach_lines, few_sessions_lines, resolution_note
 from specguard.report.results import CellKey, decision_result, detectable_drop, sorted_cells, tests_by_cell
@@ -285,7 +285,8 @@ def server_lines(doc: ResultsDoc) -> list[str]:
             line = note_line(Note.of(NoteKind.ATTACH_DIFFERENCE, field=diff["field"], suite=diff["suite"], server=diff["server"]))
             lines.append(f"{name}: attached server differs from the suite file: {line}")
         for check in server["checks"]:
-            lines.append(f"{name}: {'ERROR' if check['blocking'] else 'note'}: {check['message']}")
+            line = check_line(Note.from_json(check["note"]), check["strict"])
+            lines.append(f"{name}: {'ERROR' if check['blocking'] else 'note'}: {line}")
         failure = server.get("failure")
         if failure:
             lines.append(_failure_note(name, failure, server, doc))

@@ -15,6 +15,9 @@ its decisions keep the line that specguard worded then (`legacy_message`).
 - 5 -> 6: notes as data (notes.Note: a kind and its figures): a cell's `warnings`, a run's
   `warnings`, a decision's `notes` and the `run_notes` were sentences; each is kept as a `text` note,
   worded as then. A server's `differences` lose their `message` (their fields say it).
+- 6 -> 7: a server's checks as data: `{message, blocking}` becomes `{note, blocking, strict}`, the
+  message kept as a `text` note; the `server` notes (an engine's check, worded in engines/) become
+  `text` notes.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from specguard.report.summary import cell_summary
 
 
 def upgrade(doc: dict[str, Any], version: int) -> dict[str, Any]:
-    """The document as the current schema (6), from `version` (1 to 5)."""
+    """The document as the current schema (7), from `version` (1 to 6)."""
     if version == 1:
         doc, version = _v1_to_v2(doc), 2
     if version == 2:
@@ -36,7 +39,9 @@ def upgrade(doc: dict[str, Any], version: int) -> dict[str, Any]:
     if version == 4:
         doc, version = _v4_to_v5(doc), 5
     if version == 5:
-        doc = _v5_to_v6(doc)
+        doc, version = _v5_to_v6(doc), 6
+    if version == 6:
+        doc = _v6_to_v7(doc)
     return doc
 
 
@@ -120,6 +125,34 @@ def _v5_to_v6(doc: dict[str, Any]) -> dict[str, Any]:
         out["run_notes"] = texts(doc["run_notes"])
     out["servers"] = {name: {**s, "differences": [{k: v for k, v in d.items() if k != "message"}
                                                   for d in s.get("differences") or []]}
+                      for name, s in (doc.get("servers") or {}).items()}
+    return out
+
+
+def _v6_to_v7(doc: dict[str, Any]) -> dict[str, Any]:
+    def notes(items: Any) -> list[Any]:
+        return [{"kind": "text", "text": n.get("text", "")} if isinstance(n, dict) and n.get("kind") == "server" else n
+                for n in items or []]
+
+    def run(r: Any) -> Any:
+        return {**r, "notes": notes(r.get("notes"))} if isinstance(r, dict) else r
+
+    def cell(c: dict[str, Any]) -> dict[str, Any]:
+        return {**c, "notes": notes(c.get("notes")), "runs": [run(r) for r in c.get("runs") or []],
+                "warmup_runs": [run(r) for r in c.get("warmup_runs") or []]}
+
+    def check(c: dict[str, Any]) -> dict[str, Any]:
+        return {"note": {"kind": "text", "text": str(c.get("message", ""))}, "blocking": bool(c.get("blocking")),
+                "strict": False}  # a strict check's message already ends "(--strict-server-args)"
+
+    out = dict(doc)
+    out["schema_version"] = 7
+    out["cells"] = [cell(c) for c in doc.get("cells") or []]
+    out["decisions"] = [{**d, "notes": notes(d.get("notes"))} for d in doc.get("decisions") or []]
+    out["holm_failures"] = [{**d, "notes": notes(d.get("notes"))} for d in doc.get("holm_failures") or []]
+    if "run_notes" in doc:
+        out["run_notes"] = notes(doc["run_notes"])
+    out["servers"] = {name: {**s, "checks": [check(c) for c in s.get("checks") or []]}
                       for name, s in (doc.get("servers") or {}).items()}
     return out
 

@@ -16,6 +16,7 @@ from specguard.report.results import (
     CONFIG_FIELDS,
     SCHEMA,
     SCHEMA_VERSION,
+    check_doc,
     clean,
     decision_dict,
     detectable_drop,
@@ -49,7 +50,7 @@ def _servers(sg: GateSession) -> dict[str, ServerDoc]:
             "command": h.command if h else [],
             "attached": bool(h and h.attached),
             "effective_args": h.effective.fingerprint_fields() if h else None,
-            "checks": [asdict(c) for c in state.checks],
+            "checks": [check_doc(c) for c in state.checks],
             "failure": str(state.failure) if state.failure else None,
             # a skip (this server cannot serve the configuration here) is not an error of the server
             "failure_skipped": bool(state.failure and state.failure.skip),

@@ -18,7 +18,7 @@ from typing import IO, Any
 from specguard.config import ServerConfig, Suite
 from specguard.engines import ArgCheck, Engine, get_engine
 from specguard.notes import Note, NoteKind
-from specguard.report.note_text import note_line
+from specguard.report.note_text import unrunnable_line
 from specguard.server import ServerHandle, ServerStartError, attach, launch, stop, wait_ready
 from specguard.session.options import ConfigUnavailable, RunOptions
 from specguard.workload import VocabBound, Workload, WorkloadError, fit_to_vocab, resolve_vocab_bound
@@ -122,9 +122,9 @@ class ServerPool:
                 state.failure = exc
                 self._release_launch_lock(name)
                 raise
-        blocking = [c.message for c in state.checks if c.blocking]
+        blocking = [c for c in state.checks if c.blocking]
         if blocking:
-            raise ConfigUnavailable(f"configuration {name!r} does not run as configured: " + "; ".join(blocking), skip=False)
+            raise ConfigUnavailable(unrunnable_line(name, blocking), skip=False)
         return state.handle
 
     def _start(self, name: str) -> tuple[ServerHandle, str]:
@@ -197,7 +197,7 @@ class ServerPool:
         strict = self.strict_server_args
         checks = [replace(c, blocking=strict and c.blocking) for c in checks]
         if strict:
-            checks += [ArgCheck(note_line(d.note()) + " (--strict-server-args)", True) for d in diffs]
+            checks += [ArgCheck(d.note(), True, strict=True) for d in diffs]
         return checks, diffs
 
     def relaunch(self, name: str) -> None:
@@ -254,10 +254,10 @@ class ServerPool:
         state = self.states.get(name)
         if state is None:
             return []
-        notes = [Note.text(NoteKind.SERVER, c.message) for c in state.checks if not c.blocking]
+        notes = [c.note for c in state.checks if not c.blocking]
         bound = self.vocab_bounds.get(name)
-        if bound is not None and bound.note:
-            notes.append(Note.text(NoteKind.SERVER, bound.note))
+        if bound is not None and bound.note is not None:
+            notes.append(bound.note)
         if not self.strict_server_args:
             notes += [d.note() for d in state.differences]
         return notes

@@ -39,6 +39,7 @@ def test_jsonl_errors_name_the_line(tmp_path):
 # ---------------------------------------------------------------------- vocabulary bound
 import json  # noqa: E402
 
+from specguard.report.note_text import note_line  # noqa: E402
 from specguard.workload import (  # noqa: E402
     DEFAULT_VOCAB_SIZE,
     fit_to_vocab,
@@ -142,7 +143,8 @@ def test_attach_mode_reads_the_vocabulary_from_the_server(tmp_path):
     assert vocab_size_from_server(old)[0] is None and not old.posts
     # Nothing tells: the suite's value stands, and the note says so once.
     bound = resolve_vocab_bound(WorkloadSpec(), client=old)
-    assert bound.vocab_size == DEFAULT_VOCAB_SIZE and "workload.vocab_size = 32000 (the default)" in bound.note
+    assert bound.vocab_size == DEFAULT_VOCAB_SIZE and bound.note is not None
+    assert "workload.vocab_size = 32000 (the default)" in note_line(bound.note)
 
 
 class _LogitBiasOnly(_FakeSGLang):

@@ -149,7 +149,7 @@ def test_results_json_has_runs_decisions_and_no_secret(tmp_path):
                                env={"SPECGUARD_API_KEY": "env-secret-9"})
     assert code == 0, out
     doc = json.loads(results.read_text())
-    assert doc["schema"] == "specguard-results" and doc["schema_version"] == 6
+    assert doc["schema"] == "specguard-results" and doc["schema_version"] == 7
     cells = {(c["config"], int(c["level"][1:])): c for c in doc["cells"]}
     assert len(cells[("eagle3", 1)]["runs"]) == 3 and cells[("eagle3", 1)]["runs"][0]["accept_length"] > 2
     assert {d["gate"] for d in doc["decisions"]} == {"throughput", "step_time", "accept_length", "speculation"}

@@ -167,10 +167,10 @@ def test_attach_mode_reads_the_emulators_vocabulary(emu):
         size, how = vocab_size_from_server(client)
     assert size == 32000, how
     assert "out-of-vocabulary probe" in how
-    # what a configuration's notes carry (session/servers.py warnings_for): no "vocabulary size not readable" note
+    # what a configuration's notes carry (session/servers.py notes_for): no "vocabulary size not readable" note
     with httpx.Client(base_url=emu.url) as client:
         bound = resolve_vocab_bound(WorkloadSpec(), model_path="/models/no-such-dir", client=client)
-    assert (bound.vocab_size, bound.note) == (32000, ""), bound
+    assert (bound.vocab_size, bound.note) == (32000, None), bound
 
 
 def _capture_events(name: str) -> list:

@@ -98,7 +98,9 @@ def test_vllm_draft_count_mismatch_is_a_blocking_check():
     with serve(vllm_routes()) as client:
         eff = get_engine("vllm").read_effective_args(client, cfg)
     (check,) = get_engine("vllm").check_args(cfg, eff, max_concurrency=4)
-    assert check.blocking and "num_speculative_tokens=5" in check.message and "4 positions" in check.message
+    assert check.note == Note.of(NoteKind.ARG_REWRITTEN, setting="num_speculative_tokens", asked=5, runs=4,
+                                 cause="counted_positions")
+    assert check.blocking and "num_speculative_tokens=5" in messages([check]) and "4 positions" in messages([check])
 
 
 def test_vllm_without_spec_counters_runs_no_speculation_and_attach_matches_by_that():
@@ -258,7 +260,7 @@ def sglang_eff(info: str, architecture: str | None = "LlamaForCausalLM", cfg: Se
 
 
 def messages(checks, blocking: bool | None = None) -> str:
-    return " | ".join(c.message for c in checks if blocking is None or c.blocking == blocking)
+    return " | ".join(note_line(c.note) for c in checks if blocking is None or c.blocking == blocking)
 
 
 def test_sglang_reads_architecture_and_performance_args_into_the_fingerprint():
@@ -361,8 +363,8 @@ def test_default_cap_48_is_named_for_every_family_that_has_it(algorithm):
                        speculative_eagle_topk=1, speculative_num_draft_tokens=4, max_running_requests=48,
                        states=[{"effective_max_running_requests_per_dp": 48}])
     cfg = ServerConfig(name="spec", model_path="/m", speculative_algorithm="EAGLE3", num_steps=3, reference="b")
-    (cap,) = [c for c in get_engine("sglang").check_args(cfg, sglang_eff(info), max_concurrency=64) if "at most" in c.message]
-    assert not cap.blocking and "SGLang's default cap of 48 under speculation" in cap.message and "to 64" in cap.message
+    (cap,) = [c for c in get_engine("sglang").check_args(cfg, sglang_eff(info), max_concurrency=64) if c.note.kind == NoteKind.SWEEP_QUEUES]
+    assert not cap.blocking and "SGLang's default cap of 48 under speculation" in messages([cap]) and "to 64" in messages([cap])
 
 
 def test_unmodelled_algorithms_are_accepted_on_attach_with_a_warning():
@@ -394,7 +396,7 @@ def test_attention_dp_per_rank_cap_and_every_internal_state():
     assert eff.request_capacity == 48
     assert engine.check_args(cfg, eff, max_concurrency=32) == []  # 48 in total serves 32, though 24 per rank
     (cap,) = engine.check_args(cfg, eff, max_concurrency=64)
-    assert cap.blocking and "at most 48 requests at once = 24 per rank x 2 attention-DP ranks" in cap.message
+    assert cap.blocking and "at most 48 requests at once = 24 per rank x 2 attention-DP ranks" in messages([cap])
     with serve({"/server_info": info}) as client:  # every rank's accept length, not the first one's
         assert engine.server_accept_lengths(client, None, None) == {"server_info": 2.5}
 
@@ -476,7 +478,12 @@ def test_silent_rewrites_of_what_was_asked_block_and_say_why():
     cfg = ServerConfig(name="eagle3", model_path="/m", speculative_algorithm="EAGLE3", num_steps=5, eagle_topk=1,
                        num_draft_tokens=16, reference="b")
     checks = get_engine("sglang").check_args(cfg, sglang_eff(info), max_concurrency=16)
-    assert [c.message for c in checks if c.blocking] == [
+    assert [c.note for c in checks if c.blocking] == [
+        Note.of(NoteKind.ARG_REWRITTEN, setting="num_draft_tokens", asked=16, runs=4, cause="topk1"),
+        Note.of(NoteKind.ARG_REWRITTEN, setting="num_steps", asked=5, runs=3, cause=""),
+        Note.of(NoteKind.ARG_REWRITTEN, setting="max_running_requests", asked=64, runs=32, cause=""),
+    ]
+    assert [note_line(c.note) for c in checks if c.blocking] == [
         "asked for 16 draft tokens, server runs 4: topk=1 forces num_steps+1",
         "asked for num_steps=5, server runs 3",
         "asked for max_running_requests=64, server runs 32",  # from the server's own command line

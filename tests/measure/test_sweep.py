@@ -116,7 +116,7 @@ def test_adaptive_server_reports_the_steps_in_use_per_run(tmp_path):
     try:
         assert handle.effective.speculative_adaptive is True
         checks = handle.engine.check_args(cfg, handle.effective, 4)
-        assert any("adaptive speculation on" in c.message and not c.blocking for c in checks)
+        assert any(c.note.kind == NoteKind.ADAPTIVE_ON and not c.blocking for c in checks)
         workload = build_workload(WorkloadSpec(kind="random-ids", input_len=16, output_len=64), num_prompts=8)
         sweep = SweepConfig(concurrency=[4], warmup=0, repeats=2, requests_per_worker=4, run_timeout_s=60)
         cell = measure_cell(handle, workload, sweep, CellLoad(4), RunControl(flush_timeout_s=10))

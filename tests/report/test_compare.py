@@ -63,7 +63,7 @@ def test_mismatched_and_foreign_files_get_clear_errors(tmp_path, capsys):
     with pytest.raises(ResultsError, match="is not a specguard results file"):
         load(bench)
     newer = _write(tmp_path, "newer.json", {**seed_a_doc(), "schema_version": 99})
-    with pytest.raises(ResultsError, match="schema_version 99; this specguard .* reads versions 1, 2, 3, 4, 5, 6: upgrade"):
+    with pytest.raises(ResultsError, match="schema_version 99; this specguard .* reads versions 1, 2, 3, 4, 5, 6, 7: upgrade"):
         load(newer)
     (tmp_path / "junk.json").write_text("<xml/>")
     with pytest.raises(ResultsError, match="is not JSON"):

@@ -75,7 +75,7 @@ def session(tmp_path: Path) -> GateSession:
     sg.cells[("mtp", 4)].error = "3 failed requests (allowed 0); first: request 1: server error 500"
     sg.verdicts.results[:] = [
         result("throughput", "baseline", 1, "fail", _estimate(0.83), current=100.0, reference=120.0,
-               versus=Versus(Against.BASELINE, sessions=1), tolerance=0.03, rule="significant", notes=(Note.text(NoteKind.SERVER, "a | pipe"),)),
+               versus=Versus(Against.BASELINE, sessions=1), tolerance=0.03, rule="significant", notes=(Note.text(NoteKind.TEXT, "a | pipe"),)),
         result("speculation", "mtp", 1, "pass", _estimate(1.5), current=150.0, reference=100.0,
                versus=Versus(Against.REFERENCE, "baseline"), tolerance=0.0, rule="significant", enforced=False),
     ]
@@ -84,7 +84,7 @@ def session(tmp_path: Path) -> GateSession:
 
 def test_document_has_every_documented_key_and_round_trips(session, tmp_path):
     doc = build_results(session)
-    assert doc["schema"] == SCHEMA == "specguard-results" and doc["schema_version"] == SCHEMA_VERSION == 6
+    assert doc["schema"] == SCHEMA == "specguard-results" and doc["schema_version"] == SCHEMA_VERSION == 7
     assert set(ResultsDoc.__required_keys__) <= set(doc) and validate(doc) is doc
     assert [c["name"] for c in doc["configs"]] == ["baseline", "mtp"]
     mtp = doc["configs"][1]
@@ -454,13 +454,37 @@ def test_notes_are_stored_as_data_worded_in_report_and_an_older_files_sentences_
                {"field": "num_steps", "suite": 3, "server": 5, "message": "num_steps: suite file says 3, server runs 5"}]}}}
     new = upgrade(old, 5)
     (cell,) = new["cells"]
-    assert new["schema_version"] == 6 and "warnings" not in cell and "warnings" not in cell["runs"][0]
+    assert new["schema_version"] == 7 and "warnings" not in cell and "warnings" not in cell["runs"][0]
     assert cell["notes"] == [{"kind": "text", "text": "run 1 tok/s 1.0 is > 5 MADs from the median (kept)"}]
     assert cell["runs"][0]["notes"] == [{"kind": "text", "text": "step time unmeasured: ..."}]
     assert cell["warmup_runs"][0]["notes"] == []
     assert new["servers"]["eagle3"]["differences"] == [{"field": "num_steps", "suite": 3, "server": 5}]
     (note,) = [Note.from_json(n) for n in new["decisions"][0]["notes"]]
     assert note.kind == NoteKind.TEXT and note_line(note) == "max_running_requests: suite file says 64, server runs 256"
+
+
+def test_a_schema_6_files_server_checks_and_server_notes_are_read_as_worded():
+    # report/upgrade.py _v6_to_v7: schema 6 stored a server's checks as {message, blocking} and an
+    # engine's non-blocking checks as {"kind": "server", "text": ...} notes
+    from specguard.report.note_text import note_line
+    from specguard.report.terminal import server_lines
+    from specguard.report.upgrade import upgrade
+
+    said = "asked for num_steps=5, server runs 3"
+    old = {"schema_version": 6, "run_notes": [{"kind": "server", "text": "x"}],
+           "cells": [{"notes": [{"kind": "server", "text": said}], "runs": [{"notes": [{"kind": "outlier_run", "run": 1,
+                                                                                     "tok_s": 2.0}]}], "warmup_runs": []}],
+           "decisions": [{"notes": [{"kind": "server", "text": said}]}], "holm_failures": [],
+           "servers": {"eagle3": {"checks": [{"message": said + " (--strict-server-args)", "blocking": True}],
+                                  "differences": [], "failure": None, "failure_skipped": False}}}
+    new = upgrade(old, 6)
+    assert new["schema_version"] == 7 and new["run_notes"] == [{"kind": "text", "text": "x"}]
+    (cell,) = new["cells"]
+    assert [note_line(Note.from_json(n)) for n in cell["notes"] + new["decisions"][0]["notes"]] == [said, said]
+    assert cell["runs"][0]["notes"] == [{"kind": "outlier_run", "run": 1, "tok_s": 2.0}]  # data already: kept
+    assert new["servers"]["eagle3"]["checks"] == [{"note": {"kind": "text", "text": said + " (--strict-server-args)"},
+                                                   "blocking": True, "strict": False}]
+    assert server_lines({**new, "configs": []}) == [f"eagle3: ERROR: {said} (--strict-server-args)"]
 
 
 def test_every_note_kind_has_its_wording():

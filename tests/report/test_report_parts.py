@@ -193,12 +193,18 @@ def test_reference_cells_are_one_line_per_reference_and_users():
 
 def test_server_lines_say_differences_checks_and_failures_in_that_order():
     server = {"engine": "sglang", "command": [], "attached": True, "effective_args": None, "mode": "attached",
-              "checks": [{"message": "cap 48 < 64", "blocking": False}, {"message": "wrong model", "blocking": True}],
+              "checks": [{"note": {"kind": "sweep_queues", "capacity": 48, "max_concurrency": 64, "per_rank": 0,
+                                   "ranks": 0, "default_cap": 48}, "blocking": False, "strict": False},
+                         {"note": {"kind": "attach_difference", "field": "model_path", "suite": "/a", "server": "/b"},
+                          "blocking": True, "strict": True}],
               "differences": [{"field": "tp_size", "suite": 1, "server": 2}],
               "failure": "server exited (code 1)\nlog tail", "failure_skipped": False}
     assert terminal.server_lines({"servers": {"eagle3": server}, "configs": []}) == [
         "eagle3: attached server differs from the suite file: tp_size: suite file says 1, server runs 2",
-        "eagle3: note: cap 48 < 64", "eagle3: ERROR: wrong model", "eagle3: ERROR: server exited (code 1)"]
+        "eagle3: note: the server runs at most 48 requests at once (SGLang's default cap of 48 under speculation) but "
+        "the sweep goes to 64: higher concurrency queues; set max_running_requests on every configuration for a fair sweep",
+        "eagle3: ERROR: model_path: suite file says '/a', server runs '/b' (--strict-server-args)",
+        "eagle3: ERROR: server exited (code 1)"]
 
 
 # -- figures ------------------------------------------------------------------------------------------

@@ -654,5 +654,6 @@ def test_a_vocabulary_bound_note_reaches_the_configurations_notes(tmp_path):
     sg = GateSession(make_suite(tmp_path), RunOptions(baseline_dir=tmp_path / "b", log_dir=tmp_path / "l"))
     fake_server(sg, "eagle3")
     assert sg.pool.notes_for("eagle3") == []
-    sg.pool.vocab_bounds["eagle3"] = VocabBound(32000, "workload.vocab_size", note="vocabulary size not readable")
-    assert sg.pool.notes_for("eagle3") == [Note.text(NoteKind.SERVER, "vocabulary size not readable")]
+    unread = Note.of(NoteKind.VOCAB_UNREAD, vocab_size=32000, why="", default=1)
+    sg.pool.vocab_bounds["eagle3"] = VocabBound(32000, "workload.vocab_size", note=unread)
+    assert sg.pool.notes_for("eagle3") == [unread]
