@@ -44,6 +44,9 @@ class NoteKind(TextEnum):
     SWEEP_QUEUES = "sweep_queues"
     ADAPTIVE_ON = "adaptive_on"  # table: the adaptive config file, or "the default table"
     ADAPTIVE_OFF = "adaptive_off"  # steps (the static steps run), reason ("" when the server log must say)
+    # runs, needs (what the server speculates with, and what the configuration needs: "no speculation"
+    # for none), config, source ("" or where `runs` was read): an attached server cannot stand for it
+    ATTACH_MISMATCH = "attach_mismatch"
     # vocab_size (the bound used), why ("" or why the server could not tell), default (1: the suite's default)
     VOCAB_UNREAD = "vocab_unread"
     ATTACH_DIFFERENCE = "attach_difference"  # field, suite, server: a suite launch value the attached server does not run

@@ -93,7 +93,7 @@ def trend_estimate(points: Sequence[LaunchPoint], contrast: Contrast, tolerance:
     A speculation ratio's variance is the contrast's, c'(X'X)^-1 c s^2: its two build effects share
     the model's residual spread and trend, which the covariance counts exactly, where a spread taken
     from the other speculative configurations' ratios (sharing the same reference launches)
-    overstated its degrees of freedom (mtp's speculation group was called worse in 0.003 of 2000
+    overstated its degrees of freedom (mtp's speculation group was called worse in 0.0025 of 2000
     unchanged simulated runs at a group alpha of 0.00087; docs/ab.md)."""
     x, effect = _design(points)
     dof = float(len(points) - x.shape[1])

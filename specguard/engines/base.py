@@ -212,6 +212,6 @@ class Engine:
     def check_args(self, cfg: ServerConfig, eff: EffectiveArgs, max_concurrency: int) -> list[ArgCheck]:
         return []
 
-    def matches(self, cfg: ServerConfig, eff: EffectiveArgs) -> str | None:
-        """None when this attached server can stand for `cfg`, else the reason it cannot."""
+    def matches(self, cfg: ServerConfig, eff: EffectiveArgs) -> Note | None:
+        """None when this attached server can stand for `cfg`, else why not (an ATTACH_MISMATCH note)."""
         return None

@@ -17,6 +17,7 @@ from specguard.config import ServerConfig
 from specguard.engines import sglang_args
 from specguard.engines.base import ArgCheck, EffectiveArgs, Engine, ServerBusy, metrics_text, redact
 from specguard.engines.sglang_args import json_int, launched_algorithm
+from specguard.notes import Note
 from specguard.prometheus import parse_prometheus_series
 from specguard.sglang_rules.speculative import resolved_algorithm
 
@@ -259,5 +260,5 @@ class SGLangEngine(Engine):
     def check_args(self, cfg: ServerConfig, eff: EffectiveArgs, max_concurrency: int) -> list[ArgCheck]:
         return sglang_args.check_args(cfg, eff, max_concurrency)
 
-    def matches(self, cfg: ServerConfig, eff: EffectiveArgs) -> str | None:
+    def matches(self, cfg: ServerConfig, eff: EffectiveArgs) -> Note | None:
         return sglang_args.matches(cfg, eff)

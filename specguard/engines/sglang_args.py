@@ -223,7 +223,7 @@ def _cap_checks(cfg: ServerConfig, eff: EffectiveArgs, max_concurrency: int) -> 
     return checks
 
 
-def matches(cfg: ServerConfig, eff: EffectiveArgs) -> str | None:
+def matches(cfg: ServerConfig, eff: EffectiveArgs) -> Note | None:
     """None when an attached server can stand for `cfg`, else the reason it cannot."""
     want = (cfg.speculative_algorithm or "").upper() or None
     have = eff.speculative_algorithm
@@ -234,4 +234,5 @@ def matches(cfg: ServerConfig, eff: EffectiveArgs) -> str | None:
         return None  # EAGLE reported, command line unknown: NEXTN and EAGLE both fit
     if want and have and have not in MODELLED_ALGORITHMS:
         return None  # FROZEN_KV_MTP, DFLASH, ...: accepted on attach, check_args warns
-    return f"server runs {have or 'no speculation'}; config {cfg.name} needs {want or 'no speculation'}"
+    return Note.of(NoteKind.ATTACH_MISMATCH, runs=have or "no speculation", needs=want or "no speculation",
+                   config=cfg.name, source="")

@@ -145,10 +145,11 @@ class VLLMEngine(Engine):
                                            max_concurrency=max_concurrency, per_rank=0, ranks=0, default_cap=0), True))
         return checks
 
-    def matches(self, cfg: ServerConfig, eff: EffectiveArgs) -> str | None:
+    def matches(self, cfg: ServerConfig, eff: EffectiveArgs) -> Note | None:
         have = eff.num_draft_tokens is not None
         if cfg.speculative == have:
             return None
         running = f"speculation ({eff.num_draft_tokens} tokens)" if have else "no speculation"
         wanted = cfg.algorithm_label if cfg.speculative else "no speculation"
-        return f"server runs {running} (from /metrics spec_decode counters); config {cfg.name} needs {wanted}"
+        return Note.of(NoteKind.ATTACH_MISMATCH, runs=running, needs=wanted, config=cfg.name,
+                       source="/metrics spec_decode counters")

@@ -72,6 +72,11 @@ def _vocab_unread(n: Note) -> str:
             f"(an id beyond it crashes SGLang)")
 
 
+def _attach_mismatch(n: Note) -> str:
+    source = f" (from {n['source']})" if n["source"] else ""
+    return f"server runs {n['runs']}{source}; config {n['config']} needs {n['needs']}"
+
+
 _WORDING: dict[NoteKind, Callable[[Note], str]] = {
     NoteKind.STEP_TIME_UNMEASURED: lambda n: (
         "step time unmeasured: every request's tokens arrived in one read, so no decode time was seen "
@@ -128,6 +133,7 @@ _WORDING: dict[NoteKind, Callable[[Note], str]] = {
         f"asked for --speculative-adaptive, server runs static steps {n['steps']}: SGLang {SGLANG_VERSION} switched "
         f"it off ({n['reason'] or 'see the server log: speculative_adaptive disabled'})"),
     NoteKind.VOCAB_UNREAD: _vocab_unread,
+    NoteKind.ATTACH_MISMATCH: _attach_mismatch,
     NoteKind.TEXT: lambda n: str(n["text"]),
 }
 
@@ -148,4 +154,10 @@ def unrunnable_line(name: str, blocking: list[ArgCheck]) -> str:
     return f"configuration {name!r} does not run as configured: " + "; ".join(lines)
 
 
-__all__ = ["check_line", "note_line", "unrunnable_line"]
+def mismatch_line(mismatch: Note, named: str | None) -> str:
+    """Why an attached server cannot stand for a configuration: skipped when one --server-url
+    serves every configuration, an error when the user named this one (`named`)."""
+    return f"--server-url {named}=...: {note_line(mismatch)}" if named else note_line(mismatch)
+
+
+__all__ = ["check_line", "mismatch_line", "note_line", "unrunnable_line"]

@@ -22,6 +22,7 @@ its decisions keep the line that specguard worded then (`legacy_message`).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from specguard.labels import Level
@@ -102,27 +103,11 @@ def _v4_to_v5(doc: dict[str, Any]) -> dict[str, Any]:
 
 
 def _v5_to_v6(doc: dict[str, Any]) -> dict[str, Any]:
-    def texts(sentences: Any) -> list[dict[str, str]]:
+    def texts(sentences: Any) -> list[Any]:
         return [{"kind": "text", "text": str(t)} for t in sentences or []]
 
-    def run(r: Any) -> Any:
-        if not isinstance(r, dict):
-            return r
-        return {**{k: v for k, v in r.items() if k != "warnings"}, "notes": texts(r.get("warnings"))}
-
-    def cell(c: dict[str, Any]) -> dict[str, Any]:
-        out = {k: v for k, v in c.items() if k != "warnings"}
-        out.update(notes=texts(c.get("warnings")), runs=[run(r) for r in c.get("runs") or []],
-                   warmup_runs=[run(r) for r in c.get("warmup_runs") or []])
-        return out
-
-    out = dict(doc)
+    out = _every_notes_list(doc, texts, measured_key="warnings")
     out["schema_version"] = 6
-    out["cells"] = [cell(c) for c in doc.get("cells") or []]
-    out["decisions"] = [{**d, "notes": texts(d.get("notes"))} for d in doc.get("decisions") or []]
-    out["holm_failures"] = [{**d, "notes": texts(d.get("notes"))} for d in doc.get("holm_failures") or []]
-    if "run_notes" in doc:
-        out["run_notes"] = texts(doc["run_notes"])
     out["servers"] = {name: {**s, "differences": [{k: v for k, v in d.items() if k != "message"}
                                                   for d in s.get("differences") or []]}
                       for name, s in (doc.get("servers") or {}).items()}
@@ -134,26 +119,35 @@ def _v6_to_v7(doc: dict[str, Any]) -> dict[str, Any]:
         return [{"kind": "text", "text": n.get("text", "")} if isinstance(n, dict) and n.get("kind") == "server" else n
                 for n in items or []]
 
-    def run(r: Any) -> Any:
-        return {**r, "notes": notes(r.get("notes"))} if isinstance(r, dict) else r
-
-    def cell(c: dict[str, Any]) -> dict[str, Any]:
-        return {**c, "notes": notes(c.get("notes")), "runs": [run(r) for r in c.get("runs") or []],
-                "warmup_runs": [run(r) for r in c.get("warmup_runs") or []]}
-
     def check(c: dict[str, Any]) -> dict[str, Any]:
         return {"note": {"kind": "text", "text": str(c.get("message", ""))}, "blocking": bool(c.get("blocking")),
                 "strict": False}  # a strict check's message already ends "(--strict-server-args)"
 
-    out = dict(doc)
+    out = _every_notes_list(doc, notes)
     out["schema_version"] = 7
-    out["cells"] = [cell(c) for c in doc.get("cells") or []]
-    out["decisions"] = [{**d, "notes": notes(d.get("notes"))} for d in doc.get("decisions") or []]
-    out["holm_failures"] = [{**d, "notes": notes(d.get("notes"))} for d in doc.get("holm_failures") or []]
-    if "run_notes" in doc:
-        out["run_notes"] = notes(doc["run_notes"])
     out["servers"] = {name: {**s, "checks": [check(c) for c in s.get("checks") or []]}
                       for name, s in (doc.get("servers") or {}).items()}
+    return out
+
+
+def _every_notes_list(doc: dict[str, Any], convert: Callable[[Any], list[Any]], measured_key: str = "notes") -> dict[str, Any]:
+    """The document with every list of notes converted: a cell's and its runs' `measured_key`
+    (replaced by `notes`), and the `notes` of decisions, of Holm failures and of the run."""
+    def measured(x: Any) -> Any:
+        if not isinstance(x, dict):
+            return x
+        return {**{k: v for k, v in x.items() if k != measured_key}, "notes": convert(x.get(measured_key))}
+
+    def cell(c: dict[str, Any]) -> dict[str, Any]:
+        return {**measured(c), "runs": [measured(r) for r in c.get("runs") or []],
+                "warmup_runs": [measured(r) for r in c.get("warmup_runs") or []]}
+
+    out = dict(doc)
+    out["cells"] = [cell(c) for c in doc.get("cells") or []]
+    out["decisions"] = [{**d, "notes": convert(d.get("notes"))} for d in doc.get("decisions") or []]
+    out["holm_failures"] = [{**d, "notes": convert(d.get("notes"))} for d in doc.get("holm_failures") or []]
+    if "run_notes" in doc:
+        out["run_notes"] = convert(doc["run_notes"])
     return out
 
 

@@ -18,7 +18,7 @@ from typing import IO, Any
 from specguard.config import ServerConfig, Suite
 from specguard.engines import ArgCheck, Engine, get_engine
 from specguard.notes import Note, NoteKind
-from specguard.report.note_text import unrunnable_line
+from specguard.report.note_text import mismatch_line, unrunnable_line
 from specguard.server import ServerHandle, ServerStartError, attach, launch, stop, wait_ready
 from specguard.session.options import ConfigUnavailable, RunOptions
 from specguard.workload import VocabBound, Workload, WorkloadError, fit_to_vocab, resolve_vocab_bound
@@ -143,11 +143,9 @@ class ServerPool:
         try:
             if url:
                 handle = attach(name, url, engine, api_key=self._options.api_key, cfg=cfg)
-                reason = engine.matches(cfg, handle.effective)
-                if reason:
-                    if not named:
-                        raise ConfigUnavailable(reason, skip=True)
-                    raise ConfigUnavailable(f"--server-url {name}=...: {reason}", skip=False)
+                mismatch = engine.matches(cfg, handle.effective)
+                if mismatch is not None:
+                    raise ConfigUnavailable(mismatch_line(mismatch, name if named else None), skip=not named)
                 return handle, MODE_ATTACHED
             self._acquire_launch_lock(name)
             return launch(cfg, engine, log_dir=self._options.log_dir, api_key=self._options.api_key), MODE_LAUNCHED

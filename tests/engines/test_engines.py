@@ -111,7 +111,7 @@ def test_vllm_without_spec_counters_runs_no_speculation_and_attach_matches_by_th
     with serve(routes) as client:
         eff = engine.read_effective_args(client, spec_cfg)
     assert eff.speculative_algorithm is None and eff.num_draft_tokens is None
-    assert engine.matches(spec_cfg, eff) == (
+    assert note_line(engine.matches(spec_cfg, eff)) == (
         "server runs no speculation (from /metrics spec_decode counters); config ngram needs NGRAM")
     assert engine.matches(ServerConfig(name="baseline", engine="vllm", model_path="/m"), eff) is None
 
@@ -121,7 +121,7 @@ def test_vllm_speculative_server_does_not_stand_for_a_baseline():
     with serve(vllm_routes()) as client:
         eff = get_engine("vllm").read_effective_args(client, baseline)
     assert eff.speculative_algorithm == "UNKNOWN"  # the method is not visible in /metrics
-    assert "server runs speculation (4 tokens)" in get_engine("vllm").matches(baseline, eff)
+    assert "server runs speculation (4 tokens)" in note_line(get_engine("vllm").matches(baseline, eff))
 
 
 def test_vllm_speculative_positions_counts_labels():
@@ -377,7 +377,9 @@ def test_unmodelled_algorithms_are_accepted_on_attach_with_a_warning():
         assert f"server runs {have}, an algorithm specguard does not model" in messages(checks, blocking=False)
         assert not messages(checks, blocking=True)  # its steps are not compared with the suite's
     baseline = ServerConfig(name="baseline", model_path="/m")
-    assert "server runs DFLASH" in engine.matches(baseline, sglang_eff(sglang_info(speculative_algorithm="DFLASH")))
+    mismatch = engine.matches(baseline, sglang_eff(sglang_info(speculative_algorithm="DFLASH")))
+    assert mismatch == Note.of(NoteKind.ATTACH_MISMATCH, runs="DFLASH", needs="no speculation", config="baseline", source="")
+    assert note_line(mismatch) == "server runs DFLASH; config baseline needs no speculation"
 
 
 def test_attention_dp_per_rank_cap_and_every_internal_state():
