@@ -30,7 +30,7 @@ class NoteKind(TextEnum):
     TOKEN_COUNTS_DISAGREE = "token_counts_disagree"  # client_tokens, counter, server_tokens
     OUTLIER_RUN = "outlier_run"  # run (1-based), tok_s: a run > 5 MADs from the cell's median, kept
     # A server's arguments against the configuration (engines/ check_args; blocking ones fail the configuration)
-    # setting, asked, runs, cause: one of REWRITE_CAUSES ("" when the server gives no reason)
+    # setting, asked, runs, cause (a RewriteCause)
     ARG_REWRITTEN = "arg_rewritten"
     NGRAM_DEFAULTS = "ngram_defaults"  # steps, topk, draft (the server's), expected ("steps/topk/draft")
     # steps, topk, draft: what the server chose; architecture ("" unreported); table: the version's
@@ -59,10 +59,14 @@ class NoteKind(TextEnum):
     TEXT = "text"  # text: an older results file's sentence kept as written (report/upgrade.py)
 
 
-# ARG_REWRITTEN's causes: topk1 (topk=1 forces num_steps + 1), adaptive (adaptive speculation sets
-# num_steps + 1), ngram_breadth (NGRAM's topk is its BFS breadth), counted_positions (vLLM's /metrics
-# counts acceptance at `runs` positions)
-REWRITE_CAUSES = ("", "topk1", "adaptive", "ngram_breadth", "counted_positions")
+class RewriteCause(TextEnum):
+    """Why a server runs a value other than the one asked for (ARG_REWRITTEN's ``cause``)."""
+
+    UNSAID = ""  # the server gives no reason
+    TOPK1 = "topk1"  # topk=1 forces num_steps + 1 draft tokens
+    ADAPTIVE = "adaptive"  # adaptive speculation sets num_steps + 1 draft tokens
+    NGRAM_BREADTH = "ngram_breadth"  # NGRAM's topk is its BFS breadth
+    COUNTED_POSITIONS = "counted_positions"  # vLLM's /metrics counts acceptance at `runs` positions
 
 
 @dataclass(frozen=True)
@@ -99,4 +103,4 @@ class Note:
         return cls.of(NoteKind(doc["kind"]), **figures)
 
 
-__all__ = ["REWRITE_CAUSES", "Figure", "Note", "NoteKind"]
+__all__ = ["Figure", "Note", "NoteKind", "RewriteCause"]

@@ -11,7 +11,7 @@ from typing import Any
 
 from specguard.config import ServerConfig
 from specguard.engines.base import ArgCheck, EffectiveArgs
-from specguard.notes import Note, NoteKind
+from specguard.notes import Note, NoteKind, RewriteCause
 from specguard.sglang_rules import adaptive
 from specguard.sglang_rules.speculative import (
     DEFAULT_CAP,
@@ -95,7 +95,7 @@ def _known(v: int | None) -> int | str:
     return "unknown" if v is None else v
 
 
-def _rewritten(setting: str, asked: int, runs: int, cause: str = "") -> ArgCheck:
+def _rewritten(setting: str, asked: int, runs: int, cause: RewriteCause = RewriteCause.UNSAID) -> ArgCheck:
     """A value asked for that the server runs differently: a silent rewrite, blocking."""
     return ArgCheck(Note.of(NoteKind.ARG_REWRITTEN, setting=setting, asked=asked, runs=runs, cause=cause), True)
 
@@ -106,7 +106,7 @@ def _ngram_checks(asked: AskedSpeculation, eff: EffectiveArgs) -> list[ArgCheck]
     breadth = json_int(eff.raw.get("speculative_ngram_max_bfs_breadth"))
     steps, topk, draft = ngram_params(asked.num_steps, asked.num_draft_tokens, breadth)
     if asked.eagle_topk is not None and eff.eagle_topk is not None and asked.eagle_topk != eff.eagle_topk:
-        checks.append(_rewritten("eagle_topk", asked.eagle_topk, eff.eagle_topk, "ngram_breadth"))
+        checks.append(_rewritten("eagle_topk", asked.eagle_topk, eff.eagle_topk, RewriteCause.NGRAM_BREADTH))
     if asked.num_steps is None or asked.num_draft_tokens is None:
         checks.append(ArgCheck(Note.of(NoteKind.NGRAM_DEFAULTS, steps=_known(eff.num_steps), topk=_known(eff.eagle_topk),
                                        draft=_known(eff.num_draft_tokens), expected=f"{steps}/{topk}/{draft}"), False))
@@ -116,7 +116,7 @@ def _ngram_checks(asked: AskedSpeculation, eff: EffectiveArgs) -> list[ArgCheck]
 def _adaptive_draft_checks(asked: AskedSpeculation, eff: EffectiveArgs) -> list[ArgCheck]:
     """Adaptive speculation runs num_steps + 1 draft tokens whatever was asked."""
     if asked.num_draft_tokens is not None and eff.num_draft_tokens is not None and asked.num_draft_tokens != eff.num_draft_tokens:
-        return [_rewritten("num_draft_tokens", asked.num_draft_tokens, eff.num_draft_tokens, "adaptive")]
+        return [_rewritten("num_draft_tokens", asked.num_draft_tokens, eff.num_draft_tokens, RewriteCause.ADAPTIVE)]
     return []
 
 
@@ -135,7 +135,7 @@ def _rewrite_checks(asked: AskedSpeculation, eff: EffectiveArgs, ngram: bool) ->
     want_draft, draft = asked.num_draft_tokens, eff.num_draft_tokens
     if want_draft is not None and draft is not None and draft != want_draft:
         topk1 = not ngram and eff.eagle_topk == 1 and eff.num_steps is not None and draft == eff.num_steps + 1
-        checks.append(_rewritten("num_draft_tokens", want_draft, draft, "topk1" if topk1 else ""))
+        checks.append(_rewritten("num_draft_tokens", want_draft, draft, RewriteCause.TOPK1 if topk1 else RewriteCause.UNSAID))
     for label, want, runs in (("num_steps", asked.num_steps, eff.num_steps), ("eagle_topk", asked.eagle_topk, eff.eagle_topk)):
         if want is not None and runs is not None and want != runs:
             checks.append(_rewritten(label, want, runs))

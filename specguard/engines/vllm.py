@@ -16,7 +16,7 @@ import httpx
 
 from specguard.config import ServerConfig
 from specguard.engines.base import ArgCheck, EffectiveArgs, Engine
-from specguard.notes import Note, NoteKind
+from specguard.notes import Note, NoteKind, RewriteCause
 
 DRAFTS = "vllm:spec_decode_num_drafts_total"
 ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
@@ -139,7 +139,7 @@ class VLLMEngine(Engine):
         asked = _positive_int((cfg.speculative_config or {}).get("num_speculative_tokens"))
         if asked is not None and eff.num_draft_tokens is not None and eff.num_draft_tokens != asked:
             checks.append(ArgCheck(Note.of(NoteKind.ARG_REWRITTEN, setting="num_speculative_tokens", asked=asked,
-                                           runs=eff.num_draft_tokens, cause="counted_positions"), True))
+                                           runs=eff.num_draft_tokens, cause=RewriteCause.COUNTED_POSITIONS), True))
         if cfg.max_running_requests is not None and cfg.max_running_requests < max_concurrency:
             checks.append(ArgCheck(Note.of(NoteKind.SWEEP_QUEUES, capacity=cfg.max_running_requests,
                                            max_concurrency=max_concurrency, per_rank=0, ranks=0, default_cap=0), True))

@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 from specguard.engines import ArgCheck
 from specguard.measure.accept_sources import REQUESTS
-from specguard.notes import Note, NoteKind
+from specguard.notes import Note, NoteKind, RewriteCause
 from specguard.sglang_rules import SGLANG_VERSION
 from specguard.sglang_rules.speculative import (
     AUTO_PARAMS_DEFAULT,
@@ -30,22 +30,23 @@ def _accept_sources(n: Note) -> str:
             f"{named} disagree{'s' if one else ''} with the others")
 
 
-# ARG_REWRITTEN: what follows "server runs N" for each cause (notes.REWRITE_CAUSES)
-_REWRITE_CAUSE = {
-    "": "",
-    "topk1": ": topk=1 forces num_steps+1",
-    "adaptive": ": adaptive speculation sets num_steps + 1 (_init_adaptive_speculative_params)",
-    "ngram_breadth": (f": NGRAM's topk is --speculative-ngram-max-bfs-breadth (default {NGRAM_DEFAULT_BFS_BREADTH}), "
-                      f"set that flag instead"),
+# ARG_REWRITTEN: what follows "server runs N" for each cause
+_BECAUSE = {
+    RewriteCause.UNSAID: "",
+    RewriteCause.TOPK1: ": topk=1 forces num_steps+1",
+    RewriteCause.ADAPTIVE: ": adaptive speculation sets num_steps + 1 (_init_adaptive_speculative_params)",
+    RewriteCause.NGRAM_BREADTH: (f": NGRAM's topk is --speculative-ngram-max-bfs-breadth (default "
+                                 f"{NGRAM_DEFAULT_BFS_BREADTH}), set that flag instead"),
 }
 
 
 def _rewritten(n: Note) -> str:
     asked = f"{n['asked']} draft tokens" if n["setting"] == "num_draft_tokens" else f"{n['setting']}={n['asked']}"
-    if n["cause"] == "counted_positions":
+    cause = RewriteCause(n["cause"])
+    if cause == RewriteCause.COUNTED_POSITIONS:
         return f"asked for {asked}, server's /metrics counts acceptance at {n['runs']} positions"
-    server = "NGRAM server" if n["cause"] == "ngram_breadth" else "server"
-    return f"asked for {asked}, {server} runs {n['runs']}{_REWRITE_CAUSE[str(n['cause'])]}"
+    server = "NGRAM server" if cause == RewriteCause.NGRAM_BREADTH else "server"
+    return f"asked for {asked}, {server} runs {n['runs']}{_BECAUSE[cause]}"
 
 
 def _default_steps(n: Note) -> str:

@@ -488,6 +488,13 @@ def test_a_schema_6_files_server_checks_and_server_notes_are_read_as_worded():
 
 
 def test_every_note_kind_has_its_wording():
-    from specguard.report.note_text import _WORDING
+    import json
+
+    from specguard.notes import RewriteCause
+    from specguard.report.note_text import _WORDING, note_line
 
     assert set(_WORDING) == set(NoteKind)
+    for cause in RewriteCause:  # each rewrite's reason is worded, and reads back from JSON as it was
+        note = Note.of(NoteKind.ARG_REWRITTEN, setting="num_steps", asked=5, runs=3, cause=cause)
+        stored = Note.from_json(json.loads(json.dumps(note.to_json())))
+        assert stored == note and note_line(stored).startswith("asked for num_steps=5, ")
