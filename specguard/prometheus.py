@@ -35,9 +35,3 @@ def parse_prometheus_series(text: str) -> dict[str, list[float]]:
             continue
         series.setdefault(m.group(1), []).append(value)
     return series
-
-
-def counter_delta(before: dict[str, float], after: dict[str, float], name: str) -> float | None:
-    if name not in before or name not in after:
-        return None
-    return after[name] - before[name]

@@ -59,10 +59,6 @@ class AcceptCheck:
     stream_merged: float | None = None  # share of verify steps the stream merged (not compared then)
     own: str = REQUESTS  # where the run's figure came from: the requests, or an engine source
 
-    @property
-    def disagreeing(self) -> list[SourceReading]:
-        return [r for r in self.readings if not r.agrees_with(self.accept_length)]
-
 
 @dataclass(frozen=True)
 class StreamCount:

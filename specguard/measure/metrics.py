@@ -376,14 +376,6 @@ def acceptance_by_position(histogram: Sequence[int]) -> list[float]:
     return out
 
 
-# Relative disagreement tolerated per server-side source: /server_info only advances every
-# --decode-log-interval (40) decode steps, so it lags and is only judged on runs long enough
-# for that not to matter; counter deltas should agree closely.
-def mean_of(values: Iterable[float]) -> float:
-    vals = list(values)
-    return sum(vals) / len(vals) if vals else math.nan
-
-
 def outliers(values: Sequence[float], k_mad: float = 5.0) -> list[int]:
     """Indices of runs more than k MADs from the median: reported, never dropped."""
     arr = np.asarray(values, dtype=float)

@@ -96,11 +96,6 @@ class StoredSession(RunSeries):
     provenance: dict[str, Any]
     runs: list[RunSample] = field(default_factory=list)
 
-    def category_accept_lengths(self, category: str) -> list[float]:
-        """Per-run accept lengths of one prompt category (runs stored without it are left out)."""
-        values = [(r.categories.get(category) or {}).get("accept_length") for r in self.runs]
-        return [v for v in values if isinstance(v, (int, float))]
-
 
 def cell_key(level: int | str) -> str:
     """A cell's key in a file: "c16" for concurrency 16; a request-rate level comes as "r8"."""

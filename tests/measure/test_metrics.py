@@ -7,7 +7,7 @@ import pytest
 from specguard.measure.client import RequestRecord
 from specguard.measure.load import RunResult
 from specguard.measure.metrics import per_token_itl_s, summarize_run
-from specguard.prometheus import counter_delta, parse_prometheus, parse_prometheus_series
+from specguard.prometheus import parse_prometheus, parse_prometheus_series
 from specguard.report.note_text import note_line
 
 
@@ -173,7 +173,6 @@ from specguard.measure.metrics import (  # noqa: E402
     category_summaries,
     drafts_histogram,
     goodput,
-    mean_of,
     outliers,
     request_meets_slo,
     workload_categories,
@@ -441,18 +440,6 @@ def test_prometheus_skips_comments_blank_bad_and_nan_lines_and_keeps_reading():
             "b_total{x=\"1\"} abc\nc NaN\nd 2.5 1700000000\na_total{y=\"2\"} 4\n")
     assert parse_prometheus_series(text) == {"a_total": [1.0, 4.0], "d": [2.5]}
     assert parse_prometheus("#a_total 9\n") == {}
-
-
-def test_counter_delta_needs_the_name_on_both_sides():
-    assert counter_delta({"x": 2.0}, {"x": 7.5}, "x") == 5.5
-    assert counter_delta({}, {"x": 7.5}, "x") is None
-    assert counter_delta({"x": 2.0}, {}, "x") is None
-
-
-def test_mean_of_exact():
-    assert mean_of([2.0, 4.0, 9.0]) == 5.0
-    assert mean_of(iter([3.0])) == 3.0
-    assert math.isnan(mean_of([]))
 
 
 def test_outliers_threshold_is_five_scaled_mads():

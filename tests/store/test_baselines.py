@@ -150,15 +150,6 @@ def test_run_sample_from_metrics_copies_every_field():
     assert list(cats) == ["chat", "code"]
 
 
-def test_category_accept_lengths_skip_runs_without_the_category():
-    s = session("s", [5.0, 6.0, 7.0, 8.0])
-    s.runs[0].categories = {"code": {"accept_length": 3.5}}
-    s.runs[1].categories = {"code": {"accept_length": None}, "chat": {"accept_length": 2.0}}
-    s.runs[2].categories = {"code": {"accept_length": 4}}
-    assert s.category_accept_lengths("code") == [3.5, 4] and s.category_accept_lengths("chat") == [2.0]
-    assert s.category_accept_lengths("none") == []
-
-
 def test_session_lists_throughputs_and_known_accept_lengths():
     s = session("s", [5.0, 6.0, 7.0])
     s.runs[1].accept_length = None
