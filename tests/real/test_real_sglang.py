@@ -1155,10 +1155,12 @@ min_change = 0.10
 
 # ------------------------------------------------------------------------------ A/B of two builds
 
-# build B's verify step: ~13-22 ms a batched step at c2 here. 10 ms made B 0.47x tok/s on a quiet
-# machine (decided), 0.59x [0.42, 0.85] undecided in a clean-clone CI run whose launches spread 17 %:
-# 100 ms (~0.2x) is decided at that spread in 2 rounds.
-AB_DELAY_MS = 100
+# build B's verify step: ~13-22 ms a batched step at c2 here (a standalone step ~37 ms). 10 ms made B
+# 0.47x tok/s on a quiet machine (decided), 0.59x [0.42, 0.85] undecided in a clean-clone CI run whose
+# launches spread 17 %. 100 ms (step time x3.9) left step time undecided in a CI run whose launches
+# spread 23.5 % (p 0.0016 against its alpha 0.0014, 4.7 dof). In 2 rounds a step-time ratio r is decided
+# up to a launch spread of about ln(r) / 5.7: 250 ms (x7.8) up to ~36 %, the prior this machine declares.
+AB_DELAY_MS = 250
 AB_TIMEOUT_S = 900
 
 
