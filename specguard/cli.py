@@ -15,7 +15,7 @@ from specguard.engines import get_engine
 from specguard.labels import ExitCode
 from specguard.measure.metrics import RunMetrics
 from specguard.measure.sweep import CellLoad, measure_cell
-from specguard.report import compare, export, recommend, results
+from specguard.report import compare, crossovers, export, recommend, results
 from specguard.report.bench_doc import BENCH, BENCH_SCHEMA, BENCH_VERSION
 from specguard.report.note_text import note_line
 from specguard.report.publish import write_report_dir
@@ -199,7 +199,7 @@ def _results_parsers(sub: Subcommands) -> None:
     p = sub.add_parser("recommend", help="crossover concurrency and a speculation policy from a sweep's results")
     p.add_argument("results", help="results file (--results-json) of a sweep with a speculative configuration and its reference")
     p.add_argument("--config", help="the speculative configuration (default: the one with the most draft tokens)")
-    p.add_argument("--confidence", type=float, default=recommend.DEFAULT_CONFIDENCE, help="CI level (default 0.95)")
+    p.add_argument("--confidence", type=float, default=crossovers.DEFAULT_CONFIDENCE, help="CI level (default 0.95)")
     p.add_argument("--json", dest="json_path", help="write the recommendation as JSON here")
     p.add_argument("--adaptive-config", help="write SGLang's --speculative-adaptive-config file here (when it applies)")
     p = sub.add_parser("report", help="(re)write the report directory from a results file")

@@ -25,7 +25,6 @@ from specguard.plugin.hints import record_command
 from specguard.plugin.scheduling import WORKER_OUTPUT_KEY, WORKER_STAGE_KEY, claim_dir, commit_worker_stages, is_worker
 from specguard.report.baseline_text import outcome_lines
 from specguard.report.merge import merge_documents
-from specguard.report.publish import write_report_dir
 from specguard.report.results import family_holm, note_doc, outcome_doc, write_results
 from specguard.report.schema import DecisionDoc, FailedTestDoc, ResultsDoc, TestDoc
 from specguard.report.terminal import render_summary
@@ -245,6 +244,9 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if config.getoption("--results-json"):
         write_results(doc, Path(config.getoption("--results-json")))
     if config.getoption("--report-dir"):
+        # the report's page and plots (~500 lines, matplotlib when installed) load only when asked for
+        from specguard.report.publish import write_report_dir
+
         write_report_dir(doc, Path(config.getoption("--report-dir")))
 
 

@@ -1,29 +1,78 @@
-"""Each speculative configuration's crossover against its reference, as the results document
-stores it: the same estimator and confidence as `specguard recommend`, so the two never disagree."""
+"""Where speculation stops paying against its reference: the spec/reference tok/s ratio per level
+(the speculation gate's statistics), the level where it crosses 1 with its interval
+(decide/crossover.py), and each speculative configuration's crossover as the results document
+stores it. `specguard recommend` builds its policy on the same estimator and confidence, so the
+two never disagree; the levels are clients (c16) or, in an open-loop sweep, requests per second
+(r8)."""
 
 from __future__ import annotations
 
-from specguard.report import recommend
+from dataclasses import dataclass
+from typing import Final, Literal
+
+from specguard.decide.crossover import CrossoverEstimate, estimate_crossover
+from specguard.decide.stats import RatioEstimate, compare_sessions
 from specguard.report.results import throughputs
 from specguard.report.schema import CrossoverDoc, ResultsDoc
+
+DEFAULT_CONFIDENCE = 0.95
+LevelKind = Literal["concurrency", "request_rate"]
+CONCURRENCY: Final[LevelKind] = "concurrency"  # clients
+REQUEST_RATE: Final[LevelKind] = "request_rate"  # req/s, open loop
+
+
+def level_kind(doc: ResultsDoc) -> LevelKind:
+    """What the cells' `concurrency` field holds: open-loop request rates (req/s) when the sweep
+    is `[sweep] request_rate` (docs/suite-file.md), client concurrency otherwise."""
+    return REQUEST_RATE if (doc.get("sweep") or {}).get("request_rate") else CONCURRENCY
+
+
+def level_label(kind: str, level: int | float | str) -> str:
+    """A level as text and tables name it: c16 (clients) or r8 (req/s), as labels.Level does;
+    level "~" gives the prefix of an estimate (c~ / r~)."""
+    return f"{'r' if kind == REQUEST_RATE else 'c'}{level}"
+
+
+def level_noun(kind: str) -> str:
+    return "request rate" if kind == REQUEST_RATE else "concurrency"
+
+
+@dataclass(frozen=True)
+class LevelRatio:
+    concurrency: int
+    estimate: RatioEstimate
+
+
+def ratio_curve(a: dict[int, list[float]], b: dict[int, list[float]], *, launch_sd: float,
+                confidence: float) -> list[LevelRatio]:
+    """a/b tok/s per concurrency measured on both sides, as the speculation gate computes it."""
+    levels = sorted(set(a) & set(b))
+    return [LevelRatio(c, compare_sessions(a[c], b[c], threshold=1.0, launch_sd=launch_sd, confidence=confidence))
+            for c in levels if len(a[c]) >= 2 and len(b[c]) >= 2]
+
+
+def crossing(curve: list[LevelRatio]) -> CrossoverEstimate:
+    """Where a ratio curve drops below 1, with its interval: decide.crossover's estimator, the one
+    the pytest summary, the report and the gate study use."""
+    return estimate_crossover({r.concurrency: r.estimate for r in curve})
 
 
 def crossovers(doc: ResultsDoc) -> dict[str, CrossoverDoc]:
     """Per speculative configuration, where it stops paying against its reference: the same
     estimator and confidence as `specguard recommend` (decide/crossover.py through
-    report/recommend.py `crossing`: the ratio curve interpolated on log concurrency, with its
+    report/py `crossing`: the ratio curve interpolated on log concurrency, with its
     interval), so the two never disagree."""
     out: dict[str, CrossoverDoc] = {}
-    conf = recommend.DEFAULT_CONFIDENCE
+    conf = DEFAULT_CONFIDENCE
     for cfg in doc["configs"]:
         ref = cfg.get("reference")
         if not ref:
             continue
-        curve = recommend.ratio_curve(throughputs(doc, cfg["name"]), throughputs(doc, ref),
+        curve = ratio_curve(throughputs(doc, cfg["name"]), throughputs(doc, ref),
                                       launch_sd=doc["tolerances"]["prior_between_sd"], confidence=conf)
         if len(curve) < 2:  # one level has no crossover to speak of (recommend refuses it too)
             continue
-        x = recommend.crossing(curve)
+        x = crossing(curve)
         out[cfg["name"]] = {"reference": ref, "estimate": x.estimate, "low": x.low, "high": x.high,
                             "last_win": x.last_ahead, "first_loss": x.first_behind, "confident": x.confident,
                             "confidence": conf, "below_range": x.below_range,
@@ -33,15 +82,15 @@ def crossovers(doc: ResultsDoc) -> dict[str, CrossoverDoc]:
 
 def crossover_line(x: CrossoverDoc, kind: str = "concurrency") -> str:
     """The crossover sentence, worded as `specguard recommend` words it (levels c16, or r8 in a
-    request-rate sweep: `kind`, recommend.level_kind); a file older than schema 4 keeps its own."""
+    request-rate sweep: `kind`, level_kind); a file older than schema 4 keeps its own."""
     if "legacy_text" in x:
         return x["legacy_text"]
 
     def lv(level: float | str) -> str:
-        return recommend.level_label(kind, level)
+        return level_label(kind, level)
 
     ref, (first, last) = x["reference"], x["measured"]
-    noun, unit = recommend.level_noun(kind), (" req/s" if kind == recommend.REQUEST_RATE else "")
+    noun, unit = level_noun(kind), (" req/s" if kind == REQUEST_RATE else "")
     if x["below_range"]:
         return f"behind {ref} from the lowest measured {noun} ({lv(first)})"
     if x["estimate"] is None:

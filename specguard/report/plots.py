@@ -12,7 +12,7 @@ import io
 from typing import TYPE_CHECKING
 
 from specguard.labels import Level
-from specguard.report.recommend import CONCURRENCY, REQUEST_RATE, crossing, level_kind, level_label, ratio_curve
+from specguard.report.crossovers import CONCURRENCY, REQUEST_RATE, crossing, level_kind, level_label, ratio_curve
 from specguard.report.results import cell_level, config_order, configs_by_name, sorted_cells, throughputs
 from specguard.report.schema import LatencyKey, ResultsDoc
 from specguard.report.summary import median

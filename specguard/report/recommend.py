@@ -17,10 +17,21 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, field
-from typing import Any, Final, Literal
+from typing import Any
 
-from specguard.decide.crossover import CrossoverEstimate, estimate_crossover
-from specguard.decide.stats import RatioEstimate, compare_sessions
+from specguard.decide.crossover import CrossoverEstimate
+from specguard.report.crossovers import (
+    CONCURRENCY,
+    DEFAULT_CONFIDENCE,
+    REQUEST_RATE,
+    LevelKind,
+    LevelRatio,
+    crossing,
+    level_kind,
+    level_label,
+    level_noun,
+    ratio_curve,
+)
 from specguard.report.recommendation_doc import (
     RECOMMENDATION_SCHEMA,
     RECOMMENDATION_VERSION,
@@ -37,37 +48,11 @@ from specguard.sglang_rules.adaptive import ADAPTIVE_ALGORITHMS
 from specguard.sglang_rules.adaptive_table import Slot, build_adaptive_config
 from specguard.sglang_rules.speculative import resolved_algorithm
 
-DEFAULT_CONFIDENCE = 0.95
 ADAPTIVE_CONFIG_FILE = "speculative_adaptive.json"
-LevelKind = Literal["concurrency", "request_rate"]
-CONCURRENCY: Final[LevelKind] = "concurrency"  # clients
-REQUEST_RATE: Final[LevelKind] = "request_rate"  # req/s, open loop
 
 
 class RecommendError(ValueError):
     """The results cannot support a recommendation (the message says what to measure)."""
-
-
-def level_kind(doc: ResultsDoc) -> LevelKind:
-    """What the cells' `concurrency` field holds: open-loop request rates (req/s) when the sweep
-    is `[sweep] request_rate` (docs/suite-file.md), client concurrency otherwise."""
-    return REQUEST_RATE if (doc.get("sweep") or {}).get("request_rate") else CONCURRENCY
-
-
-def level_label(kind: str, level: int | float | str) -> str:
-    """A level as text and tables name it: c16 (clients) or r8 (req/s), as terminal.level_name;
-    level "~" gives the prefix of an estimate (c~ / r~)."""
-    return f"{'r' if kind == REQUEST_RATE else 'c'}{level}"
-
-
-def level_noun(kind: str) -> str:
-    return "request rate" if kind == REQUEST_RATE else "concurrency"
-
-
-@dataclass(frozen=True)
-class LevelRatio:
-    concurrency: int
-    estimate: RatioEstimate
 
 
 @dataclass(frozen=True)
@@ -95,20 +80,6 @@ class Recommendation:
     # SGLang's adaptive mode for the policy (sglang_adaptive, which needs the rest built first)
     sglang: SglangAdaptiveDoc = field(default_factory=lambda: SglangAdaptiveDoc(applies=False, reason=None, notes=[]))
     level_kind: LevelKind = CONCURRENCY  # what the levels are: CONCURRENCY (clients) or REQUEST_RATE (req/s, open loop)
-
-
-def ratio_curve(a: dict[int, list[float]], b: dict[int, list[float]], *, launch_sd: float,
-                confidence: float) -> list[LevelRatio]:
-    """a/b tok/s per concurrency measured on both sides, as the speculation gate computes it."""
-    levels = sorted(set(a) & set(b))
-    return [LevelRatio(c, compare_sessions(a[c], b[c], threshold=1.0, launch_sd=launch_sd, confidence=confidence))
-            for c in levels if len(a[c]) >= 2 and len(b[c]) >= 2]
-
-
-def crossing(curve: list[LevelRatio]) -> CrossoverEstimate:
-    """Where a ratio curve drops below 1, with its interval: decide.crossover's estimator, the one
-    the pytest summary, the report and the gate study use."""
-    return estimate_crossover({r.concurrency: r.estimate for r in curve})
 
 
 def _falls_behind_at(c: CrossoverEstimate) -> float | None:

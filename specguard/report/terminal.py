@@ -15,9 +15,8 @@ from specguard.decide.gates import RelaunchReason, RelaunchWhy
 from specguard.labels import SOAK, STATUS_NOT_MEASURED, STATUS_REGRESSION, GateLabel, Level
 from specguard.notes import Note, NoteKind
 from specguard.report.baseline_text import document_lines
-from specguard.report.crossovers import crossover_line
+from specguard.report.crossovers import crossover_line, level_kind
 from specguard.report.note_text import check_line, note_line
-from specguard.report.recommend import level_kind
 from specguard.report.resolution import attach_lines, few_sessions_lines, resolution_note
 from specguard.report.results import CellKey, decision_result, detectable_drop, sorted_cells, tests_by_cell
 from specguard.report.schema import CellDoc, DecisionDoc, EstimateDoc, RelaunchDoc, ResultsDoc, ServerDoc, TestDoc

@@ -131,7 +131,7 @@ def test_recommend_the_results_file_and_the_plot_read_the_same_crossover():
     rec = recommend.recommend(doc)
     curve = rec.ratios["mtp"]
     direct = estimate_crossover({r.concurrency: r.estimate for r in curve})
-    assert rec.crossover == recommend.crossing(curve) == direct
+    assert rec.crossover == crossovers.crossing(curve) == direct
     saved = crossovers.crossovers(doc)["mtp"]
     assert (saved["estimate"], saved["low"], saved["high"], saved["last_win"], saved["first_loss"], saved["confident"]) == \
         (direct.estimate, direct.low, direct.high, direct.last_ahead, direct.first_behind, direct.confident)

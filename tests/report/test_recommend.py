@@ -215,8 +215,10 @@ def test_attention_dp_results_get_no_adaptive_table():
 from specguard.decide.crossover import CrossoverEstimate  # noqa: E402
 from specguard.decide.prior import SpreadSource  # noqa: E402
 from specguard.decide.stats import RatioEstimate  # noqa: E402
+from specguard.report import crossovers  # noqa: E402
 from specguard.report import recommend as rm  # noqa: E402
-from specguard.report.recommend import Band, LevelRatio, Recommendation  # noqa: E402
+from specguard.report.crossovers import LevelRatio  # noqa: E402
+from specguard.report.recommend import Band, Recommendation  # noqa: E402
 
 
 def xo(estimate: float | None, low: float | None = None, high: float | None = None, last_ahead: int | None = None,
@@ -268,7 +270,7 @@ def test_interpolation_is_exact_on_log_log_axes():
 
 def test_crossing_confidently_between_two_levels():
     c = curve((1, 2.0, 1.5, 2.5), (4, 1.2, 1.1, 1.3), (16, 0.6, 0.5, 0.7), (64, 0.4, 0.3, 0.5))
-    x = rm.crossing(c)
+    x = crossovers.crossing(c)
     e = loglog(4, 16, 1.2, 0.6)
     assert x.estimate == pytest.approx(e, rel=1e-12)
     assert x.low == pytest.approx(loglog(4, 16, 1.1, 0.5), rel=1e-12) and x.low < e
@@ -279,22 +281,22 @@ def test_crossing_confidently_between_two_levels():
 def test_crossing_not_confident_when_the_last_level_ahead_is_tied():
     # c4's interval straddles 1: the lower bound's interval starts after c1, the last confident level
     c = curve((1, 2.0, 1.5, 2.5), (4, 1.2, 0.9, 1.5), (16, 0.6, 0.5, 0.7))
-    x = rm.crossing(c)
+    x = crossovers.crossing(c)
     assert x.low == pytest.approx(loglog(1, 4, 1.5, 0.9), rel=1e-12)
     assert x.high == pytest.approx(loglog(4, 16, 1.5, 0.7), rel=1e-12)
     assert (x.last_ahead, x.first_behind, x.confident) == (4, 16, False)
-    tied_behind = rm.crossing(curve((1, 2.0, 1.5, 2.5), (4, 0.9, 0.8, 1.05)))
+    tied_behind = crossovers.crossing(curve((1, 2.0, 1.5, 2.5), (4, 0.9, 0.8, 1.05)))
     assert tied_behind.confident is False and tied_behind.high is None and tied_behind.first_behind == 4
-    exactly_one = rm.crossing(curve((1, 2.0, 1.0, 2.5), (4, 0.5, 0.4, 0.6)))
+    exactly_one = crossovers.crossing(curve((1, 2.0, 1.0, 2.5), (4, 0.5, 0.4, 0.6)))
     assert exactly_one.confident is False and exactly_one.low is None  # a low of exactly 1 is not ahead
-    high_one = rm.crossing(curve((1, 2.0, 1.5, 2.5), (4, 0.5, 0.4, 1.0)))
+    high_one = crossovers.crossing(curve((1, 2.0, 1.5, 2.5), (4, 0.5, 0.4, 1.0)))
     assert high_one.confident is False and high_one.high is None  # a high of exactly 1 is not behind
 
 
 def test_crossing_lower_bound_is_capped_at_the_estimate():
     # the lower bounds fall slowly (1.01 -> 0.98): their own crossing (~6.3) lies beyond the estimate (~4.4)
     c = curve((1, 2.0, 1.5, 2.5), (4, 1.05, 1.01, 1.1), (16, 0.5, 0.98, 0.6))
-    x = rm.crossing(c)
+    x = crossovers.crossing(c)
     e = loglog(4, 16, 1.05, 0.5)
     assert loglog(4, 16, 1.01, 0.98) > e and x.low == x.estimate == pytest.approx(e, rel=1e-12)
 
@@ -303,26 +305,26 @@ def test_crossing_already_behind_at_the_first_level():
     # decide.crossover's estimator: behind from the first level is no crossover estimate (None;
     # recommend's own estimator gave the first level, 2.0), the interval's upper end is that level,
     # and the policy still switches speculation off there (_switch_point, test below)
-    x = rm.crossing(curve((2, 0.8, 0.7, 0.9), (8, 0.6, 0.5, 0.7)))
+    x = crossovers.crossing(curve((2, 0.8, 0.7, 0.9), (8, 0.6, 0.5, 0.7)))
     assert x == xo(None, None, 2.0, None, 2, below_range=True, above_range=False)
     assert rm._switch_point(x) == 2
 
 
 def test_crossing_behind_from_the_second_level_takes_the_interpolated_high():
-    x = rm.crossing(curve((2, 1.1, 0.9, 1.3), (8, 0.8, 0.7, 0.9), (32, 0.5, 0.4, 0.6)))
+    x = crossovers.crossing(curve((2, 1.1, 0.9, 1.3), (8, 0.8, 0.7, 0.9), (32, 0.5, 0.4, 0.6)))
     assert x.high == pytest.approx(loglog(2, 8, 1.3, 0.9), rel=1e-12) and x.low is None
     assert x.estimate == pytest.approx(loglog(2, 8, 1.1, 0.8), rel=1e-12)
     assert (x.last_ahead, x.first_behind, x.confident, x.below_range) == (2, 8, False, False)
 
 
 def test_crossing_above_the_range_keeps_the_lower_bounds_crossing():
-    x = rm.crossing(curve((1, 2.0, 1.5, 2.5), (4, 1.5, 1.2, 1.8), (16, 1.1, 0.9, 1.3)))
+    x = crossovers.crossing(curve((1, 2.0, 1.5, 2.5), (4, 1.5, 1.2, 1.8), (16, 1.1, 0.9, 1.3)))
     assert x.estimate is None and x.high is None and x.above_range and not x.below_range
     assert x.low == pytest.approx(loglog(4, 16, 1.2, 0.9), rel=1e-12)
     assert (x.last_ahead, x.first_behind, x.confident) == (None, None, False)
-    all_confident = rm.crossing(curve((1, 2.0, 1.5, 2.5), (4, 1.5, 1.2, 1.8)))
+    all_confident = crossovers.crossing(curve((1, 2.0, 1.5, 2.5), (4, 1.5, 1.2, 1.8)))
     assert all_confident.low is None  # nothing measured after the last confident level
-    assert rm.crossing([]) == xo(None)
+    assert crossovers.crossing([]) == xo(None)
 
 
 def test_switch_point_rounds_up_to_a_whole_concurrency_of_at_least_one():
@@ -452,7 +454,7 @@ def test_sglang_applies_to_nextn_eagle_and_topk_none_and_one_dp_rank():
 
 def _scenario():
     spec = curve((1, 2.0, 1.5, 2.5), (4, 1.2, 1.1, 1.3), (16, 0.6, 0.5, 0.7))
-    x = rm.crossing(spec)
+    x = crossovers.crossing(spec)
     sets = {"spec": settings(algo="NEXTN", steps=1, tokens=2, cap=48, eff="EAGLE")}
     rec = make_rec([Band(1, 6, "spec"), Band(6, None, None)], sets, disable_at=6, crossover=x, ratios={"spec": spec},
                    notes=["n1"])
@@ -568,11 +570,11 @@ def test_render_text_without_a_crossing():
 def test_ratio_curve_needs_two_runs_on_both_sides_at_a_shared_level():
     a = {1: [10.0, 10.2], 4: [20.0, 20.4], 16: [30.0], 64: [5.0, 5.0]}
     b = {1: [5.0, 5.1], 4: [10.0], 16: [15.0, 15.3], 32: [1.0, 1.0]}
-    out = rm.ratio_curve(a, b, launch_sd=0.01, confidence=0.9)
+    out = crossovers.ratio_curve(a, b, launch_sd=0.01, confidence=0.9)
     assert [r.concurrency for r in out] == [1]
     assert out[0].estimate.ratio == pytest.approx(2.0, rel=1e-3) and out[0].estimate.confidence == 0.9
     b[4] = [10.0, 10.2]
-    assert [r.concurrency for r in rm.ratio_curve(a, b, launch_sd=0.01, confidence=0.9)] == [1, 4]
+    assert [r.concurrency for r in crossovers.ratio_curve(a, b, launch_sd=0.01, confidence=0.9)] == [1, 4]
 
 
 def test_settings_read_effective_args_first_and_sort_graphs():
@@ -666,7 +668,7 @@ def test_recommend_middle_band_records_the_lighter_switch():
     rec = recommend(_three(4, 2))
     assert rec.lighter == "b" and rec.crossover_config == "b" and rec.lighter_switch is not None
     assert list(rec.ratios) == ["a", "b"] and set(rec.settings) == {"a", "b"}
-    assert rec.disable_speculation_at == rm._switch_point(rm.crossing(rec.ratios["b"]))
+    assert rec.disable_speculation_at == rm._switch_point(crossovers.crossing(rec.ratios["b"]))
     assert rec.bands[1].start == rm._switch_point(rec.lighter_switch)
     assert rec.notes == []
 
@@ -740,7 +742,7 @@ def test_draft_token_counts_unknown_count_as_zero():
 
 
 def test_a_curve_starting_exactly_at_one_is_not_below_the_range():
-    x = rm.crossing(curve((1, 1.0, 0.9, 1.1), (4, 0.5, 0.4, 0.6)))
+    x = crossovers.crossing(curve((1, 1.0, 0.9, 1.1), (4, 0.5, 0.4, 0.6)))
     assert x.below_range is False and x.first_behind == 4 and x.last_ahead == 1
     assert x.estimate == pytest.approx(1.0)
 
@@ -748,12 +750,12 @@ def test_a_curve_starting_exactly_at_one_is_not_below_the_range():
 def test_crossing_high_when_the_upper_bounds_rise_after_the_first_level():
     # behind from the first level: the interval's top is that level, whatever the later bounds do
     # (no estimate: decide.crossover's below-range edge, where recommend's own gave the first level)
-    x = rm.crossing(curve((2, 0.4, 0.3, 0.5), (8, 0.8, 0.7, 0.9)))
+    x = crossovers.crossing(curve((2, 0.4, 0.3, 0.5), (8, 0.8, 0.7, 0.9)))
     assert x.high == 2.0 and x.estimate is None and x.below_range
 
 
 def test_ratio_curve_tests_against_one():
-    out = rm.ratio_curve({1: [10.0, 10.2]}, {1: [5.0, 5.1]}, launch_sd=0.01, confidence=0.9)
+    out = crossovers.ratio_curve({1: [10.0, 10.2]}, {1: [5.0, 5.1]}, launch_sd=0.01, confidence=0.9)
     assert out[0].estimate.threshold == 1.0
 
 
@@ -877,8 +879,8 @@ def test_rate_interval_text_names_rate_levels():
     c3 = curve((2, 1.0, 0.9, 1.1), (8, 1.0, 0.9, 1.1), (32, 1.0, 0.9, 1.1))
     x = xo(5.0)
     assert rm._interval(x, c3, "request_rate") == "below r2-beyond r32"
-    assert rm.level_kind({"sweep": {"request_rate": [], "concurrency": [1]}}) == "concurrency"
-    assert rm.level_kind({}) == "concurrency" and rm.level_kind({"sweep": {"request_rate": [2]}}) == "request_rate"
+    assert crossovers.level_kind({"sweep": {"request_rate": [], "concurrency": [1]}}) == "concurrency"
+    assert crossovers.level_kind({}) == "concurrency" and crossovers.level_kind({"sweep": {"request_rate": [2]}}) == "request_rate"
 
 
 def test_a_switch_key_keeps_every_measured_level_on_its_side_of_the_switch():

@@ -45,6 +45,19 @@ def test_the_gate_path_never_imports_research_or_the_emulator():
 
 
 @pytest.mark.e2e
+def test_a_gate_run_loads_neither_the_policy_nor_the_report_page():
+    """What `pytest perf_tests` imports (the plugin, as tools/code_shape.py measures the gate path):
+    the crossover every results file stores, not `specguard recommend`'s policy and SGLang's
+    adaptive table, nor the HTML page and plots `--report-dir` loads when asked."""
+    done = _python("-c", "import sys, specguard.plugin, specguard.plugin.gate_tests; print('\\n'.join(sys.modules))")
+    assert done.returncode == 0, done.stderr
+    loaded = set(done.stdout.split())
+    assert {"specguard.report.crossovers", "specguard.report.terminal"} <= loaded
+    assert loaded.isdisjoint({"specguard.report.recommend", "specguard.report.publish", "specguard.report.plots",
+                              "specguard.report.html_page", "specguard.sglang_rules.adaptive_table"}), loaded
+
+
+@pytest.mark.e2e
 def test_no_module_of_specguard_loads_research():
     done = _python("-c", IMPORT_ALL, "specguard")
     assert done.returncode == 0, done.stderr
