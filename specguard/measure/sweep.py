@@ -23,6 +23,7 @@ from specguard.labels import Level
 from specguard.measure.generator import LoadGenerator
 from specguard.measure.load import LoadSettings
 from specguard.measure.metrics import RunMetrics, RunSeries, outliers, summarize_run, workload_categories
+from specguard.measure.progress import ForeignTraffic, Progress, RunStarted
 from specguard.notes import Note, NoteKind
 from specguard.server import ServerHandle
 from specguard.workload import Workload
@@ -30,7 +31,6 @@ from specguard.workload import Workload
 # driver(run_once, warmup, repeats): calls run_once warmup + repeats times (pytest-benchmark's
 # pedantic mode is one such driver; the default is a plain loop).
 Driver = Callable[[Callable[[], None], int, int], None]
-Progress = Callable[[str], None]
 # How long a cell that failed waits for its server's process to be reaped before calling it alive:
 # a crash refuses connections before it exits (seen once on 7 Dec: tests/measure/test_faults.py read "alive").
 EXIT_GRACE_S = 2.0
@@ -111,13 +111,12 @@ def measure_cell(handle: ServerHandle, workload: Workload, sweep: SweepConfig, l
         if busy:
             cell.notes.append(busy)
             if progress:
-                progress(f"{handle.name} {load.level_name}: the server already has {busy['running']} running and "
-                         f"{busy['waiting']} waiting requests that specguard did not send")
+                progress(ForeignTraffic(handle.name, load.level_name, int(busy["running"]), int(busy["waiting"])))
 
         def run_once() -> None:
             i = len(all_runs)
             if progress:
-                progress(f"{handle.name} {load.level_name} {run_phase(i, sweep)} ({i + 1}/{sweep.warmup + sweep.repeats})")
+                progress(RunStarted(handle.name, load.level_name, i, sweep.warmup, sweep.repeats))
             if not handle.alive():
                 code = handle.process.returncode if handle.process is not None else None
                 raise ServerGone(f"server {handle.name!r} exited (code {code})")
@@ -167,13 +166,6 @@ def run_categories(workload: Workload, num_requests: int) -> list[str] | None:
     then carry no per-category summaries)."""
     categories = workload_categories(workload, num_requests)
     return categories if any(categories) else None
-
-
-def run_phase(run_index: int, sweep: SweepConfig) -> str:
-    """A run's label in progress lines: warmup, or "run k/N" counting the measured runs from 1."""
-    if run_index < sweep.warmup:
-        return "warmup"
-    return f"run {run_index - sweep.warmup + 1}/{sweep.repeats}"
 
 
 def measure_run(handle: ServerHandle, client: httpx.Client, generator: LoadGenerator, workload: Workload, *,

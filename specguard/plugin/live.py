@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from specguard.report.progress import SweepProgress
+from specguard.measure.progress import ProgressEvent, RunStarted
+from specguard.report.progress import SweepProgress, progress_text
 
 
 class LiveLine:
@@ -16,10 +17,11 @@ class LiveLine:
         self.capman = config.pluginmanager.getplugin("capturemanager")
         self.progress = progress
 
-    def __call__(self, text: str) -> None:
-        self.progress.run_started()
+    def __call__(self, event: ProgressEvent) -> None:
+        if isinstance(event, RunStarted):  # the time left counts runs; other events only show
+            self.progress.run_started()
         width = max(self.tw.fullwidth - 1, 20)
-        self._write("\r" + self.progress.line(text)[:width].ljust(width))
+        self._write("\r" + self.progress.line(progress_text(event))[:width].ljust(width))
 
     def clear(self) -> None:
         width = max(self.tw.fullwidth - 1, 20)

@@ -11,6 +11,8 @@ import math
 import time
 from collections.abc import Callable
 
+from specguard.measure.progress import ForeignTraffic, ProgressEvent, RunStarted, SoakStarted
+
 
 def predict(per_run_s: dict[int, float], concurrency: int) -> float | None:
     """Seconds per run at `concurrency` from measured levels; None before any cell finished."""
@@ -31,6 +33,30 @@ def predict(per_run_s: dict[int, float], concurrency: int) -> float | None:
         a, b = above[0], above[1]
     slope = (math.log(per_run_s[b]) - math.log(per_run_s[a])) / (math.log(b) - math.log(a))
     return per_run_s[a] * math.exp(slope * (math.log(concurrency) - math.log(a)))
+
+
+def run_phase(event: RunStarted) -> str:
+    """A run's label: warmup, or "run k/N" counting the measured runs from 1."""
+    if event.index < event.warmup:
+        return "warmup"
+    return f"run {event.index - event.warmup + 1}/{event.repeats}"
+
+
+def progress_text(event: ProgressEvent) -> str:
+    """What the progress line says of one event."""
+    if isinstance(event, RunStarted):
+        return f"{event.config} {event.level} {run_phase(event)} ({event.index + 1}/{event.warmup + event.repeats})"
+    if isinstance(event, ForeignTraffic):
+        return (f"{event.config} {event.level}: the server already has {event.running} running and "
+                f"{event.waiting} waiting requests that specguard did not send")
+    if isinstance(event, SoakStarted):
+        return f"soak {event.config}: each window to {event.log_path} as it closes"
+    if event.level:  # a loaded soak's window
+        return (f"soak {event.config} {event.level}: window {event.window}/{event.planned} "
+                f"({event.wall_s or 0:.0f} s, {event.tok_s or 0:.0f} tok/s)")
+    seen = "no traffic" if event.tok_s is None else \
+        f"accept length {event.accept_length or 0:.2f}, {event.tok_s:.0f} tok/s served"
+    return f"soak {event.config} (passive): window {event.window}/{event.planned}: {seen}"
 
 
 def format_duration(seconds: float) -> str:

@@ -11,7 +11,8 @@ from specguard.config import Suite
 from specguard.decide.gates import GateDesign, RelaunchReason, RelaunchWhy, relaunch_plan
 from specguard.decide.result import GateResult
 from specguard.labels import SPECULATION
-from specguard.measure.sweep import CellMeasurement, Driver, Progress, RunControl, measure_cell, plain_driver
+from specguard.measure.progress import Progress
+from specguard.measure.sweep import CellMeasurement, Driver, RunControl, measure_cell, plain_driver
 from specguard.notes import Note, NoteKind
 from specguard.session.cells import CellStore
 from specguard.session.levels import SweepLevels

@@ -21,7 +21,8 @@ from specguard.decide.gates import design_of
 from specguard.decide.result import GateResult
 from specguard.labels import ACCEPT_LENGTH, SPECULATION, STEP_TIME, THROUGHPUT
 from specguard.measure.metrics import RunMetrics
-from specguard.measure.sweep import CellMeasurement, Driver, Progress, plain_driver
+from specguard.measure.progress import Progress
+from specguard.measure.sweep import CellMeasurement, Driver, plain_driver
 from specguard.session.campaign import Campaign, Relaunch
 from specguard.session.cells import CellStore
 from specguard.session.history import Histories, git_commit, gpu_fingerprint

@@ -27,7 +27,8 @@ from specguard.decide.soak import MIN_WINDOWS, SoakSettings, decide_soak
 from specguard.labels import SOAK, GateLabel, Level, Verdict
 from specguard.measure.metrics import RunMetrics
 from specguard.measure.passive import NoMetrics, passive_window, snapshot
-from specguard.measure.sweep import CellLoad, Progress, RunControl, measure_cell
+from specguard.measure.progress import Progress, SoakStarted, SoakWindow
+from specguard.measure.sweep import CellLoad, RunControl, measure_cell
 from specguard.session.options import RunOptions
 from specguard.session.parts import SessionParts
 
@@ -71,7 +72,7 @@ def run_soak(parts: SessionParts, options: RunOptions, name: str,
     passive = soak.mode == SOAK_PASSIVE
     log = WindowLog(options.log_dir, name)
     if progress:
-        progress(f"soak {name}: each window to {log.path} as it closes")
+        progress(SoakStarted(name, str(log.path)))
     windows, problem = (_passive_windows if passive else _load_windows)(parts, options, log, name, progress)
     if problem is not None:
         return test.problem(Verdict.ERROR, problem), windows
@@ -107,8 +108,7 @@ def _load_windows(parts: SessionParts, options: RunOptions, log: WindowLog, name
         wall_s = max(time.monotonic() - window_started, 1e-3)
         requests = min(max(soak.concurrency, round(requests * soak.window_s / wall_s)), requests * 4)
         if progress:
-            progress(f"soak {name} c{soak.concurrency}: window {len(windows)}/{planned} ({wall_s:.0f} s, "
-                     f"{cell.runs[0].output_throughput:.0f} tok/s)")
+            progress(SoakWindow(name, load.level_name, len(windows), planned, cell.runs[0].output_throughput, wall_s))
     return windows, None
 
 
@@ -136,9 +136,8 @@ def _passive_windows(parts: SessionParts, _options: RunOptions, log: WindowLog, 
                     windows.append(window)
                     log.append(window, len(windows) - 1)
                 if progress:
-                    seen = "no traffic" if window is None else f"accept length {window.accept_length or 0:.2f}, " \
-                                                               f"{window.output_throughput:.0f} tok/s served"
-                    progress(f"soak {name} (passive): window {n}/{planned}: {seen}")
+                    progress(SoakWindow(name, "", n, planned, None if window is None else window.output_throughput,
+                                        accept_length=None if window is None else window.accept_length))
         except NoMetrics as exc:
             return windows, Problem(Why.UNAVAILABLE, f"passive soak {name}: {exc}")
     if len(windows) < soak.warmup_windows + MIN_WINDOWS:

@@ -10,7 +10,9 @@ from pathlib import Path
 
 from specguard.config import ServerConfig, SweepConfig
 from specguard.engines import get_engine
+from specguard.measure.progress import ProgressEvent
 from specguard.measure.sweep import CellLoad, RunControl, measure_cell
+from specguard.report.progress import progress_text
 from specguard.server import ServerStartError, launch, stop
 from specguard.tune.grid import ADAPTIVE, REFERENCE, Setting, server_config_for
 from specguard.tune.race import CellRuns
@@ -45,6 +47,9 @@ class ServerRunner:
         extra = adaptive_flags(self.adaptive_paths[setting.adaptive_key]) if setting.kind == ADAPTIVE else []
         return server_config_for(self.spec_cfg, setting, cap=self.cap, extra_args=extra)
 
+    def _progress_line(self, event: ProgressEvent) -> None:
+        self.progress(progress_text(event))
+
     def measure(self, setting: Setting, levels: Sequence[int], warmup: int, repeats: int) -> dict[int, CellRuns]:
         cfg = self.config_for(setting)
         try:
@@ -58,7 +63,7 @@ class ServerRunner:
                 self.graph_sizes = list(handle.effective.decode_cuda_graph_bs)
             sweep = dataclasses.replace(self.sweep, warmup=warmup, repeats=repeats)
             for c in levels:
-                cell = measure_cell(handle, self.workload, sweep, CellLoad(c), RunControl(progress=self.progress))
+                cell = measure_cell(handle, self.workload, sweep, CellLoad(c), RunControl(progress=self._progress_line))
                 hist: list[int] = []
                 for r in cell.runs:
                     h = r.correct_drafts_histogram or []

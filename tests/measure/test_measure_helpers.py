@@ -26,7 +26,7 @@ from specguard.measure.metrics import (
     ttft_ms,
 )
 from specguard.measure.sse import StreamParser
-from specguard.measure.sweep import CellLoad, cell_load_settings, run_categories, run_phase
+from specguard.measure.sweep import CellLoad, cell_load_settings, run_categories
 from specguard.notes import Note, NoteKind
 from specguard.report.note_text import note_line
 from specguard.workload import Prompt, WorkloadSpec, build_workload
@@ -173,11 +173,6 @@ def test_run_categories_are_none_unless_some_prompt_has_one():
     assert run_categories(plain, 3) is None
     mixed = SimpleNamespace(prompt=lambda i: Prompt(text="p", category="code" if i == 1 else ""))
     assert run_categories(mixed, 3) == ["", "code", ""]
-
-
-def test_run_phase_counts_measured_runs_after_the_warmup():
-    sweep = SweepConfig(warmup=2, repeats=3)
-    assert [run_phase(i, sweep) for i in range(5)] == ["warmup", "warmup", "run 1/3", "run 2/3", "run 3/3"]
 
 
 def test_a_cell_load_names_its_level_as_ids_do():

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 from test_plugin_exit_codes import REPO, one_level_suite
 
-from specguard.report.progress import SweepProgress, format_duration, predict
+from specguard.measure.progress import ForeignTraffic, RunStarted, SoakStarted, SoakWindow
+from specguard.report.progress import SweepProgress, format_duration, predict, progress_text
 
 
 def test_predict_interpolates_and_extrapolates_on_log_log_axes():
@@ -43,6 +44,24 @@ def test_remaining_time_follows_the_measured_cells():
     assert p.remaining_s() == pytest.approx(2 * 1.0 - 0.5 + 4 * 2.0)
     line = p.line("spec c1 run 2/3 (3/4)")
     assert line.startswith("[specguard 14s] spec c1 run 2/3 (3/4) | cell 3/4, ~10s left")
+
+
+def test_run_phase_counts_measured_runs_after_the_warmup():
+    lines = [progress_text(RunStarted("eagle3", "r8", i, warmup=2, repeats=3)) for i in range(5)]
+    assert lines == ["eagle3 r8 warmup (1/5)", "eagle3 r8 warmup (2/5)", "eagle3 r8 run 1/3 (3/5)",
+                     "eagle3 r8 run 2/3 (4/5)", "eagle3 r8 run 3/3 (5/5)"]
+
+
+def test_every_progress_event_is_worded_with_its_level_as_ids_name_it():
+    assert progress_text(ForeignTraffic("mtp", "c16", running=3, waiting=1)) == \
+        "mtp c16: the server already has 3 running and 1 waiting requests that specguard did not send"
+    assert progress_text(SoakStarted("eagle3", "logs/soak-eagle3.jsonl")) == \
+        "soak eagle3: each window to logs/soak-eagle3.jsonl as it closes"
+    assert progress_text(SoakWindow("eagle3", "c4", 2, 5, tok_s=812.4, wall_s=19.6)) == \
+        "soak eagle3 c4: window 2/5 (20 s, 812 tok/s)"
+    assert progress_text(SoakWindow("eagle3", "", 3, 5, tok_s=None)) == "soak eagle3 (passive): window 3/5: no traffic"
+    assert progress_text(SoakWindow("eagle3", "", 4, 5, tok_s=950.0, accept_length=3.214)) == \
+        "soak eagle3 (passive): window 4/5: accept length 3.21, 950 tok/s served"
 
 
 def test_durations_read_well():
