@@ -47,3 +47,10 @@ def kill_tree(proc: subprocess.Popen) -> None:
         except (ProcessLookupError, PermissionError):
             pass
     proc.wait()
+
+
+def interruptible() -> None:
+    """A child's ``preexec_fn``: SIGINT back to its default, so that a test's Ctrl-C reaches the
+    child's pytest even when this test run inherited SIGINT ignored (a background job of a
+    non-interactive shell does, and Python then installs no KeyboardInterrupt handler)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)

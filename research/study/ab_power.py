@@ -1,5 +1,5 @@
 """`specguard ab` on simulated launches: its false fails and its power for a tok/s drop, through
-the comparison's own rounds and decisions (``ab.rounds.Comparison`` with a synthetic
+the comparison's own rounds and decisions (``ab.rounds.BuildComparison`` with a synthetic
 ``Launcher``), on the default suite's configurations, levels and gates (issue 26;
 `python -m research.study.ab_power`, docs/ab.md quotes it).
 
@@ -22,7 +22,7 @@ import numpy as np
 from research.study.cell_rates import CellCase, cell_rates
 from research.study.noise import GPU_DAY_SHARE, GPU_WITHIN
 from specguard.ab.plan import budget_of, gate_specs, levels_of
-from specguard.ab.rounds import STEP_RATE, Comparison, LaunchResult, Selection
+from specguard.ab.rounds import STEP_RATE, BuildComparison, LaunchResult, Selection
 from specguard.config import Suite, load_suite
 from specguard.labels import ACCEPT_LENGTH, THROUGHPUT
 
@@ -79,15 +79,15 @@ def selection_of(suite: Suite) -> Selection:
     return Selection(list(suite.servers), levels_of(suite), speculative, refs)
 
 
-def ab_run(suite: Suite, case: AbCase, rng: np.random.Generator) -> Comparison:
+def ab_run(suite: Suite, case: AbCase, rng: np.random.Generator) -> BuildComparison:
     """One simulated `specguard ab` of every configuration of ``suite``."""
-    cmp = Comparison(selection_of(suite), gate_specs(suite), budget_of(suite, case.max_rounds),
+    cmp = BuildComparison(selection_of(suite), gate_specs(suite), budget_of(suite, case.max_rounds),
                      SyntheticLauncher(suite, case, rng, suite.sweep.repeats))
     cmp.run()
     return cmp
 
 
-def _worse(cmp: Comparison) -> set[tuple[str, str]]:
+def _worse(cmp: BuildComparison) -> set[tuple[str, str]]:
     """(configuration, gate) of every cell or group of levels decided "different" for the worse."""
     return {(c.config, c.gate) for c in cmp.regressions()} | {(g.config, g.gate) for g in cmp.group_regressions()}
 

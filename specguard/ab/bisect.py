@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
 from specguard.ab.decision import ERROR, UNDECIDED
-from specguard.ab.rounds import Comparison
+from specguard.ab.rounds import BuildComparison
 
 GOOD, BAD, UNDECIDED_BUILD, NOT_MEASURED = "good", "bad", "undecided", "not measured"
 T = TypeVar("T")
@@ -27,7 +27,7 @@ def decisions_needed(n_builds: int) -> int:
     return math.ceil(math.log2(n_builds - 1)) if n_builds > 2 else 0
 
 
-def midpoint_verdict(cmp: Comparison) -> str:
+def midpoint_verdict(cmp: BuildComparison) -> str:
     """bad: a gate different for the worse; good: every gate decided, none worse; else why not."""
     if cmp.regressions() or cmp.group_regressions():
         return BAD

@@ -24,7 +24,7 @@ from specguard.ab.builds import Build, BuildFlags, UsageError, ab_builds, read_b
 from specguard.ab.decision import BUILD_A, BUILD_B
 from specguard.ab.launcher import ServerLauncher
 from specguard.ab.report import AB, BISECT, render_markdown, render_text, results_doc, write_outputs
-from specguard.ab.rounds import Comparison, Selection
+from specguard.ab.rounds import BuildComparison, Selection
 from specguard.ab.schema import AbDoc, BisectDoc
 from specguard.config import ConfigError, Suite
 from specguard.labels import ExitCode
@@ -90,12 +90,12 @@ def _progress(line: str) -> None:
     print(f"  {line}", file=sys.stderr, flush=True)
 
 
-def compare(suite: Suite, selection: Selection, a: Build, b: Build, args: argparse.Namespace) -> Comparison:
+def compare(suite: Suite, selection: Selection, a: Build, b: Build, args: argparse.Namespace) -> BuildComparison:
     """One A/B comparison on servers, every server stopped when it ends (or is interrupted)."""
     options = RunOptions(api_key=api_key_from(args.api_key), log_dir=Path(args.log_dir),
                          max_failed_requests=args.max_failed_requests)
     launcher = ServerLauncher(suite, {BUILD_A: a, BUILD_B: b}, selection.levels, options, _progress)
-    cmp = Comparison(selection, plan.gate_specs(suite), plan.budget_of(suite, args.max_rounds), launcher, _progress)
+    cmp = BuildComparison(selection, plan.gate_specs(suite), plan.budget_of(suite, args.max_rounds), launcher, _progress)
     try:
         cmp.run()
     finally:
@@ -103,7 +103,7 @@ def compare(suite: Suite, selection: Selection, a: Build, b: Build, args: argpar
     return cmp
 
 
-def _title(command: str, suite: Suite, cmp: Comparison) -> str:
+def _title(command: str, suite: Suite, cmp: BuildComparison) -> str:
     return (f"specguard {command}: B over A, {suite.path}, {cmp.rounds_run} of at most {cmp.budget.max_rounds} rounds "
             f"(ABBA), family alpha {cmp.budget.family_alpha:g}")
 

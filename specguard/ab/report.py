@@ -23,7 +23,7 @@ from specguard.ab.decision import (
     prior_check,
     shown_ratio,
 )
-from specguard.ab.rounds import Comparison
+from specguard.ab.rounds import BuildComparison
 from specguard.ab.schema import AbCellDoc, AbDoc, AbGroupDoc, AbLookDoc, AbSpreadDoc, BisectDoc
 from specguard.labels import ACCEPT_LENGTH, SPECULATION, STEP_TIME, THROUGHPUT
 from specguard.report.results import spread_source_doc
@@ -48,7 +48,7 @@ def _median(values: Sequence[float]) -> float:
     return ordered[n // 2] if n % 2 else (ordered[n // 2 - 1] + ordered[n // 2]) / 2
 
 
-def _figure(cmp: Comparison, cell: GateCell, build: str, launches: int) -> float | None:
+def _figure(cmp: BuildComparison, cell: GateCell, build: str, launches: int) -> float | None:
     """A build's location as the decision sees it: the geometric mean of its launches' medians
     over the launches the shown look used, so B / A is the table's ratio (an arithmetic mean
     would let one stalled run pull A and B apart from it). Step time in ms from the step rate."""
@@ -59,7 +59,7 @@ def _figure(cmp: Comparison, cell: GateCell, build: str, launches: int) -> float
     return 1e3 / location if cell.gate == STEP_TIME else location
 
 
-def cell_row(cmp: Comparison, cell: GateCell) -> AbCellDoc:
+def cell_row(cmp: BuildComparison, cell: GateCell) -> AbCellDoc:
     """One cell's row of the results document (and of every table)."""
     look = cell.shown_look()
     a = b = ratio = low = high = None
@@ -89,11 +89,11 @@ def _look_doc(seen: Look) -> AbLookDoc:
             "between_sd": est.between_sd, "between_source": spread_source_doc(est.between_source)}
 
 
-def rows(cmp: Comparison) -> list[AbCellDoc]:
+def rows(cmp: BuildComparison) -> list[AbCellDoc]:
     return [cell_row(cmp, cell) for cell in cmp.sorted_cells()]
 
 
-def group_row(cmp: Comparison, group: GateGroup) -> AbGroupDoc:
+def group_row(cmp: BuildComparison, group: GateGroup) -> AbGroupDoc:
     """One configuration's gate over its levels: the closed test's first step."""
     look = group.decided_look or (group.looks[-1] if group.looks else None)
     ratio = low = high = None
@@ -107,7 +107,7 @@ def group_row(cmp: Comparison, group: GateGroup) -> AbGroupDoc:
             "ratio": ratio, "low": low, "high": high}
 
 
-def group_rows(cmp: Comparison) -> list[AbGroupDoc]:
+def group_rows(cmp: BuildComparison) -> list[AbGroupDoc]:
     return [group_row(cmp, g) for g in cmp.level_groups()]
 
 
@@ -118,7 +118,7 @@ def _group_table_cells(row: AbGroupDoc) -> list[str]:
             str(row["rounds"])]
 
 
-def _table_body(cmp: Comparison) -> list[list[str]]:
+def _table_body(cmp: BuildComparison) -> list[list[str]]:
     """Every cell's row; after a configuration's last cell, an "all" row per gate whose group was
     decided different."""
     decided: dict[str, list[AbGroupDoc]] = {}
@@ -151,13 +151,13 @@ def table_cells(row: AbCellDoc) -> list[str]:
             decision_text(row), str(row["rounds"])]
 
 
-def ci_note(cmp: Comparison) -> str:
+def ci_note(cmp: BuildComparison) -> str:
     level = 1 - 2 * (1 - cmp.budget.pass_confidence)
     return (f"A, B: each build's launches' medians, geometric mean; B/A [CI]: B over A with its {level:.0%} interval "
             f"(the equivalence test's); step ms is step time, lower is better; rounds: launches per build behind it")
 
 
-def render_text(cmp: Comparison, builds: Sequence[Build], title: str, *, exit_code: bool = True) -> str:
+def render_text(cmp: BuildComparison, builds: Sequence[Build], title: str, *, exit_code: bool = True) -> str:
     """The terminal table, then the builds, what could not be measured and the outcome (with
     the exit code it means for `specguard ab`; a bisect step's has none)."""
     body = _table_body(cmp)
@@ -172,7 +172,7 @@ def render_text(cmp: Comparison, builds: Sequence[Build], title: str, *, exit_co
     return "\n".join(out)
 
 
-def notes(cmp: Comparison) -> list[str]:
+def notes(cmp: BuildComparison) -> list[str]:
     lines = [f"not compared: {name}: {why}" for name, why in cmp.dropped.items()]
     lines += [f"not measured: {line}" for line in cmp.not_measured()]
     spreads = [_spread_text(gate, row) for gate, row in launch_spreads(cmp).items()]
@@ -181,7 +181,7 @@ def notes(cmp: Comparison) -> list[str]:
     return lines
 
 
-def launch_spreads(cmp: Comparison) -> dict[str, AbSpreadDoc]:
+def launch_spreads(cmp: BuildComparison) -> dict[str, AbSpreadDoc]:
     """Per gate: the run's launch spread (sd, dof) beside the prior's, and whether it contradicts it."""
     out: dict[str, AbSpreadDoc] = {}
     for gate, spec in cmp.specs.items():
@@ -197,7 +197,7 @@ def _spread_text(gate: str, row: AbSpreadDoc) -> str:
     return f"{GATE_SHOWN.get(gate, gate)} {row['sd']:.2%} ({row['dof']:g} dof) vs prior {row['prior_sd']:.2%}, {verdict}"
 
 
-def outcome_line(cmp: Comparison, *, exit_code: bool = True) -> str:
+def outcome_line(cmp: BuildComparison, *, exit_code: bool = True) -> str:
     counts: dict[str, int] = {}
     for row in rows(cmp):
         counts[decision_text(row)] = counts.get(decision_text(row), 0) + 1
@@ -210,7 +210,7 @@ def outcome_line(cmp: Comparison, *, exit_code: bool = True) -> str:
     return f"{tally or 'nothing decided'}; {cmp.rounds_run} rounds, {launches} launches{code}"
 
 
-def results_doc(cmp: Comparison, builds: Sequence[Build], *, suite_path: str, mode: str, argv: Sequence[str]) -> AbDoc:
+def results_doc(cmp: BuildComparison, builds: Sequence[Build], *, suite_path: str, mode: str, argv: Sequence[str]) -> AbDoc:
     """The results document (docs/ab.md "Results JSON")."""
     budget = cmp.budget
     return {
@@ -241,7 +241,7 @@ def results_doc(cmp: Comparison, builds: Sequence[Build], *, suite_path: str, mo
     }
 
 
-def render_markdown(cmp: Comparison, builds: Sequence[Build], title: str, *, exit_code: bool = True) -> str:
+def render_markdown(cmp: BuildComparison, builds: Sequence[Build], title: str, *, exit_code: bool = True) -> str:
     head = "| " + " | ".join(COLUMNS) + " |\n|" + "---|" * len(COLUMNS)
     body = ["| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |" for cells in _table_body(cmp)]
     extra = [f"- {b.name}: `{b.describe()}`" for b in builds] + [f"- {line}" for line in notes(cmp)]

@@ -75,7 +75,7 @@ class Selection:
         return Level(level, self.rate).name
 
 
-class Comparison:
+class BuildComparison:
     """Runs the rounds of one A/B comparison and holds what they found."""
 
     def __init__(self, selection: Selection, specs: dict[str, GateSpec], budget: Budget, launcher: Launcher,
@@ -269,4 +269,4 @@ class Comparison:
         return int(ExitCode.OK)
 
 
-__all__ = ["GATE_ORDER", "METRIC_OF", "STEP_RATE", "Comparison", "LaunchResult", "Launcher", "Selection"]
+__all__ = ["GATE_ORDER", "METRIC_OF", "STEP_RATE", "BuildComparison", "LaunchResult", "Launcher", "Selection"]

@@ -80,7 +80,7 @@ def family_test(doc: ResultsDoc) -> TestDoc | None:
     return next((t for t in doc.get("tests") or [] if t.get("gate") == "family_holm"), None)
 
 
-def gate_label(gate: str, decision: DecisionDoc | None, test: TestDoc | None, updating: bool) -> str | None:
+def verdict_label(gate: str, decision: DecisionDoc | None, test: TestDoc | None, updating: bool) -> str | None:
     """What one gate of a cell shows; None for a plain pass. The test's outcome decides (FAIL is
     a failed test, skip a skipped one); the decision only refines a passed test."""
     if test is not None and test["outcome"] in ("failed", "skipped"):
@@ -118,7 +118,7 @@ def cell_verdict(cell: CellDoc, gates: dict[str, DecisionDoc], tests: dict[str, 
         return "ERROR: " + shorten(cell["error"], 40)
     groups: dict[str, list[str]] = {}
     for gate in dict.fromkeys([*gates, *tests]):
-        label = gate_label(gate, gates.get(gate), tests.get(gate), updating)
+        label = verdict_label(gate, gates.get(gate), tests.get(gate), updating)
         if label and label != "-":
             groups.setdefault(label, []).append(short_gate(gate))
     return "; ".join(f"{label}: {','.join(groups[label])}" for label in VERDICT_ORDER if label in groups) or "pass"
@@ -346,7 +346,7 @@ def category_lines(doc: ResultsDoc) -> list[str]:
 
 def _category_part(gate: str, decision: DecisionDoc, test: TestDoc | None) -> str:
     """'code 2.410 -1.2% FAIL': one category's accept length, its change and its label."""
-    label = gate_label(gate, decision, test, False)
+    label = verdict_label(gate, decision, test, False)
     est = decision.get("estimate")
     change = f" {(est['ratio'] - 1) * 100:+.1f}%" if est else ""
     return _labelled(f"{gate[len('accept_length['):-1]} {fmt(decision.get('current'), '.3f')}{change}", label)
@@ -357,7 +357,7 @@ def _overall_part(overall: DecisionDoc | None, test: TestDoc | None) -> str:
     est = overall.get("estimate") if overall is not None else None
     if overall is None or not est:
         return ""
-    label = gate_label("accept_length", overall, test, False)
+    label = verdict_label("accept_length", overall, test, False)
     return _labelled(f"overall {fmt(overall.get('current'), '.3f')} {(est['ratio'] - 1) * 100:+.1f}%", label) + "; "
 
 

@@ -38,7 +38,7 @@ from specguard.ab.decision import (
     shown_ratio,
 )
 from specguard.ab.report import AB, render_text, results_doc
-from specguard.ab.rounds import STEP_RATE, Comparison, LaunchResult, Selection
+from specguard.ab.rounds import STEP_RATE, BuildComparison, LaunchResult, Selection
 from specguard.ab.trend import Contrast, LaunchPoint, launch_location, trend_estimate
 from specguard.cli import main
 from specguard.config import load_suite
@@ -97,13 +97,13 @@ def selection(*configs: str, speculative: tuple[str, ...] = (), references: dict
 
 
 def run(sel: Selection, launcher: FakeLauncher, budget: Budget = BUDGET,
-        specs: dict[str, GateSpec] | None = None) -> Comparison:
-    cmp = Comparison(sel, specs or SPECS, budget, launcher)
+        specs: dict[str, GateSpec] | None = None) -> BuildComparison:
+    cmp = BuildComparison(sel, specs or SPECS, budget, launcher)
     cmp.run()
     return cmp
 
 
-def cell(cmp: Comparison, config: str, gate: str) -> GateCell:
+def cell(cmp: BuildComparison, config: str, gate: str) -> GateCell:
     return next(c for c in cmp.cells if c.config == config and c.gate == gate)
 
 

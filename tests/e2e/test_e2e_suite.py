@@ -18,7 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 from emulator_suite import write_emulator_suite
-from process_support import kill_tree
+from process_support import interruptible, kill_tree
 
 pytestmark = pytest.mark.e2e
 REPO = Path(__file__).resolve().parents[2]
@@ -182,7 +182,8 @@ def test_ctrl_c_stops_every_server_and_leaves_no_half_written_file(tmp_path):
     cmd = [sys.executable, "-m", "pytest", str(REPO / "perf_tests"), "-p", "no:cacheprovider", "-q",
            "--suite", str(suite), "--baseline-dir", str(tmp_path / "baselines"), "--update-baselines",
            "--results-json", str(results), "--server-log-dir", str(tmp_path / "logs"), "--benchmark-disable"]
-    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+                            preexec_fn=interruptible)
     try:
         deadline = time.monotonic() + 60
         logs: list[Path] = []

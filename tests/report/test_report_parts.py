@@ -144,13 +144,13 @@ def _test(outcome: str, kind: str | None = None, gate: str = "throughput") -> di
     ("throughput", "skip", True, None, False, "skip"),
     ("throughput", "pass", True, None, False, None),
 ])
-def test_gate_labels(gate, verdict, enforced, test, updating, label):
-    assert terminal.gate_label(gate, _decision(gate, verdict, enforced), test, updating) == label
+def test_verdict_labels(gate, verdict, enforced, test, updating, label):
+    assert terminal.verdict_label(gate, _decision(gate, verdict, enforced), test, updating) == label
 
 
 def test_a_gate_without_a_decision_is_blank_only_when_its_test_ran():
-    assert terminal.gate_label("throughput", None, None, False) == "-"
-    assert terminal.gate_label("throughput", None, _test("passed"), False) is None
+    assert terminal.verdict_label("throughput", None, None, False) == "-"
+    assert terminal.verdict_label("throughput", None, _test("passed"), False) is None
 
 
 def test_cells_are_keyed_by_their_tests_and_the_family_test_is_apart():

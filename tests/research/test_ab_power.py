@@ -1,4 +1,4 @@
-"""The A/B power simulation drives `specguard ab`'s own rounds (ab.rounds.Comparison) with
+"""The A/B power simulation drives `specguard ab`'s own rounds (ab.rounds.BuildComparison) with
 synthetic launches: a large engine slowdown in build B is found in that configuration's tok/s
 cells, identical builds are not told apart, and the launches it counts are the rounds run."""
 

@@ -22,7 +22,7 @@ import httpx
 import pytest
 from emulator_suite import write_emulator_suite
 from gate_support import result
-from process_support import kill_tree
+from process_support import interruptible, kill_tree
 from session_support import fake_cell, fake_server, make_session, make_suite, run, stored_session
 
 from specguard.decide.prior import SpreadSource
@@ -555,7 +555,8 @@ def test_sigint_during_update_baselines_leaves_files_identical_or_fully_updated(
     outcomes = {"identical": 0, "updated": 0, "finished before the signal": 0}
     for trial in range(SIGINT_TRIALS):
         delay = rng.uniform(0.2, full_s)  # from pytest's start-up to the commit at the end
-        proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+                                preexec_fn=interruptible)
         try:
             time.sleep(delay)
             signalled = proc.poll() is None
