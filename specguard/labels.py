@@ -47,6 +47,11 @@ def is_history_gate(label: str) -> bool:
     return GateLabel.parse(label).is_history
 
 
+def level_prefix(rate: bool) -> str:
+    """The letter before a level's number: r (requests per second) or c (clients)."""
+    return "r" if rate else "c"
+
+
 @dataclass(frozen=True, order=True)
 class Level:
     """One level of a sweep: `value` clients (closed loop), or with `rate` requests per second
@@ -57,7 +62,7 @@ class Level:
 
     @property
     def name(self) -> str:
-        return f"{'r' if self.rate else 'c'}{self.value}"
+        return f"{level_prefix(self.rate)}{self.value}"
 
     @property
     def store_key(self) -> int | str:

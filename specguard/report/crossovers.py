@@ -12,6 +12,7 @@ from typing import Final, Literal
 
 from specguard.decide.crossover import CrossoverEstimate, estimate_crossover
 from specguard.decide.stats import RatioEstimate, compare_sessions
+from specguard.labels import level_prefix
 from specguard.report.results import throughputs
 from specguard.report.schema import CrossoverDoc, ResultsDoc
 
@@ -30,7 +31,7 @@ def level_kind(doc: ResultsDoc) -> LevelKind:
 def level_label(kind: str, level: int | float | str) -> str:
     """A level as text and tables name it: c16 (clients) or r8 (req/s), as labels.Level does;
     level "~" gives the prefix of an estimate (c~ / r~)."""
-    return f"{'r' if kind == REQUEST_RATE else 'c'}{level}"
+    return f"{level_prefix(kind == REQUEST_RATE)}{level}"
 
 
 def level_noun(kind: str) -> str:
@@ -60,7 +61,7 @@ def crossing(curve: list[LevelRatio]) -> CrossoverEstimate:
 def crossovers(doc: ResultsDoc) -> dict[str, CrossoverDoc]:
     """Per speculative configuration, where it stops paying against its reference: the same
     estimator and confidence as `specguard recommend` (decide/crossover.py through
-    report/py `crossing`: the ratio curve interpolated on log concurrency, with its
+    `crossing` above: the ratio curve interpolated on log concurrency, with its
     interval), so the two never disagree."""
     out: dict[str, CrossoverDoc] = {}
     conf = DEFAULT_CONFIDENCE
@@ -69,7 +70,7 @@ def crossovers(doc: ResultsDoc) -> dict[str, CrossoverDoc]:
         if not ref:
             continue
         curve = ratio_curve(throughputs(doc, cfg["name"]), throughputs(doc, ref),
-                                      launch_sd=doc["tolerances"]["prior_between_sd"], confidence=conf)
+                            launch_sd=doc["tolerances"]["prior_between_sd"], confidence=conf)
         if len(curve) < 2:  # one level has no crossover to speak of (recommend refuses it too)
             continue
         x = crossing(curve)
