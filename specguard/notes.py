@@ -1,5 +1,6 @@
 """What a measurement or a server says about a cell beside its figures, as data: a kind and the
-figures it was read from. measure/ and engines/ make them, the results document stores them
+figures it was read from (or why a configuration could not be measured: the session's
+reasons). measure/, engines/ and session/ make them, the results document stores them
 (``{"kind": ..., **figures}``) and report/ renders each kind's sentence (``report.note_text``).
 
 It sits at the bottom of the layers (no specguard import) because engines/, measure/, decide/
@@ -56,6 +57,27 @@ class NoteKind(TextEnum):
     XDIST_GROUPED = "xdist_grouped"  # dist: pytest-xdist's --dist, overridden to keep a configuration on one worker
     XDIST_SERIALISED = "xdist_serialised"  # groups, workers: launches one at a time (no `gpus` set)
     TEST_RENAMED = "test_renamed"  # files (", "-joined), old, new: a repository imports a test's old name
+    # Why a configuration is not measured (session.ConfigUnavailable's reason; a decision's problem)
+    DEADLINE_REACHED = "deadline_reached"  # config, level, deadline_s, elapsed_s: sweep.session_timeout_s passed
+    NOT_MEASURED = "not_measured"  # config, level: no launch measured the cell
+    NO_SERVER = "no_server"  # config: asked for its environment before any server was started
+    NOT_ATTACHED = "not_attached"  # config, attached (", "-joined: the names --server-url gives)
+    NOT_AS_CONFIGURED = "not_as_configured"  # config, checks (their lines, "; "-joined): blocking server checks
+    ATTACH_REFUSED = "attach_refused"  # named (the --server-url NAME, "" for all), mismatch: the ATTACH_MISMATCH line
+    START_FAILED = "start_failed"  # error: the server layer's first line (the rest is the exception's detail)
+    UNKNOWN_ENGINE = "unknown_engine"  # error: the engine registry's line
+    VOCAB_UNFIT = "vocab_unfit"  # config, error (the workload's line), source: where the vocabulary came from
+    NO_RESTART_COMMAND = "no_restart_command"  # config: attached, and a relaunch was needed
+    RESTART_TIMEOUT = "restart_timeout"  # config, timeout_s
+    RESTART_EXITED = "restart_exited"  # config, code, output: its last line of output (200 characters at most)
+    RESTART_NOT_READY = "restart_not_ready"  # config, error: the readiness check's first line
+    SERVER_UNRESPONSIVE = "server_unresponsive"  # config, path: the readiness path it stopped answering
+    SERVER_EXITED = "server_exited"  # config, code ("": unknown); the log tail is the exception's detail
+    CLAIMED = "claimed"  # config, worker: the pytest-xdist worker that measures it
+    SOAK_WINDOW_FAILED = "soak_window_failed"  # config, window (0-based), error ("": no run completed)
+    SOAK_NO_METRICS = "soak_no_metrics"  # config, error: a passive soak could not read the server's counters
+    # config, windows (that saw traffic), planned, idle, needed (warm-up windows + the fewest a decision takes)
+    SOAK_TOO_QUIET = "soak_too_quiet"
     TEXT = "text"  # text: an older results file's sentence kept as written (report/upgrade.py)
 
 

@@ -16,6 +16,10 @@ CAPTURES = Path(__file__).parent / "fixtures" / "captures"
 # "not e2e and not real_sglang and not real_engine"`) starts none: _processes_only_where_marked.
 PROCESS_MARKERS = ("e2e", "real_sglang", "real_engine", "soak")
 platform.processor()  # `uname -p`, run once and cached by the platform module: read here, before any test
+try:  # matplotlib builds its font cache on its first import on a machine (running fc-list): here, before any test
+    import matplotlib.font_manager  # noqa: F401
+except ImportError:  # the plots extra is not installed: the tests that draw are skipped
+    pass
 
 
 @pytest.fixture(autouse=True)

@@ -60,7 +60,7 @@ class Why(TextEnum):
     # gap below the fastest run, limit the gap allowed (decide/consistency.py)
     RUNS_DISAGREE = "runs-disagree"
     ACCEPT_DRIFT = "accept-drift"  # advanced.accept_drift = "fail" and the cell's acceptance fell (``drift``)
-    UNAVAILABLE = "unavailable"  # detail: the configuration's failure (a server that did not start, ...)
+    UNAVAILABLE = "unavailable"  # detail: why the configuration could not be measured (a Note)
     INTERNAL_ERROR = "internal-error"  # detail: the exception (a specguard bug)
 
 
@@ -72,10 +72,11 @@ class Problem:
     """Why a gate was decided without (or against) its statistics, with the figures that say it."""
 
     why: Why
-    # A line from below the gate (a server's failure, an exception), or for the HISTORY_MISSING
-    # kinds and REFERENCE_UNSTORED the stored history's gap as data (a string in documents
-    # written before gaps were data: their line as worded then)
-    detail: str | HistoryGap = ""
+    # For the HISTORY_MISSING kinds and REFERENCE_UNSTORED the stored history's gap as data; for
+    # UNAVAILABLE and REFERENCE_FAILED why the configuration could not be measured (a note of the
+    # session's reason kinds); else a line from below the gate (an exception). Documents written
+    # before gaps and reasons were data keep their line as worded then.
+    detail: str | HistoryGap | Note = ""
     value: float | None = None
     limit: float | None = None
     count: int | None = None

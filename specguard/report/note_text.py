@@ -113,6 +113,38 @@ _WORDING: dict[NoteKind, Callable[[Note], str]] = {
         f"{n['files']}: {n['old']} is now named {n['new']} (the same test); import {n['new']} from "
         f"specguard.plugin.gate_tests, the old name will go in a later release"),
     NoteKind.ARG_REWRITTEN: _rewritten,
+    NoteKind.DEADLINE_REACHED: lambda n: (
+        f"session deadline of {float(n['deadline_s']):g}s reached ({float(n['elapsed_s']):.0f}s elapsed); "
+        f"{n['config']} {n['level']} not measured"),
+    NoteKind.NOT_MEASURED: lambda n: f"{n['config']} {n['level']} not measured",
+    NoteKind.NO_SERVER: lambda n: f"{n['config']}: no server was started, so its environment is unknown",
+    NoteKind.NOT_ATTACHED: lambda n: (
+        f"{n['config']}: not attached: --server-url names a server for {n['attached'] or 'other configurations'} only; "
+        f"add --server-url {n['config']}=URL to measure it"),
+    NoteKind.NOT_AS_CONFIGURED: lambda n: f"configuration {n['config']!r} does not run as configured: {n['checks']}",
+    NoteKind.ATTACH_REFUSED: lambda n: (f"--server-url {n['named']}=...: {n['mismatch']}" if n["named"]
+                                        else str(n["mismatch"])),
+    NoteKind.START_FAILED: lambda n: str(n["error"]),
+    NoteKind.UNKNOWN_ENGINE: lambda n: str(n["error"]),
+    NoteKind.VOCAB_UNFIT: lambda n: f"{n['config']}: {n['error']} (vocabulary from {n['source']})",
+    NoteKind.NO_RESTART_COMMAND: lambda n: (
+        f"{n['config']}: an attached server cannot be relaunched without servers.{n['config']}.restart_command"),
+    NoteKind.RESTART_TIMEOUT: lambda n: (
+        f"{n['config']}: restart_command did not finish in {float(n['timeout_s']):g}s "
+        f"(servers.{n['config']}.startup_timeout_s)"),
+    NoteKind.RESTART_EXITED: lambda n: f"{n['config']}: restart_command exited {n['code']}: {n['output']}",
+    NoteKind.RESTART_NOT_READY: lambda n: f"{n['config']}: after restart_command: {n['error']}",
+    NoteKind.SERVER_UNRESPONSIVE: lambda n: f"server {n['config']!r} stopped answering {n['path']} during the sweep",
+    NoteKind.SERVER_EXITED: lambda n: (
+        f"server {n['config']!r} exited (code {n['code'] if n['code'] != '' else None}) during the sweep"),
+    NoteKind.SOAK_WINDOW_FAILED: lambda n: f"soak {n['config']} window {n['window']}: {n['error'] or 'no run'}",
+    NoteKind.SOAK_NO_METRICS: lambda n: f"passive soak {n['config']}: {n['error']}",
+    NoteKind.SOAK_TOO_QUIET: lambda n: (
+        f"passive soak {n['config']}: {n['windows']} of {n['planned']} windows saw traffic ({n['idle']} idle); a passive "
+        f"soak watches a serving server's own requests (--server-url) and needs {n['needed']}"),
+    NoteKind.CLAIMED: lambda n: (
+        f"configuration {n['config']!r} is already measured by pytest-xdist worker {n['worker']}: each configuration "
+        f"(with its reference) must stay on one worker; run with -n N and specguard's own scheduling (no --dist option)"),
     NoteKind.NGRAM_DEFAULTS: lambda n: (
         f"NGRAM defaults: server runs {n['steps']} steps, topk {n['topk']}, {n['draft']} draft tokens (SGLang "
         f"{SGLANG_VERSION} _handle_ngram: draft tokens default {NGRAM_DEFAULT_DRAFT_TOKENS}, steps = draft // topk; "
@@ -149,16 +181,16 @@ def check_line(note: Note, strict: bool) -> str:
     return note_line(note) + (" (--strict-server-args)" if strict else "")
 
 
-def unrunnable_line(name: str, blocking: list[ArgCheck]) -> str:
+def unrunnable(name: str, blocking: list[ArgCheck]) -> Note:
     """Why a configuration's server is not what the suite describes: its blocking checks."""
-    lines = [check_line(c.note, c.strict) for c in blocking]
-    return f"configuration {name!r} does not run as configured: " + "; ".join(lines)
+    return Note.of(NoteKind.NOT_AS_CONFIGURED, config=name,
+                   checks="; ".join(check_line(c.note, c.strict) for c in blocking))
 
 
-def mismatch_line(mismatch: Note, named: str | None) -> str:
+def attach_refused(mismatch: Note, named: str | None) -> Note:
     """Why an attached server cannot stand for a configuration: skipped when one --server-url
     serves every configuration, an error when the user named this one (`named`)."""
-    return f"--server-url {named}=...: {note_line(mismatch)}" if named else note_line(mismatch)
+    return Note.of(NoteKind.ATTACH_REFUSED, named=named or "", mismatch=note_line(mismatch))
 
 
-__all__ = ["check_line", "mismatch_line", "note_line", "unrunnable_line"]
+__all__ = ["attach_refused", "check_line", "note_line", "unrunnable"]

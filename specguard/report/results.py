@@ -211,10 +211,14 @@ def _soak(d: SoakDoc | None) -> Soak | None:
 
 
 def problem_doc(p: Problem) -> ProblemDoc:
-    """A decision's problem as stored: a stored history's gap under `gap`, every other detail a line."""
+    """A decision's problem as stored: a stored history's gap under `gap`, why a configuration could
+    not be measured under `reason` (a note), every other detail a line."""
     gap = p.detail if isinstance(p.detail, HistoryGap) else None
-    doc: ProblemDoc = {"why": p.why.value, "detail": "" if gap else str(p.detail), "value": p.value, "limit": p.limit,
-                       "count": p.count, "reference": p.reference, "context": p.context}
+    reason = p.detail if isinstance(p.detail, Note) else None
+    doc: ProblemDoc = {"why": p.why.value, "detail": "" if gap or reason else str(p.detail), "value": p.value,
+                       "limit": p.limit, "count": p.count, "reference": p.reference, "context": p.context}
+    if reason is not None:
+        doc["reason"] = note_doc(reason)
     if gap is not None:
         doc["gap"] = {"kind": gap.kind.value, "config": gap.config, "path": gap.path, "level": gap.level.name,
                       "differing": [{"field": d.field, "stored": d.stored, "now": d.now} for d in gap.differing],
@@ -224,7 +228,10 @@ def problem_doc(p: Problem) -> ProblemDoc:
 
 
 def problem_of_doc(p: ProblemDoc) -> Problem:
-    g = p.get("gap")
+    g, reason = p.get("gap"), p.get("reason")
+    if reason:
+        return Problem(Why(p["why"]), Note.from_json(reason), p["value"], p["limit"], p["count"], p["reference"],
+                       p["context"])
     detail = p["detail"] if not g else HistoryGap(
         GapKind(g["kind"]), g["config"], g["path"], Level.parse(g["level"]),
         tuple(FieldDifference(d["field"], d["stored"], d["now"]) for d in g["differing"]), g["category"], g["metric"],

@@ -162,7 +162,7 @@ class HistoryGapDoc(TypedDict):
 
 class _ProblemFields(TypedDict):
     why: str  # decide.result.Why
-    detail: str  # "" when the problem's detail is a gap
+    detail: str  # "" when the problem's detail is a gap or a reason
     value: float | None
     limit: float | None
     count: int | None
@@ -172,6 +172,7 @@ class _ProblemFields(TypedDict):
 
 class ProblemDoc(_ProblemFields, total=False):
     gap: HistoryGapDoc | None  # a stored history's gap (absent in files written before gaps were data)
+    reason: NoteDoc | None  # why a configuration was not measured (absent in files written before reasons were data)
 
 
 class AttributionDoc(TypedDict):

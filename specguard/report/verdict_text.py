@@ -26,6 +26,7 @@ from specguard.decide.result import (
 )
 from specguard.decide.stats import RatioEstimate
 from specguard.labels import SPECULATION, STEP_TIME, Verdict
+from specguard.notes import Note
 from specguard.report.note_text import note_line
 from specguard.store.baseline_file import FieldDifference
 from specguard.store.gaps import GapKind, HistoryGap
@@ -163,12 +164,17 @@ def problem_line(r: GateResult, p: Problem) -> str:
     """A decision the statistics did not make (or overruled), and why."""
     at = where(r)
     if p.why in HISTORY_MISSING:  # the line names the cell
-        return cell_gap_line(p.detail) if isinstance(p.detail, HistoryGap) else p.detail
+        return cell_gap_line(p.detail) if isinstance(p.detail, HistoryGap) else str(p.detail)
     if p.why == Why.UNAVAILABLE:
-        return str(p.detail)  # the server's own line names the configuration
+        return _reason(p)  # the reason's line names the configuration
     if p.why == Why.ACCEPT_DRIFT:
         return f"{at}: {drift_line(r)} (advanced.accept_drift = \"fail\")"
     return f"{at}: {_PROBLEMS[p.why](p, r)}"
+
+
+def _reason(p: Problem) -> str:
+    """Why a configuration could not be measured: its reason's line (an older file's line as written)."""
+    return note_line(p.detail) if isinstance(p.detail, Note) else str(p.detail)
 
 
 def _share_change(s: PositionShare) -> str:
@@ -263,7 +269,7 @@ _PROBLEMS: dict[Why, Callable[[Problem, GateResult], str]] = {
     Why.NO_ACCEPT_LENGTH: _no_accept_length,
     Why.NO_STEP_TIME: lambda p, r: "no run has a step time: no request decoded two or more tokens",
     Why.NO_REFERENCE: lambda p, r: f"configuration has no reference in {p.detail}",
-    Why.REFERENCE_FAILED: lambda p, r: f"reference {p.reference!r} could not be measured: {p.detail}",
+    Why.REFERENCE_FAILED: lambda p, r: f"reference {p.reference!r} could not be measured: {_reason(p)}",
     Why.REFERENCE_CELL_FAILED: lambda p, r: f"reference {p.reference} {r.level} could not be measured: {p.detail}",
     Why.REFERENCE_UNSTORED: _unstored,
     Why.ZERO_GOODPUT: _zero_goodput,

@@ -100,8 +100,8 @@ class Campaign:
         elapsed = time.monotonic() - self._started
         deadline = self._suite.sweep.session_timeout_s
         if elapsed > deadline:
-            raise ConfigUnavailable(f"session deadline of {deadline:g}s reached ({elapsed:.0f}s elapsed); "
-                                    f"{name} {self._levels.name(level)} not measured", skip=False)
+            raise ConfigUnavailable(Note.of(NoteKind.DEADLINE_REACHED, config=name, level=self._levels.name(level),
+                                            deadline_s=deadline, elapsed_s=elapsed), skip=False)
         handle = self._pool.get(name)
         cfg = self._pool.config(name)
         try:
@@ -164,7 +164,8 @@ class Campaign:
         levels = sorted({c for n, c in self._planner.current.selected_cells if n == name} | {level})
         failure = self._first_stage(name, levels, level, driver)
         if self._cells.cell(name, level) is None:
-            raise failure or ConfigUnavailable(f"{name} {self._levels.name(level)} not measured", skip=False)
+            raise failure or ConfigUnavailable(
+                Note.of(NoteKind.NOT_MEASURED, config=name, level=self._levels.name(level)), skip=False)
         results: list[GateResult] | None = self._verdicts.decide(name, stage=1)
         if not self._design.sequential or not self._pool.can_relaunch(name):
             return

@@ -16,6 +16,7 @@ from specguard.decide.prior import SpreadEstimate
 from specguard.decide.result import Why
 from specguard.decide.stats import SessionRuns
 from specguard.labels import GateLabel
+from specguard.notes import Note, NoteKind
 from specguard.session.cells import metric_values
 from specguard.session.hints import exact_k, record_command_line
 from specguard.session.levels import SweepLevels
@@ -130,7 +131,7 @@ class Histories:
         effective arguments (read from the server, so an attached server's own values count)."""
         state = self._pool.state(name)
         if state.handle is None:
-            raise ConfigUnavailable(f"{name}: no server was started, so its environment is unknown", skip=False)
+            raise ConfigUnavailable(Note.of(NoteKind.NO_SERVER, config=name), skip=False)
         cfg = self._pool.config(name)
         return Fingerprint({"engine": cfg.engine, **state.handle.effective.fingerprint_fields(), **self._session_fields(cfg)})
 

@@ -9,6 +9,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from specguard.notes import Note
+from specguard.report.note_text import note_line
+
 
 @dataclass(frozen=True)
 class RunOptions:
@@ -47,15 +50,23 @@ class RunOptions:
 class ConfigUnavailable(Exception):
     """This configuration cannot be measured here (skip) or failed to start (error).
 
-    The first line (`line`) says what happened and what to do; context (command, exit code, log
-    tail) follows after a newline and is also kept alone in `detail`.
+    `reason` says what happened as data (a `notes.Note` of the session's reason kinds), worded
+    by report/ (`line`: what happened and what to do); context (command, exit code, log tail)
+    follows after a newline in `str()` and is kept alone in `detail`.
     """
 
-    def __init__(self, message: str, skip: bool, detail: str = "") -> None:
-        super().__init__(message + ("\n" + detail if detail else ""))
+    def __init__(self, reason: Note, skip: bool, detail: str = "") -> None:
+        super().__init__(reason, skip, detail)
+        self.reason = reason
         self.skip = skip
-        self.line = message
         self.detail = detail
+
+    @property
+    def line(self) -> str:
+        return note_line(self.reason)
+
+    def __str__(self) -> str:
+        return self.line + ("\n" + self.detail if self.detail else "")
 
 
 def parse_server_urls(values: list[str]) -> dict[str | None, str]:

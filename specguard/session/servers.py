@@ -18,7 +18,7 @@ from typing import IO, Any
 from specguard.config import ServerConfig, Suite
 from specguard.engines import ArgCheck, Engine, get_engine
 from specguard.notes import Note, NoteKind
-from specguard.report.note_text import mismatch_line, unrunnable_line
+from specguard.report.note_text import attach_refused, unrunnable
 from specguard.server import ServerHandle, ServerStartError, attach, launch, stop, wait_ready
 from specguard.session.options import ConfigUnavailable, RunOptions
 from specguard.workload import VocabBound, Workload, WorkloadError, fit_to_vocab, resolve_vocab_bound
@@ -124,7 +124,7 @@ class ServerPool:
                 raise
         blocking = [c for c in state.checks if c.blocking]
         if blocking:
-            raise ConfigUnavailable(unrunnable_line(name, blocking), skip=False)
+            raise ConfigUnavailable(unrunnable(name, blocking), skip=False)
         return state.handle
 
     def _start(self, name: str) -> tuple[ServerHandle, str]:
@@ -132,26 +132,25 @@ class ServerPool:
         try:
             engine: Engine = get_engine(cfg.engine)
         except ValueError as exc:
-            raise ConfigUnavailable(str(exc), skip=False) from None
+            raise ConfigUnavailable(Note.of(NoteKind.UNKNOWN_ENGINE, error=str(exc)), skip=False) from None
         urls = self._options.server_urls
         named = urls.get(name)
         url = named or urls.get(None)
         if self._options.attach_mode and not url:
-            given = ", ".join(n for n in urls if n) or "other configurations"
-            raise ConfigUnavailable(f"{name}: not attached: --server-url names a server for {given} only; "
-                                    f"add --server-url {name}=URL to measure it", skip=True)
+            given = ", ".join(n for n in urls if n)
+            raise ConfigUnavailable(Note.of(NoteKind.NOT_ATTACHED, config=name, attached=given), skip=True)
         try:
             if url:
                 handle = attach(name, url, engine, api_key=self._options.api_key, cfg=cfg)
                 mismatch = engine.matches(cfg, handle.effective)
                 if mismatch is not None:
-                    raise ConfigUnavailable(mismatch_line(mismatch, name if named else None), skip=not named)
+                    raise ConfigUnavailable(attach_refused(mismatch, name if named else None), skip=not named)
                 return handle, MODE_ATTACHED
             self._acquire_launch_lock(name)
             return launch(cfg, engine, log_dir=self._options.log_dir, api_key=self._options.api_key), MODE_LAUNCHED
         except ServerStartError as exc:
             first, _, rest = str(exc).partition("\n")
-            raise ConfigUnavailable(first, skip=False, detail=rest) from None
+            raise ConfigUnavailable(Note.of(NoteKind.START_FAILED, error=first), skip=False, detail=rest) from None
 
     def _fit_workload(self, name: str, state: ServerState) -> None:
         """Bound the workload's ids by the served model's vocabulary (an id beyond it crashes
@@ -171,7 +170,8 @@ class ServerPool:
             self.workloads[name] = fit_to_vocab(self._workload, bound.vocab_size)
         except WorkloadError as exc:
             self.stop(name)
-            raise ConfigUnavailable(f"{name}: {exc} (vocabulary from {bound.source})", skip=False) from None
+            raise ConfigUnavailable(Note.of(NoteKind.VOCAB_UNFIT, config=name, error=str(exc), source=bound.source),
+                                    skip=False) from None
 
     def workload_for(self, name: str) -> Workload:
         """The workload sent to a configuration (the suite's, fitted to its model's vocabulary)."""
@@ -214,23 +214,24 @@ class ServerPool:
     def _restart(self, name: str) -> None:
         cfg = self.config(name)
         if not cfg.restart_command:
-            raise ConfigUnavailable(f"{name}: an attached server cannot be relaunched without "
-                                    f"servers.{name}.restart_command", skip=False)
+            raise ConfigUnavailable(Note.of(NoteKind.NO_RESTART_COMMAND, config=name), skip=False)
         try:
             done = subprocess.run(cfg.restart_command, shell=True, capture_output=True, text=True,
                                   timeout=cfg.startup_timeout_s)
         except subprocess.TimeoutExpired:
-            raise ConfigUnavailable(f"{name}: restart_command did not finish in {cfg.startup_timeout_s:g}s "
-                                    f"(servers.{name}.startup_timeout_s)", skip=False) from None
+            raise ConfigUnavailable(Note.of(NoteKind.RESTART_TIMEOUT, config=name, timeout_s=cfg.startup_timeout_s),
+                                    skip=False) from None
         if done.returncode != 0:
             tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or [""]
-            raise ConfigUnavailable(f"{name}: restart_command exited {done.returncode}: {tail[0][:200]}", skip=False)
+            raise ConfigUnavailable(Note.of(NoteKind.RESTART_EXITED, config=name, code=done.returncode, output=tail[0][:200]),
+                                    skip=False)
         handle = self.states[name].handle
         if handle is not None:
             try:
                 wait_ready(handle, timeout_s=cfg.startup_timeout_s)
             except ServerStartError as exc:
-                raise ConfigUnavailable(f"{name}: after restart_command: {str(exc).splitlines()[0]}", skip=False) from None
+                raise ConfigUnavailable(Note.of(NoteKind.RESTART_NOT_READY, config=name, error=str(exc).splitlines()[0]),
+                                        skip=False) from None
 
     def stop(self, name: str) -> None:
         """Stop a configuration's server if this session launched it (attached ones keep running)."""
@@ -266,7 +267,8 @@ class ServerPool:
         handle = state.handle
         if handle is None:
             return
-        reason = detail = None
+        reason: Note | None = None
+        detail = ""
         if handle.alive():
             try:
                 wait_ready(handle, timeout_s=5.0)
@@ -279,12 +281,12 @@ class ServerPool:
                     except subprocess.TimeoutExpired:
                         pass
                 if handle.alive():
-                    reason = f"server {name!r} stopped answering {handle.engine.readiness_path} during the sweep"
+                    reason = Note.of(NoteKind.SERVER_UNRESPONSIVE, config=name, path=handle.engine.readiness_path)
         if not handle.alive():
-            code = handle.process.returncode if handle.process else None
-            reason, detail = f"server {name!r} exited (code {code}) during the sweep", f"log tail:\n{handle.log_tail()}"
+            code = handle.process.returncode if handle.process and handle.process.returncode is not None else ""
+            reason, detail = Note.of(NoteKind.SERVER_EXITED, config=name, code=code), f"log tail:\n{handle.log_tail()}"
         if reason:
-            state.failure = ConfigUnavailable(reason, skip=False, detail=detail or "")
+            state.failure = ConfigUnavailable(reason, skip=False, detail=detail)
 
     # -- pytest-xdist: one launch per configuration, one launched server at a time ----------------
     def _claim(self, name: str) -> None:
@@ -301,10 +303,7 @@ class ServerPool:
             owner = path.read_text(encoding="utf-8").strip() or "another worker"
             if owner == me:
                 return
-            raise ConfigUnavailable(
-                f"configuration {name!r} is already measured by pytest-xdist worker {owner}: each configuration (with "
-                f"its reference) must stay on one worker; run with -n N and specguard's own scheduling (no --dist option)",
-                skip=False) from None
+            raise ConfigUnavailable(Note.of(NoteKind.CLAIMED, config=name, worker=owner), skip=False) from None
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(me)
 

@@ -29,6 +29,7 @@ from specguard.measure.metrics import RunMetrics
 from specguard.measure.passive import NoMetrics, passive_window, snapshot
 from specguard.measure.progress import Progress, SoakStarted, SoakWindow
 from specguard.measure.sweep import CellLoad, RunControl, measure_cell
+from specguard.notes import Note, NoteKind
 from specguard.session.options import RunOptions
 from specguard.session.parts import SessionParts
 
@@ -102,7 +103,8 @@ def _load_windows(parts: SessionParts, options: RunOptions, log: WindowLog, name
         cell = measure_cell(handle, parts.pool.workload_for(name), one_window, load,
                             RunControl(max_failed=options.max_failed_requests))
         if cell.error or not cell.runs:
-            return windows, Problem(Why.UNAVAILABLE, f"soak {name} window {len(windows)}: {cell.error or 'no run'}")
+            return windows, Problem(Why.UNAVAILABLE, Note.of(NoteKind.SOAK_WINDOW_FAILED, config=name, window=len(windows),
+                                                             error=cell.error or ""))
         windows.append(cell.runs[0])
         log.append(cell.runs[0], len(windows) - 1)
         wall_s = max(time.monotonic() - window_started, 1e-3)
@@ -139,9 +141,9 @@ def _passive_windows(parts: SessionParts, _options: RunOptions, log: WindowLog, 
                     progress(SoakWindow(name, "", n, planned, None if window is None else window.output_throughput,
                                         accept_length=None if window is None else window.accept_length))
         except NoMetrics as exc:
-            return windows, Problem(Why.UNAVAILABLE, f"passive soak {name}: {exc}")
+            return windows, Problem(Why.UNAVAILABLE, Note.of(NoteKind.SOAK_NO_METRICS, config=name, error=str(exc)))
     if len(windows) < soak.warmup_windows + MIN_WINDOWS:
-        return windows, Problem(Why.UNAVAILABLE, f"passive soak {name}: {len(windows)} of {planned} windows saw "
-                                                 f"traffic ({idle} idle); a passive soak watches a serving server's "
-                                                 f"own requests (--server-url) and needs {soak.warmup_windows + MIN_WINDOWS}")
+        return windows, Problem(Why.UNAVAILABLE, Note.of(NoteKind.SOAK_TOO_QUIET, config=name, windows=len(windows),
+                                                         planned=planned, idle=idle,
+                                                         needed=soak.warmup_windows + MIN_WINDOWS))
     return windows, None

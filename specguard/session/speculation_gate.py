@@ -64,7 +64,7 @@ class SpeculationGate:
         """The reference could not be measured here: its stored sessions of this environment, if any."""
         failure = self._parts.pool.state(ref).failure
         if failure is not None and not failure.skip:
-            return test.problem(Verdict.ERROR, Problem(Why.REFERENCE_FAILED, failure.line, reference=ref))
+            return test.problem(Verdict.ERROR, Problem(Why.REFERENCE_FAILED, failure.reason, reference=ref))
         history, reason, missing = self._parts.histories.reference(test.config, ref, test.level.value, self._metric)
         if history is None:
             problem = Problem(Why.REFERENCE_UNSTORED, reason, reference=ref, context=failure.line if failure else "")

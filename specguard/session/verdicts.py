@@ -77,7 +77,7 @@ class Verdicts:
             return self._cell_gates.decide(gate, name, level, stage, category)
         except ConfigUnavailable as exc:
             return GateResult(label, name, at, Verdict.SKIP if exc.skip else Verdict.ERROR, stage=stage,
-                              problem=Problem(Why.UNAVAILABLE, exc.line))
+                              problem=Problem(Why.UNAVAILABLE, exc.reason))
         except Exception as exc:  # noqa: BLE001 - reported as one line, the test is "not measured"
             return GateResult(label, name, at, Verdict.ERROR, stage=stage,
                               problem=Problem(Why.INTERNAL_ERROR, f"{type(exc).__name__}: {exc}"))

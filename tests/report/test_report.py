@@ -498,3 +498,45 @@ def test_every_note_kind_has_its_wording():
         note = Note.of(NoteKind.ARG_REWRITTEN, setting="num_steps", asked=5, runs=3, cause=cause)
         stored = Note.from_json(json.loads(json.dumps(note.to_json())))
         assert stored == note and note_line(stored).startswith("asked for num_steps=5, ")
+
+
+# Why a configuration was not measured (session.ConfigUnavailable's reason, a soak's problem): each
+# kind with the line the session wrote as text before reasons were data, so the wording is unchanged.
+_REASON_LINES = [
+    (Note.of(NoteKind.DEADLINE_REACHED, config="eagle3", level="c16", deadline_s=3600.0, elapsed_s=3601.4),
+     "session deadline of 3600s reached (3601s elapsed); eagle3 c16 not measured"),
+    (Note.of(NoteKind.NOT_MEASURED, config="eagle3", level="r8"), "eagle3 r8 not measured"),
+    (Note.of(NoteKind.NO_SERVER, config="mtp"), "mtp: no server was started, so its environment is unknown"),
+    (Note.of(NoteKind.NOT_ATTACHED, config="mtp", attached="eagle3, baseline"),
+     "mtp: not attached: --server-url names a server for eagle3, baseline only; add --server-url mtp=URL to measure it"),
+    (Note.of(NoteKind.NOT_ATTACHED, config="mtp", attached=""),
+     "mtp: not attached: --server-url names a server for other configurations only; add --server-url mtp=URL to measure it"),
+    (Note.of(NoteKind.NOT_AS_CONFIGURED, config="eagle3", checks="a; b"), "configuration 'eagle3' does not run as configured: a; b"),
+    (Note.of(NoteKind.ATTACH_REFUSED, named="eagle3", mismatch="server runs no speculation"),
+     "--server-url eagle3=...: server runs no speculation"),
+    (Note.of(NoteKind.ATTACH_REFUSED, named="", mismatch="server runs no speculation"), "server runs no speculation"),
+    (Note.of(NoteKind.VOCAB_UNFIT, config="eagle3", error="input_len 9 > 8", source="config.json"),
+     "eagle3: input_len 9 > 8 (vocabulary from config.json)"),
+    (Note.of(NoteKind.NO_RESTART_COMMAND, config="eagle3"),
+     "eagle3: an attached server cannot be relaunched without servers.eagle3.restart_command"),
+    (Note.of(NoteKind.RESTART_TIMEOUT, config="eagle3", timeout_s=600.0),
+     "eagle3: restart_command did not finish in 600s (servers.eagle3.startup_timeout_s)"),
+    (Note.of(NoteKind.RESTART_EXITED, config="eagle3", code=2, output="no such unit"),
+     "eagle3: restart_command exited 2: no such unit"),
+    (Note.of(NoteKind.SERVER_UNRESPONSIVE, config="eagle3", path="/health_generate"),
+     "server 'eagle3' stopped answering /health_generate during the sweep"),
+    (Note.of(NoteKind.SERVER_EXITED, config="eagle3", code=-9), "server 'eagle3' exited (code -9) during the sweep"),
+    (Note.of(NoteKind.SERVER_EXITED, config="eagle3", code=""), "server 'eagle3' exited (code None) during the sweep"),
+    (Note.of(NoteKind.SOAK_WINDOW_FAILED, config="eagle3", window=3, error=""), "soak eagle3 window 3: no run"),
+    (Note.of(NoteKind.SOAK_TOO_QUIET, config="eagle3", windows=2, planned=6, idle=4, needed=5),
+     "passive soak eagle3: 2 of 6 windows saw traffic (4 idle); a passive soak watches a serving server's own "
+     "requests (--server-url) and needs 5"),
+]
+
+
+@pytest.mark.parametrize("reason,line", _REASON_LINES, ids=[str(n.kind) for n, _ in _REASON_LINES])
+def test_a_reason_is_worded_as_the_session_wrote_it_and_reads_back_from_json(reason, line):
+    from specguard.report.note_text import note_line
+
+    assert note_line(reason) == line
+    assert Note.from_json(json.loads(json.dumps(reason.to_json()))) == reason

@@ -66,7 +66,7 @@ def test_a_missing_history_is_stored_as_its_gap_and_an_older_files_line_still_re
                      (FieldDifference("tp_size", 1, 2),), record_command="pytest perf_tests --update-baselines")
     r = result("throughput", "eagle3", 8, "skip", rate=True, problem=Problem(Why.OTHER_ENVIRONMENT, gap))
     d = decision_dict(r)
-    assert set(problem_doc(Problem(Why.OTHER_ENVIRONMENT, gap))) == _keys(schema.ProblemDoc)
+    assert set(problem_doc(Problem(Why.OTHER_ENVIRONMENT, gap))) == _keys(schema.ProblemDoc) - {"reason"}
     assert d["problem"]["detail"] == "" and d["problem"]["gap"]["differing"] == [{"field": "tp_size", "stored": 1, "now": 2}]
     assert decision_text(d) == message(r) == (
         "baseline for eagle3 r8 was recorded with another environment; differing fields: tp_size: stored 1, now 2. "
@@ -74,6 +74,27 @@ def test_a_missing_history_is_stored_as_its_gap_and_an_older_files_line_still_re
     # a schema-3 file written before gaps were data: no `gap`, the line in `detail`, rendered as worded
     old = {**d, "problem": {k: v for k, v in d["problem"].items() if k != "gap"} | {"detail": "no baseline for x"}}
     assert decision_result(old).problem.detail == "no baseline for x" and decision_text(old) == "no baseline for x"
+
+
+def test_why_a_configuration_was_not_measured_is_stored_as_its_reason_and_an_older_files_line_still_renders():
+    from specguard.report.results import decision_text, problem_doc
+    from specguard.report.verdict_text import message
+
+    reason = Note.of(NoteKind.SERVER_EXITED, config="eagle3", code=-9)
+    r = result("throughput", "eagle3", 8, "error", problem=Problem(Why.UNAVAILABLE, reason))
+    d = json.loads(json.dumps(decision_dict(r)))  # as a file holds it
+    assert set(problem_doc(Problem(Why.UNAVAILABLE, reason))) == _keys(schema.ProblemDoc) - {"gap"}
+    assert d["problem"]["detail"] == "" and d["problem"]["reason"] == {"kind": "server_exited", "config": "eagle3", "code": -9}
+    assert decision_result(d) == r
+    assert decision_text(d) == message(r) == "server 'eagle3' exited (code -9) during the sweep"
+    ref = result("speculation", "eagle3", 8, "error",
+                 problem=Problem(Why.REFERENCE_FAILED, Note.of(NoteKind.SERVER_EXITED, config="baseline", code=""),
+                                 reference="baseline"))
+    assert message(ref).endswith("reference 'baseline' could not be measured: server 'baseline' exited (code None) "
+                                 "during the sweep")
+    # a file written before reasons were data: no `reason`, the line in `detail`, rendered as worded
+    old = {**d, "problem": {k: v for k, v in d["problem"].items() if k != "reason"} | {"detail": "server gone"}}
+    assert decision_result(old).problem.detail == "server gone" and decision_text(old) == "server gone"
 
 
 # -- a cell's summary ---------------------------------------------------------------------------------

@@ -47,6 +47,7 @@ from specguard.store.gaps import GapKind, HistoryGap
 from specguard.store.refresh import BaselineOutcome, BaselineStage, commit_baseline_stages
 
 ERROR, SKIP = Verdict.ERROR, Verdict.SKIP
+NOT_ATTACHED = Note.of(NoteKind.NOT_ATTACHED, config="baseline", attached="eagle3")
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -123,7 +124,7 @@ def test_speculation_uses_every_stored_session_of_the_same_environment_only(tmp_
     sg.plan([PlannedTest("eagle3", 1, "speculation")])
     fake_server(sg, "eagle3")
     fake_cell(sg, "eagle3", 1, [300.0, 303.0, 297.0])
-    sg.pool.states["baseline"] = ServerState(failure=ConfigUnavailable("baseline: not attached", skip=True))
+    sg.pool.states["baseline"] = ServerState(failure=ConfigUnavailable(NOT_ATTACHED, skip=True))
     # another environment (another model), recorded later: must not be used
     _record_reference(sg, _reference_fields(sg, model_path="/models/other"), [[50.0, 51.0]] * 3)
     r = sg.speculation_result("eagle3", 1, None)
@@ -142,7 +143,7 @@ def test_a_stored_reference_may_differ_only_in_speculation_and_the_capacity_sgla
     sg = make_session(tmp_path, server_urls={"eagle3": "http://127.0.0.1:9"})
     fake_server(sg, "eagle3", max_running_requests=48)  # SGLang's default cap under speculation
     fake_cell(sg, "eagle3", 1, [300.0, 303.0, 297.0])
-    sg.pool.states["baseline"] = ServerState(failure=ConfigUnavailable("baseline: not attached", skip=True))
+    sg.pool.states["baseline"] = ServerState(failure=ConfigUnavailable(NOT_ATTACHED, skip=True))
     _record_reference(sg, _reference_fields(sg, max_running_requests=128, decode_cuda_graph_bs=[1, 2, 4]),
                       [[100.0, 101.0], [104.0, 103.0]])
     r = sg.speculation_result("eagle3", 1, None)
@@ -178,7 +179,7 @@ def test_a_damaged_or_foreign_baseline_is_an_error_naming_the_file(tmp_path, con
         assert r.verdict == ERROR, message(r)
         assert str(path) in message(r) and what in message(r)
     (tmp_path / "baselines" / "baseline.json").write_text(content.replace('"mtp"', '"eagle3"'))
-    sg.pool.states["baseline"] = ServerState(failure=ConfigUnavailable("not attached", skip=True))
+    sg.pool.states["baseline"] = ServerState(failure=ConfigUnavailable(NOT_ATTACHED, skip=True))
     r = sg.speculation_result("eagle3", 1, None)
     assert r.verdict == ERROR and "baseline.json" in message(r)
 
