@@ -34,16 +34,20 @@ class CheckDoc(TypedDict):
     strict: bool  # blocking only because --strict-server-args asked
 
 
-class ServerDoc(TypedDict):
+class _ServerFields(TypedDict):
     engine: str
     command: list[str]
     attached: bool
     effective_args: dict[str, Any] | None
     checks: list[CheckDoc]
-    failure: str | None
+    failure: str | None  # its reason's line, then the context (command, exit code, log tail)
     failure_skipped: bool
     mode: str
     differences: list[dict[str, Any]]  # {field, suite, server} (schema 5 and older: and message)
+
+
+class ServerDoc(_ServerFields, total=False):
+    failure_reason: NoteDoc | None  # why, as data (absent in files written before reasons were data)
 
 
 # A cell summary's latency figures (medians over the runs of each run's latency_ms entry)

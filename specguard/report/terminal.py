@@ -201,7 +201,8 @@ def _failure_note(name: str, failure: str, server: ServerDoc, doc: ResultsDoc) -
     """A configuration that did not run (`failure`, its server record's): an error, or (skipped) a
     server that does not serve it, with the way to measure it when it is another configuration's
     reference."""
-    first = failure.splitlines()[0]
+    reason = server.get("failure_reason")
+    first = note_line(Note.from_json(reason)) if reason else failure.splitlines()[0]  # older files: their first line
     if not server.get("failure_skipped"):
         return f"{name}: ERROR: {first}"
     users = [c["name"] for c in doc.get("configs") or [] if c.get("reference") == name]

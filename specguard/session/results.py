@@ -52,6 +52,7 @@ def _servers(sg: GateSession) -> dict[str, ServerDoc]:
             "effective_args": h.effective.fingerprint_fields() if h else None,
             "checks": [check_doc(c) for c in state.checks],
             "failure": str(state.failure) if state.failure else None,
+            "failure_reason": note_doc(state.failure.reason) if state.failure else None,
             # a skip (this server cannot serve the configuration here) is not an error of the server
             "failure_skipped": bool(state.failure and state.failure.skip),
             "mode": state.mode,

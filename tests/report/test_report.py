@@ -368,6 +368,9 @@ def test_a_reference_the_attached_server_cannot_serve_reads_not_measured_with_th
     assert not any("ERROR" in line for line in lines)
     doc["servers"]["baseline"]["failure_skipped"] = False  # a real failure stays an error
     assert "baseline: ERROR: server runs EAGLE3; config baseline needs no speculation" in notes(doc)
+    # a file that stores the reason as data: the line is worded from it, not cut from `failure`
+    doc["servers"]["baseline"]["failure_reason"] = Note.of(NoteKind.SERVER_EXITED, config="baseline", code=-9).to_json()
+    assert "baseline: ERROR: server 'baseline' exited (code -9) during the sweep" in notes(doc)
 
 
 def test_the_crossover_sentence_names_request_rates_in_a_rate_sweep():
