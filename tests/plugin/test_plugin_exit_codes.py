@@ -69,6 +69,9 @@ def test_server_that_cannot_start_is_3(tmp_path):
     code, out, doc = run(tmp_path, "-k", "baseline and throughput", extra=', "--emulator-profile", "no-such-profile"')
     assert code == EXIT_NOT_MEASURED, out
     assert doc["servers"]["baseline"]["failure"] and doc["outcome"]["exit_status"] == 3
+    reason = doc["servers"]["baseline"]["failure_reason"]  # why, as data: the first line of `failure` worded from it
+    assert reason["kind"] == "start_failed" and doc["servers"]["baseline"]["failure"].startswith(reason["error"] + "\n")
+    assert f"not measured: {reason['error']}" in out  # the test's failure says it
 
 
 def test_xdist_launches_each_configuration_once(tmp_path):
